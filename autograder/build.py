@@ -1,0 +1,90 @@
+"""Generate release/ from source/ with nbgrader, in a scratch course, so a failure leaves release/ untouched."""
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+from autograder.checks import source_problems
+from autograder.notebooks import assignment_notebooks
+from autograder.notebooks import assignments as all_assignments
+from autograder.tidy import tidy_file
+
+
+class BuildError(RuntimeError):
+    """The release could not be built; the message names the file and cell."""
+
+
+def course_config(root: Path, scratch: Path | None = None) -> Config:
+    """Load the course's nbgrader_config.py, optionally pointed at a scratch course root."""
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    if scratch is not None:
+        config.CourseDirectory.root = str(scratch)
+        config.CourseDirectory.db_url = f"sqlite:///{scratch / 'gradebook.db'}"
+    return config
+
+
+def with_venv_on_path() -> dict[str, str]:
+    """Return os.environ with this interpreter's bin/ first on PATH (nbgrader runs `alembic`)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def generate(root: Path, scratch: Path, assignment: str) -> Path:
+    """Run nbgrader's generate_assignment for one assignment in `scratch`; return its release folder."""
+    from nbgrader.apps import NbGraderAPI
+
+    shutil.copytree(root / "source" / assignment, scratch / "source" / assignment)
+    old_env = dict(os.environ)
+    os.environ.update(with_venv_on_path())
+    try:
+        api = NbGraderAPI(config=course_config(root, scratch))
+        result = api.generate_assignment(assignment, force=True, create=True)
+    finally:
+        os.environ.clear()
+        os.environ.update(old_env)
+    if not result.get("success"):
+        detail = (result.get("error") or "") + (result.get("log") or "")
+        raise BuildError(f"nbgrader could not generate {assignment}:\n{detail.strip()}")
+    release = scratch / "release" / assignment
+    for notebook in release.glob("*.ipynb"):
+        tidy_file(notebook)
+    return release
+
+
+def build_release(root: Path, assignments: list[str] | None = None) -> list[Path]:
+    """Rebuild release/<id>/ for the given assignments (all by default); return the notebooks written."""
+    wanted = assignments or all_assignments(root)
+    unknown = [a for a in wanted if not (root / "source" / a).is_dir()]
+    if unknown:
+        raise BuildError(f"no such assignment in source/: {', '.join(unknown)} "
+                         f"(have: {', '.join(all_assignments(root))})")
+    problems = [p for a in wanted for nb in assignment_notebooks(a, root) for p in source_problems(nb)]
+    if problems:
+        raise BuildError("malformed source notebook:\n  " + "\n  ".join(problems))
+    with tempfile.TemporaryDirectory(prefix="devicelab-build-") as tmp:
+        built = {a: generate(root, Path(tmp), a) for a in wanted}
+        written: list[Path] = []
+        for assignment, folder in built.items():
+            target = root / "release" / assignment
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(folder, target)
+            written += sorted(target.glob("*.ipynb"))
+    if assignments is None:
+        _remove_stale(root, set(wanted))
+    return written
+
+
+def _remove_stale(root: Path, current: set[str]) -> None:
+    """Drop release folders whose assignment no longer exists in source/."""
+    release = root / "release"
+    if release.is_dir():
+        for folder in release.iterdir():
+            if folder.is_dir() and folder.name not in current:
+                shutil.rmtree(folder)

@@ -1,0 +1,57 @@
+"""Execute a notebook top to bottom the way the test suite and CI do, skipping GPU-only cells without a GPU."""
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+REQUIRES_CUDA = "requires-cuda"
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """An executed notebook, how long it took, and which cells were skipped."""
+
+    notebook: nbformat.NotebookNode
+    seconds: float
+    skipped_cells: int
+
+
+def cuda_present() -> bool:
+    """Return True when the machine running the tests has a usable CUDA GPU (checked in a subprocess)."""
+    import subprocess
+    import sys
+
+    # Asking in this process would initialise CUDA before nbclient forks kernels.
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+
+
+def without_gpu_cells(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, int]:
+    """Return a copy of the notebook without the cells tagged requires-cuda, and how many were dropped."""
+    nb = copy.deepcopy(nb)
+    kept = [c for c in nb.cells if REQUIRES_CUDA not in c.get("metadata", {}).get("tags", [])]
+    dropped = len(nb.cells) - len(kept)
+    nb.cells = kept
+    return nb, dropped
+
+
+def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | None = None) -> ExecutionResult:
+    """Run every cell of the notebook in a fresh kernel started in its folder; raise on the first error.
+
+    Cells tagged raises-exception may fail (nbclient's own rule); cells tagged requires-cuda are
+    dropped when `gpu` is False.
+    """
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    skipped = 0
+    if not gpu:
+        nb, skipped = without_gpu_cells(nb)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute(**({"env": env} if env is not None else {}))
+    return ExecutionResult(nb, time.perf_counter() - start, skipped)

@@ -1,0 +1,80 @@
+"""Run an assignment notebook's code in-process, cell by cell, and report which graded test cells pass.
+
+Much faster than a kernel: used to prove that solutions pass, that stubs fail, and that realistic
+mistakes lose points. Assignment notebooks therefore hold plain Python (no magics).
+"""
+
+import contextlib
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """The outcome of one graded test cell."""
+
+    grade_id: str
+    points: float
+    passed: bool
+    error: str = ""
+
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def solution_ids(path: Path) -> list[str]:
+    """Return the grade_ids of the solution (answer) code cells, in order."""
+    nb = nbformat.read(path, as_version=4)
+    return [_nbgrader(c)["grade_id"] for c in nb.cells if c.cell_type == "code" and _nbgrader(c).get("solution")]
+
+
+def run_graded_cells(path: Path, replace: dict[str, str] | None = None, env: str = "validate") -> dict[str, CellResult]:
+    """Execute the notebook's code cells in order; return each graded cell's result by grade_id.
+
+    `replace` maps a solution cell's grade_id to new source (for example a student's wrong answer).
+    """
+    replace = dict(replace or {})
+    nb = nbformat.read(path, as_version=4)
+    namespace: dict = {"__name__": "__main__"}
+    results: dict[str, CellResult] = {}
+    old_env = os.environ.get("NBGRADER_EXECUTION")
+    os.environ["NBGRADER_EXECUTION"] = env
+    try:
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            meta = _nbgrader(cell)
+            source = replace.pop(meta.get("grade_id"), cell.source) if meta.get("solution") else cell.source
+            error = _execute(source, namespace, f"<{path.name} cell {index}>")
+            if meta.get("grade"):
+                results[meta["grade_id"]] = CellResult(meta["grade_id"], float(meta.get("points", 0)),
+                                                       error == "", error)
+    finally:
+        if old_env is None:
+            os.environ.pop("NBGRADER_EXECUTION", None)
+        else:
+            os.environ["NBGRADER_EXECUTION"] = old_env
+    if replace:
+        raise KeyError(f"no solution cell with grade_id {sorted(replace)} in {path.name}")
+    return results
+
+
+def _execute(source: str, namespace: dict, filename: str) -> str:
+    """Run one cell's source; return '' on success or 'ExcType: message'."""
+    try:
+        code = compile(source, filename, "exec")
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            exec(code, namespace)  # noqa: S102  (running the course's own notebook cells)
+    except Exception as exc:  # noqa: BLE001  (a failing cell is a result, not a crash)
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def score(results: dict[str, CellResult]) -> tuple[float, float]:
+    """Return (points earned, points possible)."""
+    return (sum(r.points for r in results.values() if r.passed), sum(r.points for r in results.values()))

@@ -1,0 +1,22 @@
+"""Choose a device without hard-coding "cuda"."""
+
+import torch
+
+
+def cuda_ready() -> bool:
+    """Return True when PyTorch can use a CUDA GPU right now."""
+    return torch.cuda.is_available()
+
+
+def mps_ready() -> bool:
+    """Return True when PyTorch can use Apple's Metal (MPS) GPU right now."""
+    return torch.backends.mps.is_available()
+
+
+def best_device() -> torch.device:
+    """Return the fastest device available here: cuda, then mps, then cpu."""
+    if cuda_ready():
+        return torch.device("cuda")
+    if mps_ready():
+        return torch.device("mps")
+    return torch.device("cpu")

@@ -1,0 +1,26 @@
+"""Shared fixtures: the course root and scratch copies of a course for build and validate tests."""
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import COURSE_ROOT
+from tests.factories import tiny_assignment
+
+
+@pytest.fixture
+def course_root() -> Path:
+    """The real course root (the repository)."""
+    return COURSE_ROOT
+
+
+@pytest.fixture
+def scratch_course(tmp_path: Path) -> Path:
+    """A scratch course with the real nbgrader_config.py and one tiny assignment `tiny`."""
+    shutil.copy(COURSE_ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    folder = tmp_path / "source" / "tiny"
+    folder.mkdir(parents=True)
+    nbformat.write(tiny_assignment(), folder / "tiny.ipynb")
+    return tmp_path

@@ -1,0 +1,112 @@
+"""`python -m autograder build` turns source/ into release/ reproducibly, and refuses malformed sources."""
+
+import json
+
+import nbformat
+import pytest
+
+from autograder.__main__ import main
+from autograder.build import BuildError, build_release
+from autograder.checks import source_problems
+from tests.factories import graded_cell_meta, tiny_assignment
+
+
+def _release_bytes(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted((root / "release").rglob("*")) if p.is_file()}
+
+
+def test_build_writes_a_student_version(scratch_course):
+    written = build_release(scratch_course)
+    assert [p.name for p in written] == ["tiny.ipynb"]
+    text = written[0].read_text()
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "return 2 * x" not in text, "the solution leaked into release/"
+    assert "double(-3)" not in text, "hidden test code leaked into release/"
+    assert "raise NotImplementedError(" in text and "Not done yet" in text, "students get the friendly stub"
+    assert "double(2) == 4" in text, "visible tests stay"
+
+
+def test_build_twice_gives_identical_bytes(scratch_course):
+    build_release(scratch_course)
+    first = _release_bytes(scratch_course)
+    build_release(scratch_course)
+    assert _release_bytes(scratch_course) == first
+
+
+def test_build_leaves_no_gradebook_or_log_in_the_course(scratch_course):
+    build_release(scratch_course)
+    leftovers = {p.name for p in scratch_course.iterdir()} - {"nbgrader_config.py", "source", "release"}
+    assert leftovers == set()
+
+
+def test_instructor_files_stay_out_of_release(scratch_course):
+    folder = scratch_course / "source" / "tiny"
+    (folder / "solutions.py").write_text("SECRET = 1\n")
+    (folder / "instructor-notes.md").write_text("grading notes\n")
+    (folder / "data.csv").write_text("a,b\n1,2\n")
+    build_release(scratch_course)
+    shipped = {p.name for p in (scratch_course / "release" / "tiny").iterdir()}
+    assert shipped == {"tiny.ipynb", "data.csv"}
+
+
+def test_build_removes_stale_release_folders(scratch_course):
+    stale = scratch_course / "release" / "gone"
+    stale.mkdir(parents=True)
+    (stale / "gone.ipynb").write_text("{}")
+    build_release(scratch_course)
+    assert not stale.exists()
+
+
+def _break(scratch_course, mutate) -> None:
+    path = scratch_course / "source" / "tiny" / "tiny.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    mutate(nb)
+    nbformat.write(nb, path)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda nb: setattr(nb.cells[1], "source", nb.cells[1].source.replace("### END SOLUTION", "")),
+         "cell 1 (grade_id 'double')"),
+        (lambda nb: nb.cells[2].metadata.nbgrader.update(grade_id="double"), "grade_id also used by cell 1"),
+        (lambda nb: nb.cells[2].metadata.nbgrader.pop("points"), "needs 'points'"),
+        (lambda nb: nb.cells.append(nbformat.v4.new_code_cell("x = 1", metadata=graded_cell_meta("Bad Id"))),
+         "cell 3 (grade_id 'Bad Id'): grade_id must be kebab-case"),
+    ],
+    ids=["unpaired-solution-marker", "duplicate-grade-id", "missing-points", "bad-grade-id"],
+)
+def test_malformed_source_fails_naming_file_and_cell_and_keeps_release(scratch_course, mutate, expected):
+    build_release(scratch_course)
+    before = _release_bytes(scratch_course)
+    _break(scratch_course, mutate)
+    with pytest.raises(BuildError) as caught:
+        build_release(scratch_course)
+    assert "tiny.ipynb" in str(caught.value) and expected in str(caught.value)
+    assert _release_bytes(scratch_course) == before, "a failed build must leave release/ untouched"
+
+
+def test_unreadable_source_is_reported(scratch_course):
+    (scratch_course / "source" / "tiny" / "tiny.ipynb").write_text("{ not json")
+    with pytest.raises(BuildError, match=r"tiny\.ipynb: not a valid notebook"):
+        build_release(scratch_course)
+
+
+def test_unknown_assignment_is_a_clear_error(scratch_course):
+    with pytest.raises(BuildError, match="no such assignment in source/: nope"):
+        build_release(scratch_course, ["nope"])
+
+
+def test_checks_accept_a_good_notebook(tmp_path):
+    path = tmp_path / "good.ipynb"
+    nbformat.write(tiny_assignment(), path)
+    assert source_problems(path) == []
+
+
+def test_cli_build_exit_codes(course_root, monkeypatch, capsys, scratch_course):
+    monkeypatch.setattr("autograder.__main__.COURSE_ROOT", scratch_course)
+    assert main(["build"]) == 0
+    assert "release/ rebuilt: 1 notebooks" in capsys.readouterr().out
+    (scratch_course / "source" / "tiny" / "tiny.ipynb").write_text(json.dumps({"cells": 3}))
+    assert main(["build"]) == 1
+    assert "tiny.ipynb" in capsys.readouterr().err

@@ -1,0 +1,44 @@
+"""Every lesson runs top to bottom on this machine; GPU-only cells are marked so they can be skipped."""
+
+import nbformat
+import pytest
+
+from autograder.execute import REQUIRES_CUDA, cuda_present, execute_notebook
+from autograder.notebooks import lessons
+
+LESSONS = lessons()
+EXPECTED = ["00-start-here", "01-tensors", "02-devices"]
+
+
+def test_lessons_exist_in_reading_order():
+    names = [p.stem for p in LESSONS]
+    assert names[: len(EXPECTED)] == EXPECTED
+    assert names == sorted(names)
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_lesson_runs_top_to_bottom(path):
+    result = execute_notebook(path, gpu=cuda_present())
+    errors = [c for c in result.notebook.cells if c.cell_type == "code"
+              and any(o.get("output_type") == "error" for o in c.get("outputs", []))
+              and "raises-exception" not in c.metadata.get("tags", [])]
+    assert not errors
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_gpu_cells_carry_both_the_tag_and_the_magic(path):
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        tagged = REQUIRES_CUDA in cell.metadata.get("tags", [])
+        magic = cell.cell_type == "code" and cell.source.lstrip().startswith("%%requires_cuda")
+        assert tagged == magic, f"{path.name} cell {index}: tag `requires-cuda` and `%%requires_cuda` go together"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_lesson_opens_with_imports_and_never_asserts_a_gpu(path):
+    cells = nbformat.read(path, as_version=4).cells
+    first_code = next(c for c in cells if c.cell_type == "code")
+    assert "import" in first_code.source, "the first code cell holds the imports"
+    text = "\n".join(c.source for c in cells)
+    assert "assert torch.cuda.is_available()" not in text
+

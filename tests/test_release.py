@@ -1,0 +1,62 @@
+"""release/ is exactly what the build makes of source/, and leaks nothing of the instructor version."""
+
+import re
+import shutil
+
+import nbformat
+import pytest
+
+from autograder import COURSE_ROOT
+from autograder.build import build_release
+from autograder.notebooks import assignment_notebooks, assignments
+
+ASSIGNMENTS = assignments()
+MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN MARK SCHEME")
+
+
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_every_assignment_has_a_release_and_nothing_else_does():
+    assert ASSIGNMENTS, "no assignments in source/"
+    assert assignments(folder="release") == ASSIGNMENTS, "run `make build`: release/ and source/ list different ids"
+
+
+def test_release_equals_a_fresh_build(tmp_path):
+    shutil.copy(COURSE_ROOT / "nbgrader_config.py", tmp_path)
+    shutil.copytree(COURSE_ROOT / "source", tmp_path / "source")
+    build_release(tmp_path)
+    fresh, committed = _files(tmp_path / "release"), _files(COURSE_ROOT / "release")
+    assert sorted(map(str, fresh)) == sorted(map(str, committed)), "run `make build`: release/ has other files"
+    stale = [str(name) for name in fresh if fresh[name] != committed[name]]
+    assert not stale, f"release/ is out of date for {stale}: run `make build` and commit"
+
+
+def _blocks(source: str, begin: str, end: str) -> list[str]:
+    return re.findall(rf"### {begin}\n(.*?)### {end}", source, flags=re.S)
+
+
+def _secret_lines(path) -> set[str]:
+    """Lines that appear only inside solution or hidden-test blocks of a source notebook."""
+    nb = nbformat.read(path, as_version=4)
+    secret, visible = set(), set()
+    for cell in nb.cells:
+        blocks = _blocks(cell.source, "BEGIN SOLUTION", "END SOLUTION")
+        blocks += _blocks(cell.source, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+        inside = {line.strip() for block in blocks for line in block.splitlines()}
+        secret |= inside
+        visible |= {line.strip() for line in cell.source.splitlines()} - inside
+    return {line for line in secret - visible if len(line) > 12 and not line.startswith("#")}
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_release_leaks_no_solution_and_no_hidden_test(assignment):
+    for source in assignment_notebooks(assignment):
+        release = COURSE_ROOT / "release" / assignment / source.name
+        assert release.exists(), f"{release} is missing: run `make build`"
+        text = "\n".join(c.source for c in nbformat.read(release, as_version=4).cells)
+        for marker in MARKERS:
+            assert marker not in text, f"{release.name} still holds '{marker}'"
+        leaked = [line for line in _secret_lines(source) if line in text]
+        assert not leaked, f"{release.name} shows instructor-only lines: {leaked[:3]}"
