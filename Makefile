@@ -5,6 +5,8 @@ PY     := $(VENV)/bin/python
 # Re-install whenever the dependency list changes.
 STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
+# JupyterLab refuses to run as root unless told (containers, cloud VMs).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
 .DEFAULT_GOAL := help
 .PHONY: help venv lab test test-fast build tidy tidy-check validate lint clean-venv
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)  ## Create or update the virtual environment
 
 lab: $(STAMP)  ## Open the course in JupyterLab (with nbgrader's extensions)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)  ## Run the whole test suite (notebooks included)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS)
