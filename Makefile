@@ -31,7 +31,7 @@ test: $(STAMP)  ## Run the whole test suite (notebooks included)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS)
 
 test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not notebook" -n $(JOBS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not notebook and not bench" -n $(JOBS)
 
 build: $(STAMP)  ## Regenerate release/ from source/
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder build

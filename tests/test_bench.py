@@ -1,0 +1,18 @@
+"""Benchmarks, not tests: `python -m pytest -m bench -s -p no:xdist` prints how long each notebook takes."""
+
+import pytest
+
+from autograder.execute import cuda_present, execute_notebook
+from autograder.notebooks import assignment_notebooks, assignments, lessons
+
+pytestmark = pytest.mark.bench
+
+NOTEBOOKS = lessons() + [nb for a in assignments() for nb in assignment_notebooks(a)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_run_time(path):
+    result = execute_notebook(path, gpu=cuda_present())
+    verdict = "within" if result.seconds < 60 else "OVER"
+    print(f"\n{path.name}: {result.seconds:.1f} s top to bottom ({verdict} the 60 s target), "
+          f"{result.skipped_cells} GPU-only cells skipped")
