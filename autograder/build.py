@@ -10,7 +10,8 @@ from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.checks import source_problems
-from autograder.notebooks import assignment_notebooks
+from autograder.colab import decorate_file, load_repository
+from autograder.notebooks import assignment_notebooks, lessons
 from autograder.notebooks import assignments as all_assignments
 from autograder.tidy import tidy_file
 
@@ -64,9 +65,13 @@ def build_release(root: Path, assignments: list[str] | None = None) -> list[Path
     if unknown:
         raise BuildError(f"no such assignment in source/: {', '.join(unknown)} "
                          f"(have: {', '.join(all_assignments(root))})")
-    problems = [p for a in wanted for nb in assignment_notebooks(a, root) for p in source_problems(nb)]
+    sources = [nb for a in wanted for nb in assignment_notebooks(a, root)]
+    problems = [p for nb in sources for p in source_problems(nb)]
     if problems:
         raise BuildError("malformed source notebook:\n  " + "\n  ".join(problems))
+    repo = load_repository(root)
+    for notebook in lessons(root) + sources:
+        decorate_file(notebook, root, repo)
     with tempfile.TemporaryDirectory(prefix="devicelab-build-") as tmp:
         built = {a: generate(root, Path(tmp), a) for a in wanted}
         written: list[Path] = []
@@ -76,6 +81,8 @@ def build_release(root: Path, assignments: list[str] | None = None) -> list[Path
                 shutil.rmtree(target)
             shutil.copytree(folder, target)
             written += sorted(target.glob("*.ipynb"))
+    for notebook in written:
+        decorate_file(notebook, root, repo)
     if assignments is None:
         _remove_stale(root, set(wanted))
     return written

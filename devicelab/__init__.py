@@ -18,6 +18,10 @@ __all__ = [
 
 def load_ipython_extension(ipython) -> None:
     """Register the course's cell magics (`%load_ext devicelab`)."""
+    from devicelab.colab import gpu_advice
     from devicelab.magics import register
 
     register(ipython)
+    advice = gpu_advice()
+    if advice:
+        print(advice)

@@ -18,8 +18,9 @@ def course_root() -> Path:
 
 @pytest.fixture
 def scratch_course(tmp_path: Path) -> Path:
-    """A scratch course with the real nbgrader_config.py and one tiny assignment `tiny`."""
-    shutil.copy(COURSE_ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    """A scratch course with the real nbgrader_config.py and pyproject.toml and one tiny assignment `tiny`."""
+    for name in ("nbgrader_config.py", "pyproject.toml"):
+        shutil.copy(COURSE_ROOT / name, tmp_path / name)
     folder = tmp_path / "source" / "tiny"
     folder.mkdir(parents=True)
     nbformat.write(tiny_assignment(), folder / "tiny.ipynb")

@@ -35,7 +35,7 @@ def test_build_twice_gives_identical_bytes(scratch_course):
 
 def test_build_leaves_no_gradebook_or_log_in_the_course(scratch_course):
     build_release(scratch_course)
-    leftovers = {p.name for p in scratch_course.iterdir()} - {"nbgrader_config.py", "source", "release"}
+    leftovers = {p.name for p in scratch_course.iterdir()} - {"nbgrader_config.py", "pyproject.toml", "source", "release"}
     assert leftovers == set()
 
 
@@ -64,15 +64,24 @@ def _break(scratch_course, mutate) -> None:
     nbformat.write(nb, path)
 
 
+def _cell(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _unpair_solution(nb):
+    cell = _cell(nb, "double")
+    cell.source = cell.source.replace("### END SOLUTION", "")
+
+
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
-        (lambda nb: setattr(nb.cells[1], "source", nb.cells[1].source.replace("### END SOLUTION", "")),
-         "cell 1 (grade_id 'double')"),
-        (lambda nb: nb.cells[2].metadata.nbgrader.update(grade_id="double"), "grade_id also used by cell 1"),
-        (lambda nb: nb.cells[2].metadata.nbgrader.pop("points"), "needs 'points'"),
+        (_unpair_solution, "(grade_id 'double'): '### BEGIN SOLUTION' and '### END SOLUTION' do not pair up"),
+        (lambda nb: _cell(nb, "double-tests").metadata.nbgrader.update(grade_id="double"),
+         "grade_id also used by cell"),
+        (lambda nb: _cell(nb, "double-tests").metadata.nbgrader.pop("points"), "needs 'points'"),
         (lambda nb: nb.cells.append(nbformat.v4.new_code_cell("x = 1", metadata=graded_cell_meta("Bad Id"))),
-         "cell 3 (grade_id 'Bad Id'): grade_id must be kebab-case"),
+         "(grade_id 'Bad Id'): grade_id must be kebab-case"),
     ],
     ids=["unpaired-solution-marker", "duplicate-grade-id", "missing-points", "bad-grade-id"],
 )

@@ -24,17 +24,23 @@ def test_every_assignment_has_a_release_and_nothing_else_does():
 
 
 def test_release_equals_a_fresh_build(tmp_path):
-    shutil.copy(COURSE_ROOT / "nbgrader_config.py", tmp_path)
+    for name in ("nbgrader_config.py", "pyproject.toml"):
+        shutil.copy(COURSE_ROOT / name, tmp_path)
     shutil.copytree(COURSE_ROOT / "source", tmp_path / "source")
+    shutil.copytree(COURSE_ROOT / "notebooks", tmp_path / "notebooks")
     build_release(tmp_path)
     fresh, committed = _files(tmp_path / "release"), _files(COURSE_ROOT / "release")
     assert sorted(map(str, fresh)) == sorted(map(str, committed)), "run `make build`: release/ has other files"
     stale = [str(name) for name in fresh if fresh[name] != committed[name]]
     assert not stale, f"release/ is out of date for {stale}: run `make build` and commit"
+    for folder in ("source", "notebooks"):
+        changed = [str(n) for n, data in _files(tmp_path / folder).items()
+                   if data != (COURSE_ROOT / folder / n).read_bytes()]
+        assert not changed, f"the build changes {folder}/{changed} (Colab badge or setup cell): run `make build`"
 
 
 def _blocks(source: str, begin: str, end: str) -> list[str]:
-    return re.findall(rf"### {begin}\n(.*?)### {end}", source, flags=re.S)
+    return re.findall(rf"### {begin}\n(.*?)### {end}", source, flags=re.DOTALL)
 
 
 def _secret_lines(path) -> set[str]:
@@ -42,11 +48,10 @@ def _secret_lines(path) -> set[str]:
     nb = nbformat.read(path, as_version=4)
     secret, visible = set(), set()
     for cell in nb.cells:
-        blocks = _blocks(cell.source, "BEGIN SOLUTION", "END SOLUTION")
-        blocks += _blocks(cell.source, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
-        inside = {line.strip() for block in blocks for line in block.splitlines()}
-        secret |= inside
-        visible |= {line.strip() for line in cell.source.splitlines()} - inside
+        for begin, end in (("BEGIN SOLUTION", "END SOLUTION"), ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")):
+            secret |= {line.strip() for block in _blocks(cell.source, begin, end) for line in block.splitlines()}
+        outside = re.sub(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n.*?### END \1", "", cell.source, flags=re.DOTALL)
+        visible |= {line.strip() for line in outside.splitlines()}
     return {line for line in secret - visible if len(line) > 12 and not line.startswith("#")}
 
 

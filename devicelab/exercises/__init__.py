@@ -1,0 +1,1 @@
+"""Exercise sets for `check` / `hint` (/ `solution` in lessons): one module per assignment or lesson."""

@@ -1,0 +1,71 @@
+"""Checks and hints for ps01-tensors-and-devices."""
+
+from unittest import mock
+
+import torch
+
+from devicelab.feedback import Exercise, checker
+
+
+def _machine(cuda: int = 0, mps: bool = False):
+    """Patch the three availability functions to fake a machine."""
+    return (mock.patch("torch.cuda.is_available", return_value=cuda > 0),
+            mock.patch("torch.cuda.device_count", return_value=cuda),
+            mock.patch("torch.backends.mps.is_available", return_value=mps))
+
+
+def _call_on(fn, machine: dict, *args):
+    patches = _machine(**machine)
+    with patches[0], patches[1], patches[2]:
+        return fn(*args)
+
+
+def _describe(describe) -> None:
+    info = describe(torch.zeros(2, 3))
+    assert isinstance(info, dict), f"describe should return a dict, not {type(info).__name__}."
+    assert set(info) == {"shape", "dtype", "device", "nbytes"}, (
+        f"Use exactly the keys 'shape', 'dtype', 'device', 'nbytes'; you returned {sorted(info)}.")
+    assert type(info["shape"]) is tuple, (
+        f"'shape' should be a plain tuple, not {type(info['shape']).__name__}: wrap it in tuple(...).")
+    assert info["shape"] == (2, 3), f"torch.zeros(2, 3) has shape (2, 3), you returned {info['shape']!r}."
+    assert isinstance(info["dtype"], torch.dtype), "'dtype' should be a torch.dtype such as torch.float32, not a string."
+    assert isinstance(info["device"], torch.device), "'device' should be a torch.device, not a string."
+    assert info["nbytes"] == 24, f"6 float32 elements take 6 * 4 = 24 bytes; you returned {info['nbytes']!r}."
+    doubles = describe(torch.zeros(5, dtype=torch.float64))
+    assert doubles["nbytes"] == 40, "float64 elements take 8 bytes each: use the tensor's element size, not 4."
+    view = describe(torch.arange(12.0)[:3])
+    assert view["nbytes"] == 12, "x[:3] holds 3 elements (12 bytes): count the tensor's elements, not its storage."
+
+
+def _pick_device(pick_device) -> None:
+    got = _call_on(pick_device, {})
+    assert isinstance(got, torch.device), f"pick_device() should return a torch.device, not {type(got).__name__}."
+    assert got == torch.device("cpu"), f"With no GPU, pick_device() should give cpu; you gave {got}."
+    got = _call_on(pick_device, {"cuda": 1, "mps": True})
+    assert got == torch.device("cuda"), (
+        f"With a CUDA GPU, pick_device() should give torch.device('cuda') (no index, CUDA before MPS); got {got}.")
+    got = _call_on(pick_device, {"mps": True})
+    assert got == torch.device("mps"), f"With MPS and no CUDA, pick_device() should give mps; got {got}."
+    assert _call_on(pick_device, {}, "meta") == torch.device("meta"), "meta always exists: return it."
+    try:
+        _call_on(pick_device, {"cuda": 1}, "cuda:1")
+    except RuntimeError as error:
+        assert "cuda:1" in str(error), "The RuntimeError's message should name the device asked for, 'cuda:1'."
+    else:
+        raise AssertionError("With one GPU there is no cuda:1: raise RuntimeError naming it.")
+
+
+_exercises = checker(
+    Exercise("describe", _describe, hints=(
+        "A tensor knows its own shape, dtype and device: t.shape, t.dtype, t.device.",
+        "t.shape is a torch.Size; the contract asks for a plain tuple: tuple(t.shape).",
+        "Bytes = number of elements * bytes per element: t.numel() and t.element_size().",
+    )),
+    Exercise("pick_device", _pick_device, hints=(
+        "Without a preference, try torch.cuda.is_available(), then torch.backends.mps.is_available(), then cpu.",
+        "With a preference, build torch.device(prefer) and look at its .type and .index.",
+        "cpu and meta always exist; cuda:i exists when CUDA is available and i < torch.cuda.device_count().",
+        "Otherwise raise RuntimeError(f'... {prefer} ...') so the message names the device.",
+    )),
+)
+check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution

@@ -1,0 +1,470 @@
+"""A small, deterministic simulated GPU on a virtual clock, for lessons and graders without a GPU.
+
+One host thread queues work onto streams; the device runs it later on two engines, one for kernels
+("compute") and one for DMA copies ("copy"). Nothing sleeps: the virtual clock moves only through the model,
+so the same calls always give the same numbers.
+
+The rules (each one is a fact the course teaches; figures from ../shared/FACTS.md unless marked):
+
+- Every enqueue (kernel launch or copy) costs the host `launch_s` (5 us; FACTS: a launch costs ~4-6 us).
+  The call then returns: the host runs ahead of the device.
+- Work on one stream runs in the order it was queued. Streams are independent (PyTorch's side streams do not
+  synchronise with the default stream), except through `wait_event` / `wait_stream`.
+- One compute engine runs one kernel at a time; one copy engine runs one copy at a time. A kernel and a copy
+  run at the same time only when they sit on different streams and both are free to start.
+- A copy from or to pageable host memory is synchronous for the host, whatever `non_blocking` says: it goes
+  through a staging buffer (CUDA "API synchronization behavior"; PyTorch's "A guide on good usage of
+  non_blocking and pin_memory()"). A blocking copy (`non_blocking=False`, PyTorch's default) is queued, then
+  the host waits for its stream (`cudaMemcpyAsync` + `cudaStreamSynchronize`). Only a non-blocking copy with
+  pinned host memory returns at once, so copy/compute overlap needs pinned memory, a side stream and
+  `non_blocking=True`.
+- `cpu()`, `item()` and `synchronize()` are sync points: the host waits.
+- The first device operation pays the context-creation cost (1.5 s, inside FACTS' 1-4 s).
+- At most `queue_depth` operations may be in flight; one more makes the host wait (back-pressure).
+
+A function that measures time can be graded against this model, because its work is a closure over the
+simulator::
+
+    gpu = SimulatedGPU(initialized=True)
+    result = measure(lambda: gpu.launch(0.010), sync=gpu.synchronize, clock=gpu.clock, warmup=1, repeats=5)
+"""
+
+import bisect
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Direction = Literal["h2d", "d2h", "d2d"]
+ENGINES = ("host", "compute", "copy")
+
+
+@dataclass(frozen=True)
+class GPUProfile:
+    """The figures a simulated GPU runs on: costs in seconds, bandwidths in bytes per second (GB = 1e9 B)."""
+
+    name: str
+    launch_s: float = 5e-6
+    h2d_pinned_Bps: float = 12.4e9
+    d2h_pinned_Bps: float = 13.1e9
+    h2d_pageable_Bps: float = 12.4e9 / 2.5
+    d2h_pageable_Bps: float = 13.1e9 / 2.5
+    link_peak_Bps: float = 15.75e9
+    copy_latency_s: float = 2.7e-6
+    d2d_Bps: float = 160e9
+    flops_per_s: float = 8.1e12
+    context_init_s: float = 1.5
+    queue_depth: int | None = 1024
+
+    def bandwidth(self, direction: Direction, pinned: bool = True) -> float:
+        """Return the sustained copy rate in bytes per second for one direction and kind of host memory."""
+        if direction == "d2d":
+            return self.d2d_Bps
+        if direction == "h2d":
+            return self.h2d_pinned_Bps if pinned else self.h2d_pageable_Bps
+        if direction == "d2h":
+            return self.d2h_pinned_Bps if pinned else self.d2h_pageable_Bps
+        raise ValueError(f"direction must be 'h2d', 'd2h' or 'd2d', got {direction!r}")
+
+    def copy_seconds(self, nbytes: int, direction: Direction, pinned: bool = True) -> float:
+        """Return how long the copy engine is busy moving `nbytes` (a fixed latency plus size over bandwidth)."""
+        return self.copy_latency_s + nbytes / self.bandwidth(direction, pinned)
+
+
+# NVIDIA T4 on PCIe Gen3 x16, the usual Colab GPU. From FACTS.md: pinned 12.4 GB/s H2D and 13.1 GB/s D2H
+# measured in a notebook (15.75 GB/s per-direction limit); a launch ~4-6 us; CUDA start-up 1-4 s; half of peak
+# at ~32-36 KB per copy, which a 2.7 us fixed latency reproduces (34 KB / 12.4 GB/s). Pageable copies are
+# 1.2x to 9x slower than pinned across hosts; the default takes 2.5x, the A100 row of FACTS.md
+# (25.7 -> 10.0 GB/s H2D, 25.8 -> 10.8 GB/s D2H). Not in FACTS.md, from NVIDIA's T4 datasheet: 8.1 TFLOPS FP32
+# peak and 320 GB/s memory, halved for device-to-device copies because a copy reads and writes every byte.
+# `queue_depth` (1024) is a common rule of thumb for CUDA's launch queue, not a measured figure.
+T4_PCIE3 = GPUProfile(name="NVIDIA T4, PCIe Gen3 x16")
+
+# NVIDIA A100 on PCIe Gen4 x16. From FACTS.md: pinned 25.7 / 25.8 GB/s, pageable 10.0 / 10.8 GB/s, 31.5 GB/s
+# limit. Not in FACTS.md, from NVIDIA's A100 datasheet: 19.5 TFLOPS FP32, 1555 GB/s memory (halved as above).
+A100_PCIE4 = GPUProfile(
+    name="NVIDIA A100, PCIe Gen4 x16",
+    h2d_pinned_Bps=25.7e9,
+    d2h_pinned_Bps=25.8e9,
+    h2d_pageable_Bps=10.0e9,
+    d2h_pageable_Bps=10.8e9,
+    link_peak_Bps=31.5e9,
+    d2d_Bps=1555e9 / 2,
+    flops_per_s=19.5e12,
+)
+
+
+class NotReadyError(RuntimeError):
+    """Raised when the host reads a result that the device has not finished producing."""
+
+
+@dataclass(frozen=True)
+class TimelineRecord:
+    """One span of work: which engine did it, for which stream, and when on the virtual clock."""
+
+    engine: str
+    stream: int | None
+    name: str
+    start: float
+    end: float
+    kind: str
+
+    @property
+    def duration(self) -> float:
+        """Return the span's length in seconds."""
+        return self.end - self.start
+
+
+class SimBuffer:
+    """Memory that a kernel or copy writes: where it lives, its size, and when its contents are valid."""
+
+    def __init__(
+        self, gpu: "SimulatedGPU", nbytes: int, location: str, *, pinned: bool = False, ready_at: float = 0.0,
+        name: str = "", data: Any = None,
+    ) -> None:
+        self.gpu = gpu
+        self.nbytes = nbytes
+        self.location = location
+        self.pinned = pinned
+        self.ready_at = ready_at
+        self.name = name
+        self.data = data
+
+    def __repr__(self) -> str:
+        pinned = ", pinned" if self.location == "host" and self.pinned else ""
+        return f"SimBuffer({self.name!r}, {self.nbytes} B on {self.location}{pinned}, ready_at={self.ready_at:.6g} s)"
+
+    def is_ready(self) -> bool:
+        """Return True once the work that writes this buffer has finished on the virtual clock."""
+        return self.gpu.clock() >= self.ready_at
+
+    def read(self) -> Any:
+        """Return the buffer's data from the host, or raise if it lives on the device or is not written yet."""
+        if self.location != "host":
+            raise TypeError(
+                f"{self.name or 'this buffer'} lives on the device: the host cannot read it. "
+                "Copy it first with gpu.cpu(buffer) (like tensor.cpu())."
+            )
+        if not self.is_ready():
+            raise NotReadyError(
+                f"{self.name or 'this buffer'} is not ready: its copy ends at {self.ready_at:.6g} s but the host "
+                f"clock is at {self.gpu.clock():.6g} s. A non-blocking copy needs a sync point first "
+                "(gpu.synchronize(), event.synchronize() or stream.synchronize())."
+            )
+        return self.data
+
+
+class SimStream:
+    """An in-order queue of device work, like torch.cuda.Stream."""
+
+    def __init__(self, gpu: "SimulatedGPU", stream_id: int, name: str) -> None:
+        self.gpu = gpu
+        self.id = stream_id
+        self.name = name
+        self._tail = 0.0  # when the last work queued on this stream ends
+
+    def __repr__(self) -> str:
+        return f"SimStream({self.id}, {self.name!r})"
+
+    def query(self) -> bool:
+        """Return True when all work queued on this stream has finished."""
+        return self.gpu.clock() >= self._tail
+
+    def synchronize(self) -> None:
+        """Make the host wait until all work queued on this stream has finished."""
+        self.gpu._ensure_context()
+        self.gpu._wait_until(self._tail, f"wait for stream {self.name}")
+
+    def wait_event(self, event: "SimEvent") -> None:
+        """Make later work on this stream wait for `event` (no-op if the event was never recorded)."""
+        if event.time is not None:
+            self._tail = max(self._tail, event.time)
+
+    def wait_stream(self, other: "SimStream") -> None:
+        """Make later work on this stream wait for everything queued on `other` so far."""
+        self._tail = max(self._tail, other._tail)
+
+    def record_event(self, event: "SimEvent | None" = None) -> "SimEvent":
+        """Record `event` (or a new one) on this stream and return it."""
+        event = event if event is not None else self.gpu.event()
+        event.record(self)
+        return event
+
+
+class SimEvent:
+    """A marker in a stream, like torch.cuda.Event: query it, wait for it, time between two of them."""
+
+    def __init__(self, gpu: "SimulatedGPU", enable_timing: bool = True) -> None:
+        self.gpu = gpu
+        self.enable_timing = enable_timing
+        self.time: float | None = None  # when the device reaches the marker; None until recorded
+
+    def __repr__(self) -> str:
+        return f"SimEvent(time={self.time})"
+
+    def record(self, stream: SimStream | None = None) -> None:
+        """Mark the point after all work queued so far on `stream` (default: the current stream)."""
+        self.gpu._ensure_context()
+        stream = stream if stream is not None else self.gpu.current_stream
+        self.time = max(self.gpu.clock(), stream._tail)
+
+    def query(self) -> bool:
+        """Return True when the device has passed the marker (always True if never recorded)."""
+        return self.time is None or self.gpu.clock() >= self.time
+
+    def synchronize(self) -> None:
+        """Make the host wait until the device has passed the marker."""
+        if self.time is not None:
+            self.gpu._wait_until(self.time, "wait for event")
+
+    def wait(self, stream: SimStream | None = None) -> None:
+        """Make later work on `stream` (default: the current stream) wait for this event."""
+        (stream if stream is not None else self.gpu.current_stream).wait_event(self)
+
+    def elapsed_time(self, end_event: "SimEvent") -> float:
+        """Return the milliseconds between this event and `end_event`, both recorded and completed."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise ValueError("both events must be created with enable_timing=True")
+        if self.time is None or end_event.time is None:
+            raise NotReadyError("both events must be recorded before elapsed_time()")
+        if not (self.query() and end_event.query()):
+            raise NotReadyError("device not ready: synchronize on the end event before elapsed_time()")
+        return (end_event.time - self.time) * 1e3
+
+
+class SimulatedGPU:
+    """A deterministic GPU model on a virtual clock: queue kernels and copies, sync, read the timeline."""
+
+    def __init__(self, profile: GPUProfile = T4_PCIE3, *, initialized: bool = False) -> None:
+        self.profile = profile
+        self._now = 0.0
+        self._initialized = initialized
+        self._busy: dict[str, tuple[list[float], list[float]]] = {"compute": ([], []), "copy": ([], [])}
+        self._in_flight: list[float] = []  # end times of queued device work, for back-pressure
+        self._device_done = 0.0  # when all device work queued so far ends
+        self._records: list[TimelineRecord] = []
+        self._streams: list[SimStream] = []
+        self.default_stream = self.new_stream("default")
+        self._current = self.default_stream
+
+    def __repr__(self) -> str:
+        return f"SimulatedGPU({self.profile.name!r}, clock={self._now:.6g} s)"
+
+    # ----- clock, streams, events, timeline -------------------------------------------------------
+
+    def clock(self) -> float:
+        """Return the host's virtual time in seconds."""
+        return self._now
+
+    @property
+    def timeline(self) -> list[TimelineRecord]:
+        """Return every span so far (host launches and waits, kernels, copies), in the order they were made."""
+        return list(self._records)
+
+    def clear_timeline(self) -> None:
+        """Forget the recorded spans (the clock and queued work are kept)."""
+        self._records.clear()
+
+    @property
+    def current_stream(self) -> SimStream:
+        """Return the stream that work goes to when no stream is given."""
+        return self._current
+
+    def new_stream(self, name: str | None = None) -> SimStream:
+        """Create a stream, like torch.cuda.Stream()."""
+        stream = SimStream(self, len(self._streams), name or f"stream{len(self._streams)}")
+        self._streams.append(stream)
+        return stream
+
+    @contextmanager
+    def stream(self, stream: SimStream) -> Iterator[SimStream]:
+        """Send work to `stream` inside a `with` block, like torch.cuda.stream(s)."""
+        previous, self._current = self._current, stream
+        try:
+            yield stream
+        finally:
+            self._current = previous
+
+    def event(self, enable_timing: bool = True) -> SimEvent:
+        """Create an event, like torch.cuda.Event(enable_timing=True)."""
+        return SimEvent(self, enable_timing)
+
+    # ----- host side ------------------------------------------------------------------------------
+
+    def host_work(self, seconds: float, name: str = "host work") -> None:
+        """Spend `seconds` of host time on CPU work (data loading, Python overhead, ...)."""
+        _check_non_negative("seconds", seconds)
+        self._host_span(seconds, name, "host")
+
+    def synchronize(self) -> None:
+        """Make the host wait until all work on all streams has finished, like torch.cuda.synchronize()."""
+        self._ensure_context()
+        self._wait_until(self._device_done, "synchronize")
+
+    # ----- device work ----------------------------------------------------------------------------
+
+    def launch(
+        self, duration_s: float | None = None, *, flops: float | None = None, stream: SimStream | None = None,
+        name: str = "kernel", nbytes: int = 0, data: Any = None,
+    ) -> SimBuffer:
+        """Queue a kernel lasting `duration_s` (or `flops` / the profile's FLOP rate) and return its output."""
+        if (duration_s is None) == (flops is None):
+            raise ValueError("give exactly one of duration_s (seconds) or flops")
+        duration = duration_s if duration_s is not None else flops / self.profile.flops_per_s
+        _check_non_negative("duration_s" if duration_s is not None else "flops", duration)
+        end = self._enqueue("compute", duration, stream, name, "kernel")
+        return SimBuffer(self, nbytes, "device", ready_at=end, name=name, data=data)
+
+    def copy(
+        self, source: int | SimBuffer, direction: Direction | None = None, *, pinned: bool | None = None,
+        non_blocking: bool = False, stream: SimStream | None = None, name: str | None = None, data: Any = None,
+    ) -> SimBuffer:
+        """Queue a copy of `source` (a byte count or a buffer) and return the destination buffer.
+
+        `pinned` is about the host side (the source of an h2d copy, the destination of a d2h copy); for a
+        host buffer it defaults to the buffer's own flag. A pageable or blocking copy makes the host wait.
+        """
+        if isinstance(source, SimBuffer):
+            nbytes = source.nbytes
+            if data is None:
+                data = source.data
+            direction = direction or ("h2d" if source.location == "host" else "d2h")
+            if (direction == "h2d") != (source.location == "host"):
+                raise ValueError(f"a {direction} copy cannot start from {source!r}")
+            if pinned is None and source.location == "host":
+                pinned = source.pinned
+        else:
+            nbytes = source
+            direction = direction or "h2d"
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"nbytes must be a non-negative int, got {nbytes!r}")
+        if direction not in ("h2d", "d2h", "d2d"):
+            raise ValueError(f"direction must be 'h2d', 'd2h' or 'd2d', got {direction!r}")
+        pinned = bool(pinned)
+        duration = self.profile.copy_seconds(nbytes, direction, pinned)
+        label = name or f"{direction} {nbytes} B{' pinned' if pinned else ''}"
+        end = self._enqueue("copy", duration, stream, label, direction)
+        host_waits = direction != "d2d" and (not pinned or not non_blocking)
+        if host_waits:
+            why = "blocking copy" if pinned else "pageable copy (staging buffer)"
+            self._wait_until(end, f"wait: {why}")
+        location = "host" if direction == "d2h" else "device"
+        return SimBuffer(self, nbytes, location, pinned=pinned and location == "host", ready_at=end,
+                         name=label, data=data)
+
+    def cpu(self, buffer: SimBuffer, *, stream: SimStream | None = None) -> SimBuffer:
+        """Copy a device buffer into pageable host memory and wait for it, like tensor.cpu()."""
+        return self.to_cpu(buffer, non_blocking=False, stream=stream)
+
+    def to_cpu(self, buffer: SimBuffer, *, non_blocking: bool = False, stream: SimStream | None = None) -> SimBuffer:
+        """Copy a device buffer to the host like tensor.to("cpu", non_blocking=...).
+
+        With non_blocking=True PyTorch writes into pinned memory and returns at once: read() raises
+        NotReadyError until a sync point has let the copy finish.
+        """
+        if buffer.location != "device":
+            raise ValueError(f"{buffer!r} is already on the host")
+        return self.copy(buffer, "d2h", pinned=non_blocking, non_blocking=non_blocking, stream=stream,
+                         name=f"{buffer.name or 'buffer'} to cpu")
+
+    def item(self, buffer: SimBuffer | None = None, *, stream: SimStream | None = None) -> Any:
+        """Copy one scalar to the host and wait, like tensor.item(): a sync point; return the buffer's data."""
+        scalar = SimBuffer(self, 8, "device", name="scalar") if buffer is None else _with_nbytes(buffer, 8)
+        return self.copy(scalar, "d2h", pinned=False, stream=stream, name="item").read()
+
+    # ----- the model's machinery ------------------------------------------------------------------
+
+    def _ensure_context(self) -> None:
+        """Pay the one-time context-creation cost on the first device operation."""
+        if not self._initialized:
+            self._initialized = True
+            self._host_span(self.profile.context_init_s, "CUDA context creation", "init")
+
+    def _host_span(self, seconds: float, name: str, kind: str) -> None:
+        """Advance the host clock by `seconds`, recording what the host was doing."""
+        if seconds > 0:
+            self._records.append(TimelineRecord("host", None, name, self._now, self._now + seconds, kind))
+            self._now += seconds
+
+    def _wait_until(self, when: float, name: str) -> None:
+        """Block the host until virtual time `when` (no-op if it has passed)."""
+        self._host_span(when - self._now, name, "wait")
+
+    def _apply_back_pressure(self) -> None:
+        """Block the host while the launch queue is full."""
+        depth = self.profile.queue_depth
+        self._in_flight = [end for end in self._in_flight if end > self._now]
+        if depth is not None and len(self._in_flight) >= depth:
+            self._in_flight.sort()
+            self._wait_until(self._in_flight[len(self._in_flight) - depth], "wait: launch queue full")
+            self._in_flight = [end for end in self._in_flight if end > self._now]
+
+    def _enqueue(self, engine: str, duration: float, stream: SimStream | None, name: str, kind: str) -> float:
+        """Charge the host a launch, place the work on `engine` after its stream's earlier work, return its end."""
+        self._ensure_context()
+        stream = stream if stream is not None else self._current
+        if stream.gpu is not self:
+            raise ValueError(f"{stream!r} belongs to another SimulatedGPU")
+        self._apply_back_pressure()
+        self._host_span(self.profile.launch_s, f"launch {name}", "launch")
+        start = self._fit(engine, max(self._now, stream._tail), duration)
+        end = start + duration
+        if duration > 0:  # an empty span occupies nothing (and would break the sorted-ends invariant)
+            starts, ends = self._busy[engine]
+            index = bisect.bisect_right(starts, start)
+            starts.insert(index, start)
+            ends.insert(index, end)
+        stream._tail = end
+        self._device_done = max(self._device_done, end)
+        self._in_flight.append(end)
+        self._records.append(TimelineRecord(engine, stream.id, name, start, end, kind))
+        return end
+
+    def _fit(self, engine: str, ready: float, duration: float) -> float:
+        """Return the earliest time at or after `ready` when `engine` is free for `duration` seconds."""
+        starts, ends = self._busy[engine]
+        t = ready
+        for i in range(bisect.bisect_right(ends, t), len(starts)):
+            if starts[i] >= t + duration:
+                break
+            t = max(t, ends[i])
+        return t
+
+
+def _with_nbytes(buffer: SimBuffer, nbytes: int) -> SimBuffer:
+    """Return a copy of `buffer` that claims `nbytes` bytes (same place, readiness and data)."""
+    return SimBuffer(buffer.gpu, nbytes, buffer.location, pinned=buffer.pinned, ready_at=buffer.ready_at,
+                     name=buffer.name, data=buffer.data)
+
+
+def _check_non_negative(name: str, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+_COLOURS = {"launch": "tab:gray", "wait": "lightgray", "init": "tab:purple", "host": "tab:olive",
+            "kernel": "tab:blue", "h2d": "tab:orange", "d2h": "tab:green", "d2d": "tab:red"}
+
+
+def plot_timeline(timeline: Sequence[TimelineRecord], ax: Any = None, *, unit: str = "ms") -> Any:
+    """Draw the timeline as one row of bars per engine (host, compute, copy) and return the matplotlib Axes."""
+    scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(10, 2.5))
+    engines = [e for e in ENGINES if any(r.engine == e for r in timeline)]
+    engines += sorted({r.engine for r in timeline} - set(engines))
+    rows = {engine: row for row, engine in enumerate(reversed(engines))}
+    seen: set[str] = set()
+    for record in timeline:
+        label = None if record.kind in seen else record.kind
+        seen.add(record.kind)
+        ax.broken_barh([(record.start * scale, max(record.duration * scale, 0.0))], (rows[record.engine] - 0.4, 0.8),
+                       facecolors=_COLOURS.get(record.kind, "tab:brown"), edgecolor="black", linewidth=0.3,
+                       label=label)
+    ax.set_yticks(list(rows.values()), list(rows.keys()))
+    ax.set_xlabel(f"virtual time ({unit})")
+    if seen:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    return ax

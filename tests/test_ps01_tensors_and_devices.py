@@ -1,0 +1,473 @@
+"""ps01-tensors-and-devices: the solutions and other correct answers earn full marks; mistakes lose points."""
+
+import re
+
+import nbformat
+import pytest
+
+from autograder import COURSE_ROOT
+from autograder.checks import source_problems
+from autograder.harness import run_graded_cells, score, solution_ids
+
+NOTEBOOK = COURSE_ROOT / "source" / "ps01-tensors-and-devices" / "ps01-tensors-and-devices.ipynb"
+DESCRIBE_CELLS = ("describe-tests-basic", "describe-tests-edge", "describe-tests-views",
+                  "describe-tests-meta")
+PICK_DEVICE_CELLS = ("pick-device-tests-default", "pick-device-tests-prefer", "pick-device-tests-unavailable")
+CELLS_OF = {"describe": DESCRIBE_CELLS, "pick-device": PICK_DEVICE_CELLS}
+
+DESCRIBE_HEAD = 'def describe(t: torch.Tensor) -> dict:\n    """Describe t."""\n'
+PICK_HEAD = 'def pick_device(prefer: str | None = None) -> torch.device:\n    """Pick a device."""\n'
+
+
+def describe_source(body: str) -> str:
+    """Return a describe cell whose body is `body` (written flush left)."""
+    return DESCRIBE_HEAD + "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").split("\n"))
+
+
+def pick_source(body: str) -> str:
+    """Return a pick_device cell whose body is `body` (written flush left)."""
+    return PICK_HEAD + "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").split("\n"))
+
+
+def describe_returning(shape="tuple(t.shape)", dtype="t.dtype", device="t.device",
+                       nbytes="t.numel() * t.element_size()", first="") -> str:
+    """Return a describe cell that is correct except for the expressions given."""
+    return describe_source(f'{first}\nreturn {{"shape": {shape}, "dtype": {dtype}, "device": {device}, '
+                           f'"nbytes": {nbytes}}}')
+
+
+# The same checks as the reference solution, one flaw at a time.
+PICK_DEFAULT = """
+if prefer is None:
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+"""
+PICK_PREFER = """
+device = torch.device(prefer)
+if device.type in ("cpu", "meta"):
+    return device
+if device.type == "cuda" and torch.cuda.is_available():
+    if device.index is None or device.index < torch.cuda.device_count():
+        return device
+if device.type == "mps" and torch.backends.mps.is_available():
+    return device
+raise RuntimeError(f"{prefer} is not available here")
+"""
+
+
+def pick_with(default: str = PICK_DEFAULT, prefer: str = PICK_PREFER) -> str:
+    """Return a pick_device cell built from a no-preference part and a preference part."""
+    return pick_source(default.strip("\n") + "\n" + prefer.strip("\n"))
+
+
+def results_for(replace: dict[str, str] | None = None) -> dict:
+    return run_graded_cells(NOTEBOOK, replace=replace)
+
+
+def failing(results: dict) -> list[str]:
+    return [gid for gid, r in results.items() if not r.passed]
+
+
+def assert_runs(source: str, results: dict) -> None:
+    """Check that a mistake fails for its own reasons, not because the cell itself is broken."""
+    compile(source, "<mistake>", "exec")
+    broken = [r.error for r in results.values() if r.error.startswith("NameError")]
+    assert broken == [], f"the mistake's cell did not define its function: {broken}"
+
+
+def report(results: dict) -> str:
+    return "; ".join(f"{gid}: {'ok' if r.passed else r.error}" for gid, r in results.items())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The notebook itself
+
+def test_notebook_is_a_well_formed_assignment():
+    assert source_problems(NOTEBOOK) == []
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    imports = next(c for c in code if "colab-setup" not in c.metadata.get("tags", []))
+    assert imports.metadata["nbgrader"] == {"grade": False, "grade_id": "imports", "locked": True,
+                                            "schema_version": 3, "solution": False, "task": False}
+    assert not any(line.lstrip().startswith(("%", "!")) for c in code for line in c.source.splitlines()), (
+        "assignment notebooks are plain Python (the harness runs them in-process)"
+    )
+    assert solution_ids(NOTEBOOK) == ["describe", "pick-device"]
+    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source
+                 for c in code if c.metadata.get("nbgrader", {}).get("solution")}
+    assert solutions["describe"].startswith("def describe(t: torch.Tensor) -> dict:\n    \"\"\"")
+    assert solutions["pick-device"].startswith(
+        "def pick_device(prefer: str | None = None) -> torch.device:\n    \"\"\""
+    )
+    graded = [c for c in code if c.metadata.get("nbgrader", {}).get("grade")]
+    assert [c.metadata["nbgrader"]["grade_id"] for c in graded] == [*DESCRIBE_CELLS, *PICK_DEVICE_CELLS]
+    for cell in graded:
+        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS")
+        assert "assert " in visible, f"{cell.metadata['nbgrader']['grade_id']} needs a visible assert"
+        assert "### END HIDDEN TESTS" in hidden
+    assert sum(c.metadata["nbgrader"]["points"] for c in graded) == 10
+
+
+def test_reference_solutions_get_full_marks():
+    results = results_for()
+    assert set(results) == {*DESCRIBE_CELLS, *PICK_DEVICE_CELLS}
+    assert failing(results) == [], report(results)
+    assert score(results) == (10.0, 10.0)
+
+
+def _student_stubs() -> dict[str, str]:
+    """Return each solution cell as nbgrader's ClearSolutions gives it to students, with the course's stub."""
+    from nbgrader.preprocessors import ClearSolutions
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
+    nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(NOTEBOOK, as_version=4), {})
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def test_student_stubs_fail_every_graded_cell():
+    stubs = _student_stubs()
+    for source in stubs.values():
+        assert "raise NotImplementedError(" in source and "### BEGIN SOLUTION" not in source
+    assert stubs["describe"].startswith("def describe(t: torch.Tensor) -> dict:")
+    results = results_for(stubs)
+    assert [gid for gid, r in results.items() if r.passed] == [], report(results)
+    assert score(results)[0] == 0
+
+
+@pytest.mark.parametrize("done", ["describe", "pick-device"])
+def test_one_exercise_done_earns_its_points_alone(done):
+    stubs = _student_stubs()
+    del stubs[done]
+    results = results_for(stubs)
+    assert sorted(gid for gid, r in results.items() if r.passed) == sorted(CELLS_OF[done]), report(results)
+    assert score(results)[0] == 5
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Other correct answers get full marks
+
+CORRECT_DESCRIBE = {
+    "nbytes-attribute": describe_returning(nbytes="t.nbytes"),
+    "size-method-and-dtype-itemsize": describe_returning(shape="tuple(t.size())",
+                                                         nbytes="t.nelement() * t.dtype.itemsize"),
+    "math-prod-and-dict-call": describe_source("""
+import math
+shape = tuple(int(n) for n in t.shape)
+return dict(shape=shape, dtype=t.dtype, device=t.device, nbytes=math.prod(shape) * t.element_size())
+"""),
+    "int-of-numpy-prod": describe_returning(nbytes="int(np.prod(t.shape)) * t.element_size()",
+                                            first="import numpy as np"),
+    "dims-one-by-one": describe_source("""
+info = {}
+info["shape"] = tuple(t.size(i) for i in range(t.dim()))
+info["dtype"] = t.dtype
+info["device"] = torch.device(t.device)
+count = 1
+for n in info["shape"]:
+    count *= n
+info["nbytes"] = count * torch.empty((), dtype=t.dtype, device="meta").element_size()
+return info
+"""),
+}
+
+CORRECT_PICK_DEVICE = {
+    "reference-shape": pick_with(),
+    "elif-chain-on-strings": pick_source("""
+if prefer is None:
+    if torch.cuda.is_available():
+        name = "cuda"
+    elif torch.backends.mps.is_available():
+        name = "mps"
+    else:
+        name = "cpu"
+    return torch.device(name)
+kind, _, index = prefer.partition(":")
+if kind in ("cpu", "meta"):
+    ok = True
+elif kind == "cuda":
+    ok = torch.cuda.is_available() and (index == "" or int(index) < torch.cuda.device_count())
+elif kind == "mps":
+    ok = torch.backends.mps.is_available()
+else:
+    ok = False
+if not ok:
+    raise RuntimeError("Requested device " + prefer + " does not exist on this machine")
+return torch.device(prefer)
+"""),
+    "dict-of-checks": pick_source("""
+exists = {
+    "cpu": lambda d: True,
+    "meta": lambda d: True,
+    "cuda": lambda d: torch.cuda.is_available() and (d.index is None or d.index < torch.cuda.device_count()),
+    "mps": lambda d: torch.backends.mps.is_available(),
+}
+if prefer is None:
+    for name in ("cuda", "mps", "cpu"):
+        if exists[name](torch.device(name)):
+            return torch.device(name)
+device = torch.device(prefer)
+if not exists.get(device.type, lambda d: False)(device):
+    raise RuntimeError(f"no {prefer} here")
+return device
+"""),
+    "recursion-over-preferences": pick_source("""
+if prefer is None:
+    for name in ("cuda", "mps"):
+        try:
+            return pick_device(name)
+        except RuntimeError:
+            pass
+    return torch.device("cpu")
+device = torch.device(prefer)
+missing = RuntimeError(f"{device!r} is not available")
+if device.type == "cuda":
+    if not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count():
+        raise missing
+elif device.type == "mps":
+    if not torch.backends.mps.is_available():
+        raise missing
+elif device.type not in ("cpu", "meta"):
+    raise missing
+return device
+"""),
+    "match-statement-and-device-count": pick_source("""
+if prefer is None:
+    if torch.cuda.device_count() > 0:
+        return torch.device("cuda")
+    return torch.device("mps") if torch.backends.mps.is_available() else torch.device("cpu")
+device = torch.device(prefer)
+match device.type:
+    case "cpu" | "meta":
+        return device
+    case "cuda" if torch.cuda.is_available():
+        if device.index is None or 0 <= device.index < torch.cuda.device_count():
+            return device
+    case "mps" if torch.backends.mps.is_available():
+        return device
+raise RuntimeError(f"CUDA/MPS device '{prefer}' not found")
+"""),
+}
+
+
+@pytest.mark.parametrize("source", CORRECT_DESCRIBE.values(), ids=CORRECT_DESCRIBE.keys())
+def test_other_correct_describe_gets_full_marks(source):
+    results = results_for({"describe": source})
+    assert failing(results) == [], report(results)
+
+
+@pytest.mark.parametrize("source", CORRECT_PICK_DEVICE.values(), ids=CORRECT_PICK_DEVICE.keys())
+def test_other_correct_pick_device_gets_full_marks(source):
+    results = results_for({"pick-device": source})
+    assert failing(results) == [], report(results)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Realistic mistakes lose points, and only in that exercise's cells
+
+DESCRIBE_MISTAKES = {
+    "shape-as-torch-size": describe_returning(shape="t.shape"),
+    "shape-as-size-call": describe_returning(shape="t.size()"),
+    "shape-as-list": describe_returning(shape="list(t.shape)"),
+    "dtype-as-string": describe_returning(dtype="str(t.dtype)"),
+    "dtype-as-tensor-type-string": describe_returning(dtype="t.type()"),
+    "device-as-string": describe_returning(device="str(t.device)"),
+    "device-as-type-name": describe_returning(device="t.device.type"),
+    "device-as-get-device-int": describe_returning(device="t.get_device()"),
+    "nbytes-as-numel": describe_returning(nbytes="t.numel()"),
+    "nbytes-assumes-4-bytes": describe_returning(nbytes="t.numel() * 4"),
+    "nbytes-sys-getsizeof": describe_returning(nbytes="sys.getsizeof(t)", first="import sys"),
+    "nbytes-storage-size": describe_returning(nbytes="t.storage().size()"),
+    "nbytes-typed-storage-times-element-size": describe_returning(
+        nbytes="t.storage().size() * t.element_size()"),
+    "nbytes-whole-untyped-storage": describe_returning(nbytes="t.untyped_storage().nbytes()"),
+    "nbytes-len-times-element-size": describe_returning(nbytes="len(t) * t.element_size()"),
+    "nbytes-reduce-without-start": describe_returning(
+        nbytes="functools.reduce(operator.mul, t.shape) * t.element_size()",
+        first="import functools, operator"),
+    "nbytes-numpy-integer": describe_returning(nbytes="np.prod(t.shape) * t.element_size()",
+                                               first="import numpy as np"),
+    "nbytes-finfo-bits": describe_returning(nbytes="t.numel() * torch.finfo(t.dtype).bits // 8"),
+    "nbytes-through-numpy": describe_returning(nbytes="t.numpy().nbytes"),
+    "nbytes-through-detached-cpu-numpy": describe_returning(nbytes="t.detach().cpu().numpy().nbytes"),
+    "nbytes-from-strides": describe_returning(
+        nbytes="(t.stride(0) * t.shape[0] if t.dim() else 1) * t.element_size()"),
+    "moves-tensor-to-cpu-first": describe_returning(first="t = t.cpu()"),
+    "extra-key": describe_source("""
+return {"shape": tuple(t.shape), "dtype": t.dtype, "device": t.device,
+        "nbytes": t.numel() * t.element_size(), "numel": t.numel()}
+"""),
+    "missing-key": describe_source("""
+return {"shape": tuple(t.shape), "dtype": t.dtype, "device": t.device}
+"""),
+    "renamed-key": describe_source("""
+return {"size": tuple(t.shape), "dtype": t.dtype, "device": t.device, "nbytes": t.numel() * t.element_size()}
+"""),
+}
+
+PICK_DEVICE_MISTAKES = {
+    "hard-coded-cuda": pick_with(default='if prefer is None:\n    return torch.device("cuda")'),
+    "cuda-or-cpu-forgets-mps": pick_with(default="""
+if prefer is None:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+"""),
+    "returns-strings": pick_source("""
+if prefer is None:
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+device = torch.device(prefer)
+if device.type in ("cpu", "meta"):
+    return prefer
+if device.type == "cuda" and torch.cuda.is_available():
+    if device.index is None or device.index < torch.cuda.device_count():
+        return prefer
+if device.type == "mps" and torch.backends.mps.is_available():
+    return prefer
+raise RuntimeError(f"{prefer} is not available here")
+"""),
+    "default-cuda-with-index-0": pick_with(default=PICK_DEFAULT.replace('torch.device("cuda")',
+                                                                        'torch.device("cuda", 0)')),
+    "mps-checked-before-cuda": pick_with(default="""
+if prefer is None:
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+"""),
+    "ignores-prefer": pick_source(PICK_DEFAULT.replace("if prefer is None:\n", "").replace("\n    ", "\n")),
+    "trusts-prefer-without-checking": pick_with(prefer="return torch.device(prefer)"),
+    "falls-back-to-best-device": pick_with(prefer=PICK_PREFER.replace(
+        'raise RuntimeError(f"{prefer} is not available here")', "return pick_device()")),
+    "falls-back-to-cpu": pick_with(prefer=PICK_PREFER.replace(
+        'raise RuntimeError(f"{prefer} is not available here")', 'return torch.device("cpu")')),
+    "raises-value-error": pick_with(prefer=PICK_PREFER.replace("RuntimeError", "ValueError")),
+    "asserts-instead-of-raising": pick_source(PICK_DEFAULT + """
+device = torch.device(prefer)
+ok = device.type in ("cpu", "meta")
+ok = ok or (device.type == "cuda" and torch.cuda.is_available()
+            and (device.index is None or device.index < torch.cuda.device_count()))
+ok = ok or (device.type == "mps" and torch.backends.mps.is_available())
+assert ok, f"{prefer} is not available here"
+return device
+"""),
+    "message-without-the-device": pick_with(prefer=PICK_PREFER.replace(
+        'raise RuntimeError(f"{prefer} is not available here")',
+        'raise RuntimeError("device not available")')),
+    "message-names-only-the-type": pick_with(prefer=PICK_PREFER.replace(
+        'raise RuntimeError(f"{prefer} is not available here")',
+        'raise RuntimeError(f"{device.type} is not available here")')),
+    "index-off-by-one": pick_with(
+        prefer=PICK_PREFER.replace("device.index < torch", "device.index <= torch")),
+    "ignores-cuda-index": pick_with(prefer=PICK_PREFER.replace(
+        "device.index is None or device.index < torch.cuda.device_count()", "True")),
+    "drops-the-index": pick_with(prefer=PICK_PREFER.replace(
+        "if device.index is None or device.index < torch.cuda.device_count():\n        return device",
+        "if device.index is None or device.index < torch.cuda.device_count():\n"
+        '        return torch.device("cuda")')),
+    "exact-string-match-misses-cuda-index": pick_with(prefer="""
+if prefer in ("cpu", "meta"):
+    return torch.device(prefer)
+if prefer == "cuda" and torch.cuda.is_available():
+    return torch.device("cuda")
+if prefer == "mps" and torch.backends.mps.is_available():
+    return torch.device("mps")
+raise RuntimeError(f"{prefer} is not available here")
+"""),
+    "rejects-meta": pick_with(prefer=PICK_PREFER.replace('("cpu", "meta")', '("cpu",)')),
+    "lookup-without-cpu-and-meta": pick_with(prefer="""
+available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+device = torch.device(prefer)
+if not available.get(device.type, False):
+    raise RuntimeError(f"{prefer} is not available here")
+if device.index is not None and device.index >= torch.cuda.device_count():
+    raise RuntimeError(f"{prefer} is not available here")
+return device
+"""),
+    "lookup-crashes-on-mps": pick_with(prefer="""
+device = torch.device(prefer)
+available = {"cpu": True, "meta": True, "cuda": torch.cuda.is_available()}[device.type]
+if not available or (device.index is not None and device.index >= torch.cuda.device_count()):
+    raise RuntimeError(f"{prefer} is not available here")
+return device
+"""),
+    "mps-is-built-instead-of-available": pick_source(
+        (PICK_DEFAULT + PICK_PREFER).replace("torch.backends.mps.is_available()",
+                                             "torch.backends.mps.is_built()")),
+    "adds-index-0-to-cuda": pick_with(prefer=PICK_PREFER.replace(
+        "if device.index is None or device.index < torch.cuda.device_count():\n        return device",
+        "if device.index is None or device.index < torch.cuda.device_count():\n"
+        '        return torch.device("cuda", device.index or 0)')),
+    "uses-torch-mps-is-available": pick_source(
+        (PICK_DEFAULT + PICK_PREFER).replace("torch.backends.mps.is_available()",
+                                             "torch.mps.is_available()")),
+    "probes-by-allocating": pick_with(prefer="""
+device = torch.device(prefer)
+try:
+    torch.empty(1, device=device)
+except Exception as exc:
+    raise RuntimeError(f"{prefer} is not available here") from exc
+return device
+"""),
+    "uses-torch-accelerator": pick_source("""
+accelerator = torch.accelerator.current_accelerator(check_available=True)
+if prefer is None:
+    return torch.device(accelerator.type) if accelerator is not None else torch.device("cpu")
+device = torch.device(prefer)
+if device.type in ("cpu", "meta"):
+    return device
+if accelerator is None or accelerator.type != device.type:
+    raise RuntimeError(f"{prefer} is not available here")
+if device.index is not None and device.index >= torch.accelerator.device_count():
+    raise RuntimeError(f"{prefer} is not available here")
+return device
+"""),
+    "uses-torch-accelerator-without-check": pick_source("""
+if prefer is None:
+    accelerator = torch.accelerator.current_accelerator()
+    return torch.device(accelerator.type) if accelerator is not None else torch.device("cpu")
+""" + PICK_PREFER),
+}
+
+
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated:UserWarning")
+@pytest.mark.parametrize("source", DESCRIBE_MISTAKES.values(), ids=DESCRIBE_MISTAKES.keys())
+def test_describe_mistake_loses_points(source):
+    results = results_for({"describe": source})
+    assert_runs(source, results)
+    assert [gid for gid in DESCRIBE_CELLS if not results[gid].passed], f"not caught: {report(results)}"
+    assert score(results)[0] < 10
+    assert all(results[gid].passed for gid in PICK_DEVICE_CELLS), (
+        f"pick_device's points must not depend on describe: {report(results)}"
+    )
+
+
+@pytest.mark.parametrize("source", PICK_DEVICE_MISTAKES.values(), ids=PICK_DEVICE_MISTAKES.keys())
+def test_pick_device_mistake_loses_points(source):
+    results = results_for({"pick-device": source})
+    assert_runs(source, results)
+    assert [gid for gid in PICK_DEVICE_CELLS if not results[gid].passed], f"not caught: {report(results)}"
+    assert score(results)[0] < 10
+    assert all(results[gid].passed for gid in DESCRIBE_CELLS), report(results)
+
+
+def test_failures_say_what_to_fix():
+    results = results_for({"describe": DESCRIBE_MISTAKES["shape-as-torch-size"],
+                           "pick-device": PICK_DEVICE_MISTAKES["raises-value-error"]})
+    assert re.search(r"plain tuple", results["describe-tests-basic"].error)
+    assert "raise RuntimeError instead" in results["pick-device-tests-unavailable"].error
+
+
+def test_fakes_do_not_leak_out_of_the_notebook():
+    import torch
+
+    before = (torch.cuda.is_available, torch.cuda.device_count, torch.backends.mps.is_available)
+    results_for({"pick-device": PICK_DEVICE_MISTAKES["lookup-crashes-on-mps"]})
+    assert (torch.cuda.is_available, torch.cuda.device_count, torch.backends.mps.is_available) == before
