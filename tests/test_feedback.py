@@ -1,0 +1,118 @@
+"""Instant feedback: check says correct / not attempted / incorrect, hints come in levels, nbgrader silences it."""
+
+import importlib
+import re
+
+import nbformat
+import pytest
+import torch
+
+from autograder import COURSE_ROOT
+from autograder.notebooks import lessons
+from devicelab.feedback import Exercise, Outcome, checker, evaluate
+
+LESSON_MODULES = sorted(p.stem for p in (COURSE_ROOT / "devicelab" / "exercises").glob("lesson*.py"))
+
+# A realistic wrong answer for each practice exercise.
+WRONG = {
+    "device_time": 'def device_time(device):\n    return "GPU time!" if device.type == "cuda" else "CPU time!"',
+    "nbytes_for": "import math\ndef nbytes_for(shape, dtype):\n    return math.prod(shape) * 4",
+    "device_label": ('def device_label(d):\n    if d.type != "cuda":\n        return d.type\n'
+                     '    return f"cuda device number {d.index}" if d.index else "the current cuda device"'),
+    "same_storage": "def same_storage(a, b):\n    return a.data_ptr() == b.data_ptr()",
+    "devices_in": 'def devices_in(message):\n    return [w.strip("!,") for w in message.split() if "cuda" in w]',
+}
+
+
+def _exercise_set(module_name):
+    return importlib.import_module(f"devicelab.exercises.{module_name}")._exercises
+
+
+def _namespace(source: str) -> dict:
+    namespace = {"torch": torch}
+    exec(source, namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("module_name", LESSON_MODULES)
+def test_practice_solutions_are_correct_and_stubs_not_attempted(module_name):
+    for name, exercise in _exercise_set(module_name).exercises.items():
+        assert exercise.solution, f"practice exercise {name} needs a solution"
+        assert evaluate(exercise, _namespace(exercise.solution)).outcome is Outcome.CORRECT
+        stub = f"def {name}(*args):\n    raise NotImplementedError('your code here')"
+        assert evaluate(exercise, _namespace(stub)).outcome is Outcome.NOT_ATTEMPTED
+        wrong = evaluate(exercise, _namespace(WRONG[name]))
+        assert wrong.outcome is Outcome.INCORRECT and "should" in wrong.message
+
+
+@pytest.mark.parametrize("lesson", lessons(), ids=lambda p: p.stem)
+def test_each_lesson_checks_its_practice_exercises(lesson):
+    text = "\n".join(c.source for c in nbformat.read(lesson, as_version=4).cells)
+    imported = re.search(r"from devicelab\.exercises\.(\w+) import check, hint, solution", text)
+    assert imported, f"{lesson.name} imports check, hint and solution from its exercise module"
+    for name in _exercise_set(imported.group(1)).exercises:
+        assert f'check("{name}")' in text and f"def {name}(" in text
+
+
+def _toy():
+    def expectations(fn):
+        assert fn(2) == 4, "double(2) should be 4"
+
+    return checker(Exercise("double", expectations, hints=("one", "two"), solution="def double(x): return 2 * x"))
+
+
+def test_missing_function_and_non_callable_are_explained():
+    exercise = _toy().exercises["double"]
+    assert evaluate(exercise, {}).outcome is Outcome.NOT_ATTEMPTED
+    assert evaluate(exercise, {"double": 3}).outcome is Outcome.INCORRECT
+    crashed = evaluate(exercise, {"double": lambda x: x / "a"})
+    assert crashed.outcome is Outcome.INCORRECT and "TypeError" in crashed.message
+
+
+def test_check_reads_the_callers_namespace(capsys):
+    toy = _toy()
+
+    def double(x):
+        return x + x
+
+    namespace = {"double": double}
+    toy.check("double", namespace)
+    assert "Correct: double" in capsys.readouterr().out
+
+
+def test_hints_come_in_levels_and_stop_at_the_last(capsys):
+    toy = _toy()
+    toy.hint("double")
+    toy.hint("double")
+    toy.hint("double")
+    out = capsys.readouterr().out
+    assert "Hint 1 of 2" in out and out.count("Hint 2 of 2") == 2 and "that was the last hint" in out
+
+
+def test_unknown_exercise_names_the_known_ones():
+    with pytest.raises(KeyError, match="'double'"):
+        _toy().check("tripple", {})
+
+
+def test_everything_is_silent_under_nbgrader(monkeypatch, capsys):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    toy = _toy()
+    toy.check("double", {"double": lambda x: 0})
+    toy.hint("double")
+    toy.solution("double")
+    assert capsys.readouterr().out == ""
+
+
+def test_graded_exercises_have_no_solution(capsys):
+    from devicelab.exercises.ps01 import _exercises
+
+    for name, exercise in _exercises.exercises.items():
+        assert exercise.solution is None
+        _exercises.solution(name)
+        assert "graded: no solution here" in capsys.readouterr().out
+
+
+def test_feedback_renders_as_html_with_escaping():
+    html = evaluate(_toy().exercises["double"], {"double": lambda x: "<b>"}).__class__(
+        "double", Outcome.INCORRECT, "<script>")._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
