@@ -12,6 +12,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from autograder.checks import source_problems
 from autograder.colab import decorate_file, load_repository
 from autograder.notebooks import assignment_notebooks, lessons
+from autograder.rescue import rescue_worked_notebooks
 from autograder.notebooks import assignments as all_assignments
 from autograder.tidy import tidy_file
 
@@ -77,6 +78,8 @@ def build_release(root: Path, assignments: list[str] | None = None) -> list[Path
         written: list[Path] = []
         for assignment, folder in built.items():
             target = root / "release" / assignment
+            for copy in rescue_worked_notebooks(root, target):
+                print(f"kept your work: {copy.relative_to(root)} (release/ is regenerated; work in mywork/)")
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(folder, target)

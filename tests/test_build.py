@@ -119,3 +119,22 @@ def test_cli_build_exit_codes(course_root, monkeypatch, capsys, scratch_course):
     (scratch_course / "source" / "tiny" / "tiny.ipynb").write_text(json.dumps({"cells": 3}))
     assert main(["build"]) == 1
     assert "tiny.ipynb" in capsys.readouterr().err
+
+
+def test_rebuilding_rescues_a_students_work_in_release(scratch_course):
+    build_release(scratch_course)
+    worked = scratch_course / "release" / "tiny" / "tiny.ipynb"
+    nb = nbformat.read(worked, as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source = 'def double(x):\n    """Return 2x."""\n    return x * 2  # my answer'
+    nbformat.write(nb, worked)
+    build_release(scratch_course)
+    rescued = list((scratch_course / "mywork" / "rescued" / "tiny").glob("tiny-*.ipynb"))
+    assert len(rescued) == 1 and "my answer" in rescued[0].read_text()
+    assert "my answer" not in worked.read_text(), "release/ itself is regenerated"
+
+
+def test_an_untouched_release_is_not_rescued(scratch_course):
+    build_release(scratch_course)
+    build_release(scratch_course)
+    assert not (scratch_course / "mywork").exists()

@@ -116,3 +116,35 @@ def test_feedback_renders_as_html_with_escaping():
     html = evaluate(_toy().exercises["double"], {"double": lambda x: "<b>"}).__class__(
         "double", Outcome.INCORRECT, "<script>")._repr_html_()
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def _assignment_namespaces(source_path):
+    """Namespaces with the instructor's and with the released student's definitions."""
+    release_path = COURSE_ROOT / "release" / source_path.parent.name / source_path.name
+    spaces = []
+    for path in (source_path, release_path):
+        namespace: dict = {}
+        for cell in nbformat.read(path, as_version=4).cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade_id") == "imports" or meta.get("solution"):
+                exec(cell.source, namespace)
+        spaces.append(namespace)
+    return spaces
+
+
+SOURCES = sorted((COURSE_ROOT / "source").glob("*/*.ipynb"))
+
+
+@pytest.mark.parametrize("source_path", SOURCES, ids=lambda p: p.stem)
+def test_assignment_checks_agree_with_the_solution_and_the_stub(source_path):
+    text = "\n".join(c.source for c in nbformat.read(source_path, as_version=4).cells)
+    module = re.search(r"from devicelab\.exercises\.(\w+) import check, hint", text)
+    assert module, f"{source_path.name} imports check and hint from its exercise module"
+    exercises = _exercise_set(module.group(1)).exercises
+    solved, stub = _assignment_namespaces(source_path)
+    for name, exercise in exercises.items():
+        assert f'check("{name}")' in text, f"{source_path.name} lacks a check({name!r}) cell"
+        assert exercise.solution is None, "graded exercises never ship a solution"
+        assert len(exercise.hints) >= 2, f"{name} needs hints in levels"
+        assert evaluate(exercise, solved).outcome is Outcome.CORRECT, evaluate(exercise, solved)
+        assert evaluate(exercise, stub).outcome is Outcome.NOT_ATTEMPTED

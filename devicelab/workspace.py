@@ -1,0 +1,34 @@
+"""Give students a folder of their own: copies of the lessons and assignments that course updates never touch."""
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COURSE_FOLDERS = ("notebooks", "release")
+
+
+@dataclass
+class CopyReport:
+    """What `make_workspace` copied and what it left alone."""
+
+    copied: list[Path] = field(default_factory=list)
+    kept: list[Path] = field(default_factory=list)
+
+
+def make_workspace(course_root: Path, target: Path) -> CopyReport:
+    """Copy every lesson and assignment notebook into `target`, never overwriting a file already there."""
+    if target.resolve() in {(course_root / f).resolve() for f in COURSE_FOLDERS}:
+        raise ValueError(f"{target} is a course folder; choose a folder of your own, e.g. mywork/")
+    report = CopyReport()
+    for folder in COURSE_FOLDERS:
+        for source in sorted((course_root / folder).rglob("*.ipynb")):
+            if ".ipynb_checkpoints" in source.parts:
+                continue
+            destination = target / source.relative_to(course_root / folder)
+            if destination.exists():
+                report.kept.append(destination)
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination)
+            report.copied.append(destination)
+    return report

@@ -1,0 +1,429 @@
+"""ps02-moving-tensors: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
+
+import nbformat
+import pytest
+
+from autograder import COURSE_ROOT
+from autograder.checks import source_problems
+from autograder.harness import run_graded_cells, score, solution_ids
+
+NOTEBOOK = COURSE_ROOT / "source" / "ps02-moving-tensors" / "ps02-moving-tensors.ipynb"
+CELLS_OF = {
+    "to-device": ("to-device-tests-basic", "to-device-tests-containers", "to-device-tests-copy",
+                  "to-device-tests-non-blocking"),
+    "to-is-noop": ("to-is-noop-tests",),
+    "make-leaf": ("make-leaf-tests", "make-leaf-tests-values"),
+    "as-numpy": ("as-numpy-tests", "as-numpy-tests-grad", "as-numpy-tests-devices"),
+}
+POINTS_OF = {"to-device": 5, "to-is-noop": 2, "make-leaf": 3, "as-numpy": 4}
+TOTAL = sum(POINTS_OF.values())
+HEADS = {
+    "to-device": 'def to_device(obj, device, non_blocking: bool = False):\n    """Move every tensor in obj."""\n',
+    "to-is-noop": "def to_is_noop(t: torch.Tensor, device, dtype: torch.dtype | None = None) -> bool:\n"
+                  '    """Would t.to() return t?"""\n',
+    "make-leaf": 'def make_leaf(shape, device) -> torch.Tensor:\n    """Make a leaf."""\n',
+    "as-numpy": 'def as_numpy(t: torch.Tensor) -> np.ndarray:\n    """Copy t into NumPy."""\n',
+}
+
+# torch's own Tensor.__array__ makes NumPy 2 warn whenever np.array() is given a tensor; not the student's fault.
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
+
+
+def answer(grade_id: str, body: str) -> str:
+    """Return a solution cell for `grade_id` whose body is `body` (written flush left)."""
+    lines = body.strip("\n").split("\n")
+    return HEADS[grade_id] + "".join(f"    {line}\n" if line else "\n" for line in lines)
+
+
+def results_for(replace: dict[str, str] | None = None) -> dict:
+    return run_graded_cells(NOTEBOOK, replace=replace)
+
+
+def failing(results: dict) -> list[str]:
+    return [gid for gid, r in results.items() if not r.passed]
+
+
+def report(results: dict) -> str:
+    return "; ".join(f"{gid}: {'ok' if r.passed else r.error}" for gid, r in results.items())
+
+
+def assert_runs(source: str, results: dict) -> None:
+    """Check that a mistake fails for its own reasons, not because the cell itself is broken."""
+    compile(source, "<mistake>", "exec")
+    broken = [r.error for r in results.values() if r.error.startswith("NameError")]
+    assert broken == [], f"the mistake's cell did not define its function: {broken}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The notebook itself
+
+def test_notebook_is_a_well_formed_assignment():
+    assert source_problems(NOTEBOOK) == []
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.metadata]
+    imports = next(c for c in code if "colab-setup" not in c.metadata.get("tags", []))  # `make build` adds it
+    assert imports.metadata["nbgrader"] == {"grade": False, "grade_id": "imports", "locked": True,
+                                            "schema_version": 3, "solution": False, "task": False}
+    assert not any(line.lstrip().startswith(("%", "!")) for c in code for line in c.source.splitlines()), (
+        "assignment notebooks are plain Python (the harness runs them in-process)"
+    )
+    assert solution_ids(NOTEBOOK) == list(CELLS_OF)
+    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in code if c.metadata["nbgrader"]["solution"]}
+    assert solutions["to-device"].startswith('def to_device(obj, device, non_blocking: bool = False):\n    """')
+    assert solutions["to-is-noop"].startswith(
+        'def to_is_noop(t: torch.Tensor, device, dtype: torch.dtype | None = None) -> bool:\n    """')
+    assert solutions["make-leaf"].startswith('def make_leaf(shape, device) -> torch.Tensor:\n    """')
+    assert solutions["as-numpy"].startswith('def as_numpy(t: torch.Tensor) -> np.ndarray:\n    """')
+    for grade_id, source in solutions.items():
+        docstring, body = source.split("### BEGIN SOLUTION")
+        assert docstring.count('"""') == 2, f"{grade_id}: a one-line docstring above the solution"
+        assert body.rstrip().endswith("### END SOLUTION")
+    graded = [c for c in code if c.metadata["nbgrader"].get("grade")]
+    assert [c.metadata["nbgrader"]["grade_id"] for c in graded] == [g for cells in CELLS_OF.values() for g in cells]
+    for cell in graded:
+        assert cell.metadata["nbgrader"]["locked"] is True
+        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS")
+        assert "assert " in visible, f"{cell.metadata['nbgrader']['grade_id']} needs a visible assert"
+        assert hidden.rstrip().endswith("### END HIDDEN TESTS")
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in graded}
+    for exercise, cells in CELLS_OF.items():
+        assert sum(points[g] for g in cells) == POINTS_OF[exercise]
+        heading = next(c.source for c in nb.cells if c.cell_type == "markdown"
+                       and c.source.startswith("## ") and f"`{exercise.replace('-', '_')}`" in c.source)
+        assert f"({POINTS_OF[exercise]} points)" in heading.splitlines()[0]
+
+
+def test_reference_solutions_get_full_marks():
+    results = results_for()
+    assert set(results) == {g for cells in CELLS_OF.values() for g in cells}
+    assert failing(results) == [], report(results)
+    assert score(results) == (TOTAL, TOTAL)
+
+
+def _student_stubs() -> dict[str, str]:
+    """Return each solution cell as nbgrader's ClearSolutions gives it to students, with the course's stub."""
+    from nbgrader.preprocessors import ClearSolutions
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
+    nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(NOTEBOOK, as_version=4), {})
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def test_student_stubs_fail_every_graded_cell():
+    stubs = _student_stubs()
+    assert set(stubs) == set(CELLS_OF)
+    for grade_id, source in stubs.items():
+        assert "raise NotImplementedError(" in source and "### BEGIN SOLUTION" not in source
+        assert source.startswith(HEADS[grade_id].split("\n")[0]), "the signature stays visible"
+    results = results_for(stubs)
+    assert [gid for gid, r in results.items() if r.passed] == [], report(results)
+    assert score(results)[0] == 0
+
+
+@pytest.mark.parametrize("done", list(CELLS_OF))
+def test_one_exercise_done_earns_its_points_alone(done):
+    stubs = _student_stubs()
+    del stubs[done]
+    results = results_for(stubs)
+    assert sorted(gid for gid, r in results.items() if r.passed) == sorted(CELLS_OF[done]), report(results)
+    assert score(results)[0] == POINTS_OF[done]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Other correct answers get full marks
+
+CORRECT = {
+    "to-device": {
+        "pytree-tree-map": """
+from torch.utils import _pytree as pytree
+return pytree.tree_map(
+    lambda v: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v, obj)
+""",
+        "match-statement-and-make": """
+match obj:
+    case torch.Tensor():
+        return obj.to(device=device, non_blocking=non_blocking)
+    case dict():
+        return dict((k, to_device(v, device, non_blocking)) for k, v in obj.items())
+    case tuple() if hasattr(obj, "_fields"):
+        return type(obj)._make(to_device(v, device, non_blocking) for v in obj)
+    case tuple():
+        return tuple(to_device(v, device, non_blocking) for v in obj)
+    case list():
+        return [to_device(v, device, non_blocking) for v in obj]
+    case _:
+        return obj
+""",
+        "copy-then-assign-and-replace": """
+import copy
+if torch.is_tensor(obj):
+    return obj.to(device, non_blocking=non_blocking)
+if isinstance(obj, dict):
+    out = copy.copy(obj)
+    for key in out:
+        out[key] = to_device(obj[key], device, non_blocking=non_blocking)
+    return out
+if isinstance(obj, list):
+    out = list(obj)
+    for i, item in enumerate(out):
+        out[i] = to_device(item, device, non_blocking=non_blocking)
+    return out
+if isinstance(obj, tuple) and hasattr(obj, "_replace"):
+    return obj._replace(**{f: to_device(getattr(obj, f), device, non_blocking) for f in obj._fields})
+if isinstance(obj, tuple):
+    return tuple(to_device(item, device, non_blocking) for item in obj)
+return obj
+""",
+        "abc-mapping-and-sequence": """
+from collections.abc import Mapping, Sequence
+move = lambda o: to_device(o, device, non_blocking)
+if isinstance(obj, torch.Tensor):
+    return obj.to(device, non_blocking=non_blocking)
+if isinstance(obj, Mapping):
+    return type(obj)({k: move(v) for k, v in obj.items()})
+if isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+    items = [move(v) for v in obj]
+    if isinstance(obj, tuple):
+        return type(obj)(*items) if hasattr(type(obj), "_fields") else tuple(items)
+    return type(obj)(items)
+return obj
+""",
+    },
+    "to-is-noop": {
+        "ask-to-itself": """
+moved = t.to(device) if dtype is None else t.to(device, dtype)
+return moved is t
+""",
+        "to-with-keywords": """
+return t.to(device=device, dtype=t.dtype if dtype is None else dtype) is t
+""",
+        "compare-as-strings": """
+return str(t.device) == str(torch.device(device)) and (dtype is None or t.dtype is dtype)
+""",
+        "fill-in-dtype-first": """
+if dtype is None:
+    dtype = t.dtype
+return bool(t.device == torch.device(device) and t.dtype == dtype)
+""",
+    },
+    "make-leaf": {
+        "move-then-require-grad": "return torch.randn(shape).to(device).requires_grad_()",
+        "parameter": "return torch.nn.Parameter(torch.randn(shape, device=device))",
+        "fill-in-place-without-grad": """
+w = torch.empty(shape, device=device, requires_grad=True)
+with torch.no_grad():
+    w.normal_()
+return w
+""",
+        "unpacked-shape-and-attribute": """
+w = torch.randn(*shape, device=torch.device(device))
+w.requires_grad = True
+return w
+""",
+        "torch-normal": "return torch.normal(0.0, 1.0, size=tuple(shape), device=device).requires_grad_(True)",
+    },
+    "as-numpy": {
+        "detach-cpu-numpy-copy": "return t.detach().cpu().numpy().copy()",
+        "np-array-of-cpu-tensor": "return np.array(t.detach().cpu())",
+        "clone-then-cpu": "return t.detach().clone().cpu().numpy()",
+        "numpy-force-then-copy": "return t.numpy(force=True).copy()",
+        "cpu-detach-np-array-copy": "return np.array(t.cpu().detach(), copy=True)",
+        "np-copy": "return np.copy(t.detach().to('cpu').numpy())",
+    },
+}
+CORRECT_CASES = [pytest.param(gid, answer(gid, body), id=f"{gid}-{name}")
+                 for gid, answers in CORRECT.items() for name, body in answers.items()]
+
+
+@pytest.mark.parametrize(("grade_id", "source"), CORRECT_CASES)
+def test_other_correct_answer_gets_full_marks(grade_id, source):
+    results = results_for({grade_id: source})
+    assert failing(results) == [], report(results)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Realistic mistakes lose points, in the cell that checks them and only in that exercise's cells
+
+TO_DEVICE_OK = """
+if isinstance(obj, torch.Tensor):
+    return obj.to(device, non_blocking=non_blocking)
+if isinstance(obj, dict):
+    return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+    return type(obj)(*(to_device(v, device, non_blocking) for v in obj))
+if isinstance(obj, (list, tuple)):
+    return type(obj)(to_device(v, device, non_blocking) for v in obj)
+return obj
+"""
+
+MISTAKES = {
+    # to_device
+    ("to-device", "tuple-becomes-list", "to-device-tests-containers"): """
+if isinstance(obj, torch.Tensor):
+    return obj.to(device, non_blocking=non_blocking)
+if isinstance(obj, dict):
+    return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+if isinstance(obj, (list, tuple)):
+    return [to_device(v, device, non_blocking) for v in obj]
+return obj
+""",
+    ("to-device", "namedtuple-becomes-plain-tuple", "to-device-tests-containers"): TO_DEVICE_OK.replace(
+        'type(obj)(*(to_device(v, device, non_blocking) for v in obj))',
+        'tuple(to_device(v, device, non_blocking) for v in obj)'),
+    ("to-device", "namedtuple-built-from-a-generator", "to-device-tests-containers"): TO_DEVICE_OK.replace(
+        'if isinstance(obj, tuple) and hasattr(obj, "_fields"):\n'
+        '    return type(obj)(*(to_device(v, device, non_blocking) for v in obj))\n', ""),
+    ("to-device", "writes-into-the-input-dict", "to-device-tests-copy"): TO_DEVICE_OK.replace(
+        "    return {k: to_device(v, device, non_blocking) for k, v in obj.items()}",
+        "    for k, v in obj.items():\n        obj[k] = to_device(v, device, non_blocking)\n    return obj"),
+    ("to-device", "writes-into-the-input-list", "to-device-tests-copy"): TO_DEVICE_OK.replace(
+        "if isinstance(obj, (list, tuple)):",
+        "if isinstance(obj, list):\n"
+        "    for i, v in enumerate(obj):\n        obj[i] = to_device(v, device, non_blocking)\n    return obj\n"
+        "if isinstance(obj, tuple):"),
+    ("to-device", "non-blocking-dropped", "to-device-tests-non-blocking"): TO_DEVICE_OK.replace(
+        "obj.to(device, non_blocking=non_blocking)", "obj.to(device)"),
+    ("to-device", "non-blocking-always-true", "to-device-tests-non-blocking"): TO_DEVICE_OK.replace(
+        "obj.to(device, non_blocking=non_blocking)", "obj.to(device, non_blocking=True)"),
+    ("to-device", "non-blocking-lost-in-recursion", "to-device-tests-non-blocking"): TO_DEVICE_OK.replace(
+        "to_device(v, device, non_blocking)", "to_device(v, device)"),
+    ("to-device", "top-level-dict-of-tensors-only", "to-device-tests-basic"): """
+return {k: v.to(device, non_blocking=non_blocking) for k, v in obj.items() if isinstance(v, torch.Tensor)}
+""",
+    ("to-device", "one-level-only", "to-device-tests-containers"): """
+move = lambda v: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
+if isinstance(obj, dict):
+    return {k: move(v) for k, v in obj.items()}
+if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+    return type(obj)(*map(move, obj))
+if isinstance(obj, (list, tuple)):
+    return type(obj)(map(move, obj))
+return move(obj)
+""",
+    ("to-device", "drops-non-tensor-items", "to-device-tests-containers"): TO_DEVICE_OK.replace(
+        "    return type(obj)(to_device(v, device, non_blocking) for v in obj)",
+        "    return type(obj)(to_device(v, device, non_blocking) for v in obj\n"
+        "                     if isinstance(v, (torch.Tensor, dict, list, tuple)))"),
+    ("to-device", "deep-copies-everything", "to-device-tests-basic"): """
+import copy
+
+def move(o):
+    if isinstance(o, torch.Tensor):
+        return o.to(device, non_blocking=non_blocking)
+    if isinstance(o, dict):
+        for k in o:
+            o[k] = move(o[k])
+        return o
+    if isinstance(o, list):
+        o[:] = [move(v) for v in o]
+        return o
+    if isinstance(o, tuple) and hasattr(o, "_fields"):
+        return type(o)(*map(move, o))
+    if isinstance(o, tuple):
+        return tuple(map(move, o))
+    return o
+
+return move(copy.deepcopy(obj))
+""",
+    ("to-device", "expects-to-move-in-place", "to-device-tests-basic"): TO_DEVICE_OK.replace(
+        "    return obj.to(device, non_blocking=non_blocking)",
+        "    obj.to(device, non_blocking=non_blocking)\n    return obj"),
+    ("to-device", "uses-cuda", "to-device-tests-basic"): TO_DEVICE_OK.replace(
+        "obj.to(device, non_blocking=non_blocking)", "obj.cuda(non_blocking=non_blocking)"),
+    ("to-device", "strings-as-sequences", "to-device-tests-basic"): """
+from collections.abc import Mapping, Sequence
+if isinstance(obj, torch.Tensor):
+    return obj.to(device, non_blocking=non_blocking)
+if isinstance(obj, Mapping):
+    return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+if isinstance(obj, Sequence):
+    items = [to_device(v, device, non_blocking) for v in obj]
+    return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+return obj
+""",
+    # to_is_noop
+    ("to-is-noop", "ignores-dtype", "to-is-noop-tests"): "return t.device == torch.device(device)",
+    ("to-is-noop", "ignores-device", "to-is-noop-tests"): "return dtype is None or t.dtype == dtype",
+    ("to-is-noop", "compares-device-type-only", "to-is-noop-tests"):
+        "return t.device.type == torch.device(device).type and (dtype is None or t.dtype == dtype)",
+    ("to-is-noop", "compares-with-a-string", "to-is-noop-tests"):
+        "return str(t.device) == device and (dtype is None or t.dtype == dtype)",
+    ("to-is-noop", "compares-with-the-raw-argument", "to-is-noop-tests"):
+        "return t.device == device and (dtype is None or t.dtype == dtype)",
+    ("to-is-noop", "dtype-none-never-matches", "to-is-noop-tests"):
+        "return t.device == torch.device(device) and t.dtype == dtype",
+    ("to-is-noop", "believes-to-always-copies", "to-is-noop-tests"): "return False",
+    # make_leaf
+    ("make-leaf", "moves-after-requires-grad", "make-leaf-tests"):
+        "return torch.randn(shape, requires_grad=True).to(device)",
+    ("make-leaf", "forgets-requires-grad", "make-leaf-tests"): "return torch.randn(shape, device=device)",
+    ("make-leaf", "ignores-device", "make-leaf-tests"): "return torch.randn(shape, requires_grad=True)",
+    ("make-leaf", "scales-after-creating", "make-leaf-tests"):
+        "return torch.randn(shape, device=device, requires_grad=True) * 0.01",
+    ("make-leaf", "fills-a-leaf-in-place", "make-leaf-tests"):
+        "return torch.empty(shape, device=device, requires_grad=True).normal_()",
+    ("make-leaf", "zeros", "make-leaf-tests-values"):
+        "return torch.zeros(shape, device=device, requires_grad=True)",
+    ("make-leaf", "uniform-rand", "make-leaf-tests-values"):
+        "return torch.rand(shape, device=device, requires_grad=True)",
+    ("make-leaf", "reseeds-every-call", "make-leaf-tests-values"):
+        "torch.manual_seed(0)\nreturn torch.randn(shape, device=device, requires_grad=True)",
+    ("make-leaf", "uninitialised-empty", "make-leaf-tests-values"):
+        "return torch.empty(shape, device=device, requires_grad=True)",
+    # as_numpy
+    ("as-numpy", "shares-memory-through-cpu", "as-numpy-tests"): "return t.detach().cpu().numpy()",
+    ("as-numpy", "plain-numpy", "as-numpy-tests"): "return t.numpy()",
+    ("as-numpy", "np-asarray-shares-memory", "as-numpy-tests"): "return np.asarray(t.detach().cpu())",
+    ("as-numpy", "numpy-force-without-copy", "as-numpy-tests"): "return t.numpy(force=True)",
+    ("as-numpy", "through-tolist", "as-numpy-tests"): "return np.array(t.detach().cpu().tolist())",
+    ("as-numpy", "python-number-for-0-dim", "as-numpy-tests"):
+        "if t.dim() == 0:\n    return t.item()\nreturn t.detach().cpu().numpy().copy()",
+    ("as-numpy", "casts-to-float32", "as-numpy-tests"):
+        "return t.detach().cpu().numpy().astype(np.float32)",
+    ("as-numpy", "forgets-detach", "as-numpy-tests-grad"): "return t.cpu().numpy().copy()",
+    ("as-numpy", "switches-off-requires-grad", "as-numpy-tests-grad"):
+        "t.requires_grad_(False)\nreturn t.cpu().numpy().copy()",
+    ("as-numpy", "forgets-cpu", "as-numpy-tests-devices"): "return t.detach().numpy().copy()",
+    ("as-numpy", "clone-without-cpu", "as-numpy-tests-devices"): "return t.detach().clone().numpy()",
+    ("as-numpy", "np-array-without-cpu", "as-numpy-tests-devices"): "return np.array(t.detach())",
+}
+MISTAKE_CASES = [pytest.param(gid, answer(gid, body), cell, id=f"{gid}-{name}")
+                 for (gid, name, cell), body in MISTAKES.items()]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(("grade_id", "source", "cell"), MISTAKE_CASES)
+def test_mistake_loses_points(grade_id, source, cell):
+    results = results_for({grade_id: source})
+    assert_runs(source, results)
+    assert not results[cell].passed, f"not caught by {cell}: {report(results)}"
+    assert score(results)[0] < TOTAL
+    others = [g for exercise, cells in CELLS_OF.items() if exercise != grade_id for g in cells]
+    assert all(results[g].passed for g in others), f"other exercises' points must not depend on it: {report(results)}"
+
+
+def test_failures_say_what_to_fix():
+    results = results_for({
+        "to-device": answer("to-device", MISTAKES["to-device", "namedtuple-built-from-a-generator",
+                                                  "to-device-tests-containers"]),
+        "as-numpy": answer("as-numpy", "return t.detach().cpu().numpy()"),
+        "make-leaf": answer("make-leaf", "return torch.randn(shape, requires_grad=True).to(device)"),
+    })
+    assert "type(obj)(*items)" in results["to-device-tests-containers"].error
+    assert "return a copy" in results["as-numpy-tests"].error
+    assert "instead of moving" in results["make-leaf-tests"].error
+    results = results_for({"to-device": answer("to-device", TO_DEVICE_OK.replace(
+        "obj.to(device, non_blocking=non_blocking)", "obj.to(device)"))})
+    assert "pass non_blocking=non_blocking" in results["to-device-tests-non-blocking"].error
+
+
+def test_patches_do_not_leak_out_of_the_notebook():
+    import torch
+
+    before = torch.Tensor.to
+    crashes_on_dicts = 'if isinstance(obj, dict):\n    raise RuntimeError("boom")\n' + TO_DEVICE_OK
+    results = results_for({"to-device": answer("to-device", crashes_on_dicts)})
+    assert "boom" in results["to-device-tests-non-blocking"].error  # raised while Tensor.to was patched
+    assert torch.Tensor.to is before and "to" not in vars(torch.Tensor), "the Tensor.to spy was left in place"

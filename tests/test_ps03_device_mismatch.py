@@ -1,0 +1,406 @@
+"""ps03-device-mismatch: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
+
+import nbformat
+import pytest
+
+from autograder import COURSE_ROOT
+from autograder.checks import source_problems
+from autograder.harness import run_graded_cells, score, solution_ids
+
+NOTEBOOK = COURSE_ROOT / "source" / "ps03-device-mismatch" / "ps03-device-mismatch.ipynb"
+CELLS_OF = {
+    "forward-on-model-device": ("forward-on-model-device-tests", "forward-on-model-device-tests-dtype",
+                                "forward-on-model-device-tests-no-params"),
+    "off-device": ("off-device-tests", "off-device-tests-buffers"),
+    "check-same-device": ("check-same-device-tests", "check-same-device-tests-scalars",
+                          "check-same-device-tests-errors"),
+}
+POINTS_OF = {"forward-on-model-device": 4, "off-device": 3, "check-same-device": 4}
+TOTAL = sum(POINTS_OF.values())
+HEADS = {
+    "forward-on-model-device": "def forward_on_model_device(model: nn.Module, x: torch.Tensor) -> torch.Tensor:\n"
+                               '    """Call model on x where the model is."""\n',
+    "off-device": 'def off_device(module: nn.Module, device) -> list[str]:\n    """Name what is elsewhere."""\n',
+    "check-same-device": "def check_same_device(*tensors: torch.Tensor) -> torch.device:\n"
+                         '    """Return the shared device."""\n',
+}
+
+
+def answer(grade_id: str, body: str) -> str:
+    """Return a solution cell for `grade_id` whose body is `body` (written flush left)."""
+    lines = body.strip("\n").split("\n")
+    return HEADS[grade_id] + "".join(f"    {line}\n" if line else "\n" for line in lines)
+
+
+def results_for(replace: dict[str, str] | None = None) -> dict:
+    return run_graded_cells(NOTEBOOK, replace=replace)
+
+
+def failing(results: dict) -> list[str]:
+    return [gid for gid, r in results.items() if not r.passed]
+
+
+def report(results: dict) -> str:
+    return "; ".join(f"{gid}: {'ok' if r.passed else r.error}" for gid, r in results.items())
+
+
+def assert_runs(source: str, results: dict) -> None:
+    """Check that a mistake fails for its own reasons, not because the cell itself is broken."""
+    compile(source, "<mistake>", "exec")
+    broken = [r.error for r in results.values() if r.error.startswith("NameError")]
+    assert broken == [], f"the mistake's cell did not define its function: {broken}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The notebook itself
+
+def test_notebook_is_a_well_formed_assignment():
+    assert source_problems(NOTEBOOK) == []
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.metadata]
+    imports = next(c for c in code if "colab-setup" not in c.metadata.get("tags", []))  # `make build` adds it
+    assert imports.metadata["nbgrader"] == {"grade": False, "grade_id": "imports", "locked": True,
+                                            "schema_version": 3, "solution": False, "task": False}
+    assert not any(line.lstrip().startswith(("%", "!")) for c in code for line in c.source.splitlines()), (
+        "assignment notebooks are plain Python (the harness runs them in-process)"
+    )
+    assert solution_ids(NOTEBOOK) == list(CELLS_OF)
+    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in code if c.metadata["nbgrader"]["solution"]}
+    assert solutions["forward-on-model-device"].startswith(
+        'def forward_on_model_device(model: nn.Module, x: torch.Tensor) -> torch.Tensor:\n    """')
+    assert solutions["off-device"].startswith('def off_device(module: nn.Module, device) -> list[str]:\n    """')
+    assert solutions["check-same-device"].startswith(
+        'def check_same_device(*tensors: torch.Tensor) -> torch.device:\n    """')
+    for grade_id, source in solutions.items():
+        docstring, body = source.split("### BEGIN SOLUTION")
+        assert docstring.count('"""') == 2, f"{grade_id}: a one-line docstring above the solution"
+        assert body.rstrip().endswith("### END SOLUTION")
+    graded = [c for c in code if c.metadata["nbgrader"].get("grade")]
+    assert [c.metadata["nbgrader"]["grade_id"] for c in graded] == [g for cells in CELLS_OF.values() for g in cells]
+    for cell in graded:
+        assert cell.metadata["nbgrader"]["locked"] is True
+        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS")
+        assert "assert " in visible, f"{cell.metadata['nbgrader']['grade_id']} needs a visible assert"
+        assert hidden.rstrip().endswith("### END HIDDEN TESTS")
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in graded}
+    for exercise, cells in CELLS_OF.items():
+        assert sum(points[g] for g in cells) == POINTS_OF[exercise]
+        heading = next(c.source for c in nb.cells if c.cell_type == "markdown"
+                       and c.source.startswith("## ") and f"`{exercise.replace('-', '_')}`" in c.source)
+        assert f"({POINTS_OF[exercise]} points)" in heading.splitlines()[0]
+
+
+def test_reference_solutions_get_full_marks():
+    results = results_for()
+    assert set(results) == {g for cells in CELLS_OF.values() for g in cells}
+    assert failing(results) == [], report(results)
+    assert score(results) == (TOTAL, TOTAL)
+
+
+def _student_stubs() -> dict[str, str]:
+    """Return each solution cell as nbgrader's ClearSolutions gives it to students, with the course's stub."""
+    from nbgrader.preprocessors import ClearSolutions
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
+    nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(NOTEBOOK, as_version=4), {})
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def test_student_stubs_fail_every_graded_cell():
+    stubs = _student_stubs()
+    assert set(stubs) == set(CELLS_OF)
+    for grade_id, source in stubs.items():
+        assert "raise NotImplementedError(" in source and "### BEGIN SOLUTION" not in source
+        assert source.startswith(HEADS[grade_id].split("\n")[0]), "the signature stays visible"
+    results = results_for(stubs)
+    assert [gid for gid, r in results.items() if r.passed] == [], report(results)
+    assert score(results)[0] == 0
+
+
+@pytest.mark.parametrize("done", list(CELLS_OF))
+def test_one_exercise_done_earns_its_points_alone(done):
+    stubs = _student_stubs()
+    del stubs[done]
+    results = results_for(stubs)
+    assert sorted(gid for gid, r in results.items() if r.passed) == sorted(CELLS_OF[done]), report(results)
+    assert score(results)[0] == POINTS_OF[done]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Other correct answers get full marks
+
+CORRECT = {
+    "forward-on-model-device": {
+        "loop-returns-on-first-parameter": """
+for p in model.parameters():
+    return model(x.to(device=p.device, dtype=p.dtype))
+return model(x)
+""",
+        "list-and-two-moves": """
+params = list(model.parameters())
+if not params:
+    return model(x)
+x = x.to(params[0].device)
+x = x.to(params[0].dtype)
+return model(x)
+""",
+        "try-stop-iteration": """
+try:
+    first = next(iter(model.parameters()))
+except StopIteration:
+    return model(x)
+return model(x.to(first.device, first.dtype))
+""",
+        "type-conversion-and-forward": """
+first = next(model.parameters(), None)
+if first is not None:
+    x = x.type(first.dtype).to(first.device)
+return model(x)
+""",
+    },
+    "off-device": {
+        "compare-as-strings": """
+want = str(torch.device(device))
+names = [n for n, p in module.named_parameters() if str(p.device) != want]
+names += [n for n, b in module.named_buffers() if str(b.device) != want]
+return sorted(names)
+""",
+        "chain-and-sort-in-place": """
+import itertools
+target = torch.device(device)
+names = []
+for name, tensor in itertools.chain(module.named_parameters(), module.named_buffers()):
+    if tensor.device != target:
+        names.append(name)
+names.sort()
+return names
+""",
+        "merged-dicts": """
+tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+return sorted(name for name, t in tensors.items() if t.device != torch.device(device))
+""",
+    },
+    "check-same-device": {
+        "loop-with-ordered-conflicts": """
+if len(tensors) == 0:
+    raise ValueError("no tensors given")
+seen = []
+for t in tensors:
+    if t.ndim == 0 and t.device.type == "cpu":
+        continue
+    if t.device not in seen:
+        seen.append(t.device)
+if len(seen) > 1:
+    raise RuntimeError("Expected all tensors to be on the same device, but found: " + " and ".join(map(repr, seen)))
+return seen[0] if seen else torch.device("cpu")
+""",
+        "dict-fromkeys-and-is-cpu": """
+if not tensors:
+    raise ValueError("check_same_device() needs at least one tensor")
+devices = list(dict.fromkeys(t.device for t in tensors if t.dim() > 0 or not t.is_cpu))
+if len(devices) > 1:
+    raise RuntimeError(f"tensors on {len(devices)} devices: {devices}")
+return devices[0] if devices else torch.device("cpu")
+""",
+        "counter-and-shape": """
+from collections import Counter
+if not tensors:
+    raise ValueError("give at least one tensor")
+counts = Counter(t.device for t in tensors if not (t.shape == torch.Size([]) and t.device == torch.device("cpu")))
+if len(counts) > 1:
+    raise RuntimeError("device mismatch: " + ", ".join(f"{d} ({n} tensors)" for d, n in counts.items()))
+return next(iter(counts), torch.device("cpu"))
+""",
+    },
+}
+CORRECT_CASES = [pytest.param(gid, answer(gid, body), id=f"{gid}-{name}")
+                 for gid, answers in CORRECT.items() for name, body in answers.items()]
+
+
+@pytest.mark.parametrize(("grade_id", "source"), CORRECT_CASES)
+def test_other_correct_answer_gets_full_marks(grade_id, source):
+    results = results_for({grade_id: source})
+    assert failing(results) == [], report(results)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Realistic mistakes lose points, in the cell that checks them and only in that exercise's cells
+
+FORWARD_OK = """
+first = next(model.parameters(), None)
+if first is None:
+    return model(x)
+return model(x.to(first.device, first.dtype))
+"""
+OFF_OK = """
+target = torch.device(device)
+named = [*module.named_parameters(), *module.named_buffers()]
+return sorted(name for name, tensor in named if tensor.device != target)
+"""
+SAME_OK = """
+if not tensors:
+    raise ValueError("check_same_device needs at least one tensor")
+devices = {t.device for t in tensors if not (t.dim() == 0 and t.device.type == "cpu")}
+if not devices:
+    return torch.device("cpu")
+if len(devices) > 1:
+    names = ", ".join(sorted(str(d) for d in devices))
+    raise RuntimeError(f"tensors are on different devices: {names}")
+return devices.pop()
+"""
+
+MISTAKES = {
+    # forward_on_model_device
+    ("forward-on-model-device", "moves-the-model", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "return model(x.to(first.device, first.dtype))", "model.to(x.device)\nreturn model(x)"),
+    ("forward-on-model-device", "converts-the-model-to-the-input-dtype", "forward-on-model-device-tests-dtype"):
+        FORWARD_OK.replace("return model(x.to(first.device, first.dtype))",
+                           "model.to(x.dtype)\nreturn model(x.to(first.device))"),
+    ("forward-on-model-device", "device-only", "forward-on-model-device-tests-dtype"): FORWARD_OK.replace(
+        "x.to(first.device, first.dtype)", "x.to(first.device)"),
+    ("forward-on-model-device", "dtype-only", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "x.to(first.device, first.dtype)", "x.to(first.dtype)"),
+    ("forward-on-model-device", "converts-only-when-the-device-differs", "forward-on-model-device-tests-dtype"):
+        FORWARD_OK.replace("return model(x.to(first.device, first.dtype))",
+                           "if x.device != first.device:\n    x = x.to(first.device, first.dtype)\nreturn model(x)"),
+    ("forward-on-model-device", "next-without-a-default", "forward-on-model-device-tests-no-params"): """
+first = next(model.parameters())
+return model(x.to(first.device, first.dtype))
+""",
+    ("forward-on-model-device", "uses-model-weight", "forward-on-model-device-tests"):
+        "return model(x.to(model.weight.device, model.weight.dtype))",
+    ("forward-on-model-device", "falls-back-to-buffers", "forward-on-model-device-tests-no-params"): """
+import itertools
+first = next(itertools.chain(model.parameters(), model.buffers()), None)
+if first is None:
+    return model(x)
+return model(x.to(first.device, first.dtype))
+""",
+    ("forward-on-model-device", "returns-x-without-calling-the-model", "forward-on-model-device-tests-no-params"):
+        FORWARD_OK.replace("if first is None:\n    return model(x)", "if first is None:\n    return x"),
+    ("forward-on-model-device", "hard-codes-cuda", "forward-on-model-device-tests"): "return model(x.cuda())",
+    # off_device
+    ("off-device", "forgets-buffers", "off-device-tests-buffers"): OFF_OK.replace(
+        ", *module.named_buffers()", ""),
+    ("off-device", "not-sorted", "off-device-tests"): OFF_OK.replace(
+        "return sorted(name for name, tensor in named if tensor.device != target)",
+        "return [name for name, tensor in named if tensor.device != target]"),
+    ("off-device", "names-without-prefixes", "off-device-tests"): """
+target = torch.device(device)
+names = []
+for m in module.modules():
+    for name, t in [*m.named_parameters(recurse=False), *m.named_buffers(recurse=False)]:
+        if t.device != target:
+            names.append(name)
+return sorted(names)
+""",
+    ("off-device", "duplicates-from-named-modules", "off-device-tests"): """
+target = torch.device(device)
+names = []
+for prefix, m in module.named_modules():
+    for name, t in [*m.named_parameters(prefix=prefix), *m.named_buffers(prefix=prefix)]:
+        if t.device != target:
+            names.append(name)
+return sorted(names)
+""",
+    ("off-device", "uses-state-dict", "off-device-tests"):
+        "return sorted(k for k, v in module.state_dict().items() if v.device != torch.device(device))",
+    ("off-device", "compares-device-type-only", "off-device-tests-buffers"): OFF_OK.replace(
+        "tensor.device != target", "tensor.device.type != target.type"),
+    ("off-device", "treats-cuda-as-cuda-0", "off-device-tests-buffers"): OFF_OK.replace(
+        "target = torch.device(device)",
+        'target = torch.device(device)\nif target.type == "cuda" and target.index is None:\n'
+        '    target = torch.device("cuda", 0)'),
+    ("off-device", "compares-with-the-raw-argument", "off-device-tests"): OFF_OK.replace(
+        "tensor.device != target", "tensor.device != device"),
+    ("off-device", "lists-what-is-on-the-device", "off-device-tests"): OFF_OK.replace(
+        "tensor.device != target", "tensor.device == target"),
+    ("off-device", "returns-a-set", "off-device-tests"): OFF_OK.replace(
+        "return sorted(name for name, tensor in named if tensor.device != target)",
+        "return {name for name, tensor in named if tensor.device != target}"),
+    # check_same_device
+    ("check-same-device", "ignores-the-scalar-rule", "check-same-device-tests-scalars"): SAME_OK.replace(
+        'if not (t.dim() == 0 and t.device.type == "cpu")', ""),
+    ("check-same-device", "exempts-every-0-dim-tensor", "check-same-device-tests-scalars"): SAME_OK.replace(
+        'not (t.dim() == 0 and t.device.type == "cpu")', "t.dim() > 0"),
+    ("check-same-device", "one-element-counts-as-a-scalar", "check-same-device-tests-scalars"): SAME_OK.replace(
+        "t.dim() == 0", "t.numel() == 1"),
+    ("check-same-device", "only-scalars-crash", "check-same-device-tests-scalars"): SAME_OK.replace(
+        'if not devices:\n    return torch.device("cpu")\n', ""),
+    ("check-same-device", "only-scalars-return-none", "check-same-device-tests-scalars"): SAME_OK.replace(
+        'return torch.device("cpu")', "return None"),
+    ("check-same-device", "first-tensor-decides", "check-same-device-tests-scalars"): """
+if not tensors:
+    raise ValueError("check_same_device needs at least one tensor")
+device = tensors[0].device
+for t in tensors[1:]:
+    if t.device != device and not (t.dim() == 0 and t.device.type == "cpu"):
+        raise RuntimeError(f"found {device} and {t.device}")
+return device
+""",
+    ("check-same-device", "no-tensors-gives-cpu", "check-same-device-tests-errors"): SAME_OK.replace(
+        'if not tensors:\n    raise ValueError("check_same_device needs at least one tensor")\n', ""),
+    ("check-same-device", "no-tensors-index-error", "check-same-device-tests-errors"): """
+first = tensors[0]
+devices = {t.device for t in tensors if not (t.dim() == 0 and t.device.type == "cpu")}
+if len(devices) > 1:
+    raise RuntimeError(f"tensors are on different devices: {sorted(map(str, devices))}")
+return devices.pop() if devices else first.device
+""",
+    ("check-same-device", "raises-value-error-on-conflict", "check-same-device-tests"): SAME_OK.replace(
+        "raise RuntimeError(f", "raise ValueError(f"),
+    ("check-same-device", "asserts-instead-of-raising", "check-same-device-tests"): """
+if not tensors:
+    raise ValueError("check_same_device needs at least one tensor")
+devices = {t.device for t in tensors if not (t.dim() == 0 and t.device.type == "cpu")}
+assert len(devices) <= 1, f"tensors are on different devices: {devices}"
+return devices.pop() if devices else torch.device("cpu")
+""",
+    ("check-same-device", "returns-a-string", "check-same-device-tests"): SAME_OK.replace(
+        "return devices.pop()", "return str(devices.pop())"),
+    ("check-same-device", "names-only-the-first-conflict", "check-same-device-tests-errors"): """
+if not tensors:
+    raise ValueError("check_same_device needs at least one tensor")
+found = None
+for t in tensors:
+    if t.dim() == 0 and t.device.type == "cpu":
+        continue
+    if found is None:
+        found = t.device
+    elif t.device != found:
+        raise RuntimeError(f"found at least two devices, {found} and {t.device}")
+return found if found is not None else torch.device("cpu")
+""",
+    ("check-same-device", "message-without-the-devices", "check-same-device-tests-errors"): SAME_OK.replace(
+        'f"tensors are on different devices: {names}"', '"tensors are on different devices"'),
+    ("check-same-device", "compares-device-types", "check-same-device-tests-errors"): SAME_OK.replace(
+        "devices = {t.device for t", "devices = {torch.device(t.device.type) for t"),
+}
+MISTAKE_CASES = [pytest.param(gid, answer(gid, body), cell, id=f"{gid}-{name}")
+                 for (gid, name, cell), body in MISTAKES.items()]
+
+
+@pytest.mark.parametrize(("grade_id", "source", "cell"), MISTAKE_CASES)
+def test_mistake_loses_points(grade_id, source, cell):
+    results = results_for({grade_id: source})
+    assert_runs(source, results)
+    assert not results[cell].passed, f"not caught by {cell}: {report(results)}"
+    assert score(results)[0] < TOTAL
+    others = [g for exercise, cells in CELLS_OF.items() if exercise != grade_id for g in cells]
+    assert all(results[g].passed for g in others), f"other exercises' points must not depend on it: {report(results)}"
+
+
+def test_failures_say_what_to_fix():
+    results = results_for({
+        "forward-on-model-device": answer("forward-on-model-device", FORWARD_OK.replace(
+            "return model(x.to(first.device, first.dtype))", "model.to(x.device)\nreturn model(x)")),
+        "off-device": answer("off-device", OFF_OK.replace(", *module.named_buffers()", "")),
+        "check-same-device": answer("check-same-device", SAME_OK.replace(
+            'if not (t.dim() == 0 and t.device.type == "cpu")', "")),
+    })
+    assert "never the model" in results["forward-on-model-device-tests"].error
+    assert "buffers too" in results["off-device-tests-buffers"].error
+    assert "0-dim CPU tensor" in results["check-same-device-tests-scalars"].error
+

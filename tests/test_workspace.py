@@ -1,0 +1,29 @@
+"""Students' own copies are made once and never overwritten by a course command."""
+
+import pytest
+
+from autograder import COURSE_ROOT
+from devicelab.workspace import make_workspace
+
+
+def test_workspace_copies_lessons_and_assignments(tmp_path):
+    report = make_workspace(COURSE_ROOT, tmp_path / "mywork")
+    names = {p.relative_to(tmp_path / "mywork").as_posix() for p in report.copied}
+    assert "00-start-here.ipynb" in names
+    assert "ps01-tensors-and-devices/ps01-tensors-and-devices.ipynb" in names
+    assert report.kept == []
+
+
+def test_rerunning_keeps_edited_copies(tmp_path):
+    target = tmp_path / "mywork"
+    make_workspace(COURSE_ROOT, target)
+    mine = target / "ps01-tensors-and-devices" / "ps01-tensors-and-devices.ipynb"
+    mine.write_text('{"my": "work"}')
+    report = make_workspace(COURSE_ROOT, target)
+    assert mine.read_text() == '{"my": "work"}'
+    assert mine in report.kept and report.copied == []
+
+
+def test_refuses_to_copy_onto_the_course_itself():
+    with pytest.raises(ValueError, match="course folder"):
+        make_workspace(COURSE_ROOT, COURSE_ROOT / "release")
