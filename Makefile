@@ -5,11 +5,15 @@ PY     := $(VENV)/bin/python
 # Re-install whenever the dependency list changes.
 STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
+# An environment shaped like Google Colab's, for tests/test_colab.py: ipywidgets 7.7.1, ipykernel 6,
+# no nbgrader, no JupyterLab, and the helper package installed without its dependencies.
+COLAB_VENV  := .colab-venv
+COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 # JupyterLab refuses to run as root unless told (containers, cloud VMs).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab test test-fast build tidy tidy-check validate lint clean-venv
+.PHONY: help venv colab-env lab test test-fast build tidy validate lint mywork clean-venv
 
 help:  ## List the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -24,10 +28,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)  ## Create or update the virtual environment
 
+$(COLAB_STAMP): pyproject.toml $(wildcard devicelab/*.py devicelab/*/*.py)
+	@test -x $(COLAB_VENV)/bin/python || $(PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_VENV)/bin/python -m pip install --quiet --progress-bar off torch numpy matplotlib tqdm "ipywidgets==7.7.1" "ipykernel>=6,<7" "notebook>=6.5,<7"
+	$(COLAB_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall .
+	$(COLAB_VENV)/bin/python -m ipykernel install --prefix $(COLAB_VENV) --name colab-like --display-name "Colab-like"
+	@touch $(COLAB_STAMP)
+
+colab-env: $(COLAB_STAMP)  ## Build the Colab-shaped environment the Colab test runs notebooks in
+
 lab: $(STAMP)  ## Open the course in JupyterLab (with nbgrader's extensions)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
 
-test: $(STAMP)  ## Run the whole test suite (notebooks included)
+test: $(STAMP) $(COLAB_STAMP)  ## Run the whole test suite (notebooks included)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS)
 
 test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
@@ -45,5 +58,8 @@ tidy: $(STAMP)  ## Strip outputs and normalise every notebook in place
 lint: $(STAMP)  ## Lint the Python code
 	$(VENV)/bin/ruff check devicelab autograder tests
 
-clean-venv:  ## Remove the virtual environment
-	rm -rf $(VENV)
+mywork: $(STAMP)  ## Copy lessons and assignments into mywork/ (never overwrites your copies)
+	$(PY) -m devicelab workspace mywork
+
+clean-venv:  ## Remove the virtual environments
+	rm -rf $(VENV) $(COLAB_VENV)

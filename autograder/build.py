@@ -10,7 +10,7 @@ from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.checks import source_problems
-from autograder.colab import decorate_file, load_repository
+from autograder.colab import decorate_file, load_repository, update_readme
 from autograder.notebooks import assignment_notebooks, lessons
 from autograder.rescue import rescue_worked_notebooks
 from autograder.notebooks import assignments as all_assignments
@@ -88,6 +88,7 @@ def build_release(root: Path, assignments: list[str] | None = None) -> list[Path
         decorate_file(notebook, root, repo)
     if assignments is None:
         _remove_stale(root, set(wanted))
+    update_readme(root, repo)
     return written
 
 

@@ -38,7 +38,8 @@ def without_gpu_cells(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode,
     return nb, dropped
 
 
-def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | None = None) -> ExecutionResult:
+def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | None = None,
+                     kernel_name: str = "python3") -> ExecutionResult:
     """Run every cell of the notebook in a fresh kernel started in its folder; raise on the first error.
 
     Cells tagged raises-exception may fail (nbclient's own rule); cells tagged requires-cuda are
@@ -50,7 +51,7 @@ def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | N
     skipped = 0
     if not gpu:
         nb, skipped = without_gpu_cells(nb)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     client.execute(**({"env": env} if env is not None else {}))

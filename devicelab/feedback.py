@@ -33,7 +33,7 @@ class Exercise:
     success: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Feedback:
     """A check's verdict in plain words."""
 
@@ -45,6 +45,8 @@ class Feedback:
         title = {Outcome.CORRECT: "Correct", Outcome.NOT_ATTEMPTED: "Not attempted yet",
                  Outcome.INCORRECT: "Not quite"}[self.outcome]
         return f"{title}: {self.exercise}. {self.message}".strip()
+
+    __repr__ = __str__
 
     def _repr_html_(self) -> str:
         colour = {Outcome.CORRECT: "#1a7f37", Outcome.NOT_ATTEMPTED: "#9a6700", Outcome.INCORRECT: "#cf222e"}
