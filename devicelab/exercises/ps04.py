@@ -76,7 +76,12 @@ def _bandwidth_gbps(bandwidth_gbps) -> None:
     got = bandwidth_gbps(1 << 30, 0.5)
     assert math.isclose(got, 2 * (1 << 30) / 1e9), (
         f"1 GB is 10**9 bytes here, not 2**30: 2**30 bytes in 0.5 s is 2.147 GB/s; you returned {got!r}.")
-    assert bandwidth_gbps(0, 1.0) == 0.0, "0 bytes in 1 s is 0.0 GB/s (0 bytes is allowed)."
+    try:
+        got = bandwidth_gbps(0, 1.0)
+    except ValueError as error:
+        raise AssertionError(
+            "0 bytes in 1 s is a valid (empty) copy: return 0.0; only nbytes < 0 is an error.") from error
+    assert got == 0.0, f"0 bytes in 1 s is 0.0 GB/s; you returned {got!r}."
     for nbytes, seconds, what in [(100, 0.0, "seconds=0"), (100, -1.0, "negative seconds"),
                                   (-1, 1.0, "negative nbytes")]:
         try:

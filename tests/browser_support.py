@@ -1,0 +1,151 @@
+"""A real JupyterLab on a loopback port and headless Chromium driving it, for the end-to-end tests."""
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autograder import COURSE_ROOT
+
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+# Flags for a closed network and a root user (containers, CI); see the README's testing notes.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+ARTIFACTS = COURSE_ROOT / "artifacts" / "screenshots"
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A running JupyterLab serving a scratch copy of the course."""
+
+    url: str
+    token: str
+    root: Path
+
+    def tree(self, relpath: str) -> str:
+        """Return the address that opens `relpath` in JupyterLab."""
+        return f"{self.url}/lab/tree/{relpath}?token={self.token}"
+
+
+def browser_or_skip() -> str:
+    """Return the Chromium executable; skip on a user's machine without one, fail in CI."""
+    found = next((c for c in CHROMIUM_CANDIDATES if Path(c).exists()), shutil.which("chromium"))
+    missing = found is None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing = True
+    if missing:
+        message = "browser tests need Chromium (Debian: apt-get install chromium) and playwright (pip)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser tests: {message}")
+        pytest.skip(message)
+    return found
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scratch_course(target: Path) -> Path:
+    """Copy what a student or instructor opens, so the browser never writes into the repository."""
+    for name in ("notebooks", "release", "source"):
+        shutil.copytree(COURSE_ROOT / name, target / name)
+    shutil.copy(COURSE_ROOT / "nbgrader_config.py", target)
+    config = target / ".jupyter-config"
+    (config / "labconfig").mkdir(parents=True)
+    # No "get notified of Jupyter news?" toast over the screenshots.
+    (config / "labconfig" / "page_config.json").write_text(
+        '{"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": true}}')
+    # A private nbgrader exchange, so formgrader and the assignment list have one to read.
+    (target / "exchange").mkdir()
+    (config / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(target / 'exchange')!r}\n")
+    return target
+
+
+@contextlib.contextmanager
+def running_lab(root: Path, log: Path):
+    """Start JupyterLab on a free loopback port and stop it afterwards."""
+    port, token = _free_port(), "devicelab-e2e"
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config")}
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+               f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+               "--ServerApp.disable_check_xsrf=False"]
+    if hasattr(os, "getuid") and os.getuid() == 0:
+        command.append("--allow-root")
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"JupyterLab did not start:\n{log.read_text()[-3000:]}") from None
+                time.sleep(0.5)
+        yield Lab(url, token, root)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def open_notebook(page, lab: Lab, relpath: str) -> None:
+    """Open a notebook and wait until its kernel is idle."""
+    page.goto(lab.tree(relpath))
+    page.wait_for_function("window.jupyterapp?.shell?.currentWidget?.sessionContext?.session?.kernel?.status"
+                           " === 'idle'", timeout=90_000)
+    dismiss_news(page)
+
+
+def dismiss_news(page) -> None:
+    """Close JupyterLab's 'get notified of news' toast if it shows up."""
+    button = page.get_by_role("button", name="No")
+    with contextlib.suppress(Exception):
+        button.click(timeout=1500)
+
+
+def run_all(page, timeout_ms: int = 180_000) -> None:
+    """Run every cell of the current notebook and wait until the last one has finished."""
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(
+        "(() => { const nb = window.jupyterapp.shell.currentWidget;"
+        " const busy = nb.sessionContext.session.kernel.status !== 'idle';"
+        " const pending = nb.content.widgets.some(c => c.model.type === 'code' && c.promptNode"
+        " && c.promptNode.textContent.includes('*'));"
+        " return !busy && !pending; })()", timeout=timeout_ms, polling=500)
+
+
+def cell_text(page, index: int) -> str:
+    """Return the rendered output text of the cell at `index`."""
+    return page.evaluate(f"window.jupyterapp.shell.currentWidget.content.widgets[{index}].node.innerText")
+
+
+def cell_index(page, predicate_js: str) -> int:
+    """Return the index of the first cell whose model satisfies a JS predicate over `c` (the cell widget)."""
+    return page.evaluate(f"window.jupyterapp.shell.currentWidget.content.widgets.findIndex(c => {predicate_js})")
+
+
+def screenshot(page, name: str) -> Path:
+    """Save a screenshot as a test artifact and return its path."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path

@@ -1,0 +1,434 @@
+"""ps04-async-timing: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
+
+import re
+
+import nbformat
+import pytest
+
+from autograder import COURSE_ROOT
+from autograder.checks import source_problems
+from autograder.harness import run_graded_cells, score, solution_ids
+from devicelab.exercises import ps04
+from devicelab.feedback import Outcome, evaluate
+
+NOTEBOOK = COURSE_ROOT / "source" / "ps04-async-timing" / "ps04-async-timing.ipynb"
+MEASURE_CELLS = ("measure-tests-basic", "measure-tests-sync", "measure-tests-warmup", "measure-tests-median")
+BANDWIDTH_CELLS = ("bandwidth-gbps-tests-basic", "bandwidth-gbps-tests-errors")
+CELLS_OF = {"measure": MEASURE_CELLS, "bandwidth-gbps": BANDWIDTH_CELLS}
+POINTS_OF = {"measure": 8, "bandwidth-gbps": 2}
+
+MEASURE_SIGNATURE = "def measure(fn, *, sync, clock=time.perf_counter, warmup: int = 1, repeats: int = 5) -> float:"
+BANDWIDTH_SIGNATURE = "def bandwidth_gbps(nbytes: int, seconds: float) -> float:"
+
+
+def _body(head: str, body: str) -> str:
+    return head + "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").split("\n"))
+
+
+def measure_source(body: str) -> str:
+    """Return a measure cell whose body is `body` (written flush left)."""
+    return _body(MEASURE_SIGNATURE + '\n    """Measure."""\n', body)
+
+
+def bandwidth_source(body: str) -> str:
+    """Return a bandwidth_gbps cell whose body is `body` (written flush left)."""
+    return _body(BANDWIDTH_SIGNATURE + '\n    """Rate."""\n', body)
+
+
+WARMUP = """
+for _ in range(warmup):
+    fn()
+"""
+TIMED = """
+times = []
+for _ in range(repeats):
+    sync()
+    start = clock()
+    fn()
+    sync()
+    times.append(clock() - start)
+"""
+MEDIAN = """
+import statistics
+return statistics.median(times)
+"""
+
+
+def measure_with(warmup: str = WARMUP, timed: str = TIMED, median: str = MEDIAN) -> str:
+    """Return a measure cell built from a warm-up part, a timing loop and a summary, one of them flawed."""
+    return measure_source("\n".join(part.strip("\n") for part in (warmup, timed, median)))
+
+
+CHECKS = """
+if seconds <= 0:
+    raise ValueError(f"seconds must be positive, got {seconds}")
+if nbytes < 0:
+    raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+"""
+
+
+def bandwidth_with(checks: str = CHECKS, rate: str = "nbytes / seconds / 1e9") -> str:
+    """Return a bandwidth_gbps cell from a validation part and the returned expression."""
+    return bandwidth_source(checks.strip("\n") + f"\nreturn {rate}")
+
+
+def results_for(replace: dict[str, str] | None = None) -> dict:
+    return run_graded_cells(NOTEBOOK, replace=replace)
+
+
+def failing(results: dict) -> list[str]:
+    return [gid for gid, r in results.items() if not r.passed]
+
+
+def report(results: dict) -> str:
+    return "; ".join(f"{gid}: {'ok' if r.passed else r.error}" for gid, r in results.items())
+
+
+def assert_runs(source: str, results: dict) -> None:
+    """Check that a mistake fails for its own reasons, not because the cell itself is broken."""
+    compile(source, "<mistake>", "exec")
+    broken = [r.error for r in results.values() if r.error.startswith("NameError")]
+    assert broken == [], f"the mistake's cell did not define its function: {broken}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The notebook itself
+
+
+def _cells():
+    return [c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
+
+
+def _solutions() -> dict[str, str]:
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in _cells()
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def test_notebook_is_a_well_formed_assignment():
+    assert source_problems(NOTEBOOK) == []
+    code = _cells()
+    imports = next(c for c in code if "colab-setup" not in c.metadata.get("tags", []))
+    assert imports.metadata["nbgrader"] == {"grade": False, "grade_id": "imports", "locked": True,
+                                            "schema_version": 3, "solution": False, "task": False}
+    for line in ("import time", "import torch", "from devicelab.exercises.ps04 import check, hint"):
+        assert line in imports.source.splitlines()
+    assert not any(line.lstrip().startswith(("%", "!")) for c in code for line in c.source.splitlines()), (
+        "assignment notebooks are plain Python (the harness runs them in-process)"
+    )
+    assert solution_ids(NOTEBOOK) == ["measure", "bandwidth-gbps"]
+    solutions = _solutions()
+    assert solutions["measure"].startswith(MEASURE_SIGNATURE + '\n    """')
+    assert solutions["bandwidth-gbps"].startswith(BANDWIDTH_SIGNATURE + '\n    """')
+    graded = [c for c in code if c.metadata.get("nbgrader", {}).get("grade")]
+    assert [c.metadata["nbgrader"]["grade_id"] for c in graded] == [*MEASURE_CELLS, *BANDWIDTH_CELLS]
+    for cell in graded:
+        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS")
+        assert "assert " in visible or "raise AssertionError" in visible, (
+            f"{cell.metadata['nbgrader']['grade_id']} needs a visible check")
+        assert "### END HIDDEN TESTS" in hidden
+    assert {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in graded} == {
+        "measure-tests-basic": 2, "measure-tests-sync": 2, "measure-tests-warmup": 2, "measure-tests-median": 2,
+        "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1}
+    checks = [c.source for c in code if c.source.startswith("check(")]
+    assert checks == ['check("measure")  # instant feedback; hint("measure") gives a nudge, call it again for more',
+                      'check("bandwidth_gbps")  # instant feedback; hint("bandwidth_gbps") gives a nudge']
+
+
+def test_reference_solutions_get_full_marks():
+    results = results_for()
+    assert set(results) == {*MEASURE_CELLS, *BANDWIDTH_CELLS}
+    assert failing(results) == [], report(results)
+    assert score(results) == (10.0, 10.0)
+
+
+def _student_stubs() -> dict[str, str]:
+    """Return each solution cell as nbgrader's ClearSolutions gives it to students, with the course's stub."""
+    from nbgrader.preprocessors import ClearSolutions
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
+    nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(NOTEBOOK, as_version=4), {})
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def test_student_stubs_fail_every_graded_cell():
+    stubs = _student_stubs()
+    for source in stubs.values():
+        assert "raise NotImplementedError(" in source and "### BEGIN SOLUTION" not in source
+    assert stubs["measure"].startswith(MEASURE_SIGNATURE)
+    assert stubs["bandwidth-gbps"].startswith(BANDWIDTH_SIGNATURE)
+    results = results_for(stubs)
+    assert [gid for gid, r in results.items() if r.passed] == [], report(results)
+    assert score(results)[0] == 0
+
+
+@pytest.mark.parametrize("done", ["measure", "bandwidth-gbps"])
+def test_one_exercise_done_earns_its_points_alone(done):
+    stubs = _student_stubs()
+    del stubs[done]
+    results = results_for(stubs)
+    assert sorted(gid for gid, r in results.items() if r.passed) == sorted(CELLS_OF[done]), report(results)
+    assert score(results)[0] == POINTS_OF[done]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Instant feedback: correct for the solution, not attempted for the stub
+
+
+def _namespace(sources: dict[str, str]) -> dict:
+    namespace: dict = {"__name__": "__main__"}
+    exec("import time\nimport torch\n", namespace)
+    for source in sources.values():
+        exec(compile(source, "<solution>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps"])
+def test_feedback_says_correct_for_the_solution(name, monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    feedback = evaluate(ps04._exercises.exercises[name], _namespace(_solutions()))
+    assert feedback.outcome is Outcome.CORRECT, feedback.message
+
+
+@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps"])
+def test_feedback_says_not_attempted_for_the_stub(name):
+    feedback = evaluate(ps04._exercises.exercises[name], _namespace(_student_stubs()))
+    assert feedback.outcome is Outcome.NOT_ATTEMPTED, feedback.message
+
+
+def test_feedback_says_not_attempted_before_the_cell_runs():
+    assert evaluate(ps04._exercises.exercises["measure"], {}).outcome is Outcome.NOT_ATTEMPTED
+
+
+def test_hints_come_in_levels(capsys, monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setattr(ps04._exercises, "hints_given", {})
+    for name in ("measure", "bandwidth_gbps"):
+        ps04.hint(name)
+        ps04.hint(name)
+    out = capsys.readouterr().out
+    assert "Hint 1 of 3 for measure" in out and "Hint 2 of 3 for measure" in out
+    assert "Hint 2 of 2 for bandwidth_gbps" in out
+    assert "sync()" in out and "1e9" in out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Other correct answers get full marks
+
+CORRECT_MEASURE = {
+    "reference-shape": measure_with(),
+    "sync-once-then-contiguous-stamps": measure_source("""
+import statistics
+for _ in range(warmup):
+    fn()
+sync()
+stamps = [clock()]
+for _ in range(repeats):
+    fn()
+    sync()
+    stamps.append(clock())
+return statistics.median([b - a for a, b in zip(stamps, stamps[1:])])
+"""),
+    "sync-after-warmup-then-sync-after-each-call": measure_with(timed="""
+sync()
+times = []
+for _ in range(repeats):
+    start = clock()
+    fn()
+    sync()
+    times.append(clock() - start)
+"""),
+    "numpy-median": measure_with(median="import numpy as np\nreturn np.median(times)"),
+    "torch-median-is-the-lower-middle": measure_with(
+        median="return torch.tensor(times, dtype=torch.float64).median().item()"),
+    "sorted-upper-middle": measure_with(median="return sorted(times)[len(times) // 2]"),
+    "statistics-median-low": measure_with(median="import statistics\nreturn statistics.median_low(times)"),
+    "while-loops-and-extra-syncs": measure_source("""
+import statistics
+sync()
+done = 0
+while done < warmup:
+    fn()
+    done += 1
+sync()
+samples = []
+while len(samples) < repeats:
+    sync()
+    t0 = clock()
+    fn()
+    sync()
+    t1 = clock()
+    sync()
+    samples.append(t1 - t0)
+return float(statistics.median(samples))
+"""),
+}
+
+CORRECT_BANDWIDTH = {
+    "reference-shape": bandwidth_with(),
+    "divide-by-power-of-ten-first": bandwidth_with(rate="(nbytes / 10**9) / seconds"),
+    "one-combined-check": bandwidth_source("""
+if not seconds > 0 or nbytes < 0:
+    raise ValueError("need seconds > 0 and nbytes >= 0")
+return float(nbytes) / (seconds * 1e9)
+"""),
+    "checks-nbytes-first": bandwidth_with(checks="""
+if nbytes < 0:
+    raise ValueError("negative size")
+if seconds <= 0:
+    raise ValueError("no time")
+""", rate="nbytes / 1e9 / seconds"),
+}
+
+
+@pytest.mark.parametrize("source", CORRECT_MEASURE.values(), ids=CORRECT_MEASURE.keys())
+def test_other_correct_measure_gets_full_marks(source):
+    results = results_for({"measure": source})
+    assert failing(results) == [], report(results)
+
+
+@pytest.mark.parametrize("source", CORRECT_BANDWIDTH.values(), ids=CORRECT_BANDWIDTH.keys())
+def test_other_correct_bandwidth_gets_full_marks(source):
+    results = results_for({"bandwidth-gbps": source})
+    assert failing(results) == [], report(results)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Realistic mistakes lose points, and only in that exercise's cells
+
+MEASURE_MISTAKES = {
+    "no-sync-at-all": measure_with(timed=TIMED.replace("    sync()\n", "")),
+    "no-sync-after-fn": measure_with(timed="""
+times = []
+for _ in range(repeats):
+    sync()
+    start = clock()
+    fn()
+    times.append(clock() - start)
+"""),
+    "no-sync-before-start": measure_with(timed="""
+times = []
+for _ in range(repeats):
+    start = clock()
+    fn()
+    sync()
+    times.append(clock() - start)
+"""),
+    "sync-only-before-the-warmup": measure_with(warmup="sync()\n" + WARMUP, timed="""
+times = []
+for _ in range(repeats):
+    start = clock()
+    fn()
+    sync()
+    times.append(clock() - start)
+"""),
+    "clock-started-before-sync": measure_with(timed="""
+times = []
+for _ in range(repeats):
+    start = clock()
+    sync()
+    fn()
+    sync()
+    times.append(clock() - start)
+"""),
+    "clock-stopped-before-sync": measure_with(timed="""
+times = []
+for _ in range(repeats):
+    sync()
+    start = clock()
+    fn()
+    end = clock()
+    sync()
+    times.append(end - start)
+"""),
+    "skips-warmup": measure_with(warmup=""),
+    "times-the-warmup-calls": measure_with(warmup="", timed=TIMED.replace("range(repeats)",
+                                                                         "range(warmup + repeats)")),
+    "warmup-hard-coded-to-one": measure_with(warmup=WARMUP.replace("range(warmup)", "range(1)")),
+    "warmup-off-by-one": measure_with(warmup=WARMUP.replace("range(warmup)", "range(warmup + 1)")),
+    "repeats-hard-coded-to-five": measure_with(timed=TIMED.replace("range(repeats)", "range(5)")),
+    "mean-instead-of-median": measure_with(median="return sum(times) / len(times)"),
+    "min-instead-of-median": measure_with(median="return min(times)"),
+    "returns-the-total": measure_with(median="return sum(times)"),
+    "middle-of-the-unsorted-list": measure_with(median="return times[len(times) // 2]"),
+    "one-sync-around-the-whole-loop": measure_with(timed="""
+sync()
+start = clock()
+for _ in range(repeats):
+    fn()
+sync()
+total = clock() - start
+""", median="return total / repeats"),
+    "uses-time-perf-counter": measure_with(timed=TIMED.replace("clock()", "time.perf_counter()")),
+    "uses-time-time": measure_with(timed=TIMED.replace("clock()", "time.time()")),
+    "returns-milliseconds": measure_with(median="import statistics\nreturn statistics.median(times) * 1000"),
+    "returns-the-list-of-times": measure_with(median="return sorted(times)"),
+    "returns-a-tensor": measure_with(median="return torch.tensor(times).median()"),
+}
+
+BANDWIDTH_MISTAKES = {
+    "gibibytes-instead-of-gigabytes": bandwidth_with(rate="nbytes / seconds / 2**30"),
+    "megabytes-per-second": bandwidth_with(rate="nbytes / seconds / 1e6"),
+    "gigabits-per-second": bandwidth_with(rate="nbytes * 8 / seconds / 1e9"),
+    "multiplies-by-seconds": bandwidth_with(rate="nbytes * seconds / 1e9"),
+    "truncates-to-whole-gigabytes": bandwidth_with(rate="nbytes // 10**9 / seconds"),
+    "rounds-the-result": bandwidth_with(rate="round(nbytes / seconds / 1e9, 1)"),
+    "no-validation": bandwidth_with(checks=""),
+    "zero-seconds-not-rejected": bandwidth_with(checks=CHECKS.replace("seconds <= 0", "seconds < 0")),
+    "rejects-zero-bytes": bandwidth_with(checks=CHECKS.replace("nbytes < 0", "nbytes <= 0")),
+    "negative-bytes-not-rejected": bandwidth_with(checks="""
+if seconds <= 0:
+    raise ValueError("seconds must be positive")
+"""),
+    "asserts-instead-of-raising": bandwidth_with(checks="""
+assert seconds > 0, "seconds must be positive"
+assert nbytes >= 0, "nbytes must be >= 0"
+"""),
+    "returns-zero-for-zero-seconds": bandwidth_with(checks="""
+if seconds == 0:
+    return 0.0
+if seconds < 0 or nbytes < 0:
+    raise ValueError("negative input")
+"""),
+    "raises-type-error": bandwidth_with(checks=CHECKS.replace("ValueError", "TypeError")),
+}
+
+
+@pytest.mark.parametrize("source", MEASURE_MISTAKES.values(), ids=MEASURE_MISTAKES.keys())
+def test_measure_mistake_loses_points(source):
+    results = results_for({"measure": source})
+    assert_runs(source, results)
+    assert [gid for gid in MEASURE_CELLS if not results[gid].passed], f"not caught: {report(results)}"
+    assert score(results)[0] < 10
+    assert all(results[gid].passed for gid in BANDWIDTH_CELLS), (
+        f"bandwidth_gbps's points must not depend on measure: {report(results)}"
+    )
+
+
+@pytest.mark.parametrize("source", BANDWIDTH_MISTAKES.values(), ids=BANDWIDTH_MISTAKES.keys())
+def test_bandwidth_mistake_loses_points(source):
+    results = results_for({"bandwidth-gbps": source})
+    assert_runs(source, results)
+    assert [gid for gid in BANDWIDTH_CELLS if not results[gid].passed], f"not caught: {report(results)}"
+    assert score(results)[0] < 10
+    assert all(results[gid].passed for gid in MEASURE_CELLS), report(results)
+
+
+@pytest.mark.parametrize("mistake", ["no-sync-after-fn", "mean-instead-of-median", "skips-warmup",
+                                     "uses-time-perf-counter", "no-sync-before-start"])
+def test_feedback_catches_measure_mistakes(mistake):
+    namespace = _namespace({"measure": MEASURE_MISTAKES[mistake]})
+    assert evaluate(ps04._exercises.exercises["measure"], namespace).outcome is Outcome.INCORRECT
+
+
+def test_failures_say_what_to_fix():
+    results = results_for({"measure": MEASURE_MISTAKES["no-sync-after-fn"],
+                           "bandwidth-gbps": BANDWIDTH_MISTAKES["gibibytes-instead-of-gigabytes"]})
+    assert re.search(r"sync\(\)", results["measure-tests-basic"].error)
+    assert "not 2**30" in results["bandwidth-gbps-tests-basic"].error
+    results = results_for({"measure": MEASURE_MISTAKES["mean-instead-of-median"]})
+    assert "median" in results["measure-tests-median"].error
+    feedback = evaluate(ps04._exercises.exercises["measure"], _namespace({"measure": MEASURE_MISTAKES[
+        "no-sync-after-fn"]}))
+    assert "enqueue" in feedback.message
