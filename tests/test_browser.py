@@ -2,8 +2,17 @@
 
 import pytest
 
-from tests.browser_support import (CHROMIUM_ARGS, browser_or_skip, cell_index, cell_text, open_notebook,
-                                   run_all, running_lab, scratch_course, screenshot)
+from tests.browser_support import (
+    CHROMIUM_ARGS,
+    browser_or_skip,
+    cell_index,
+    cell_text,
+    open_notebook,
+    run_all,
+    running_lab,
+    scratch_course,
+    screenshot,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.notebook]
 

@@ -22,6 +22,7 @@ WRONG = {
     "same_storage": "def same_storage(a, b):\n    return a.data_ptr() == b.data_ptr()",
     "devices_in": 'def devices_in(message):\n    return [w.strip("!,") for w in message.split() if "cuda" in w]',
     "gpu_finish_time": "def gpu_finish_time(kernel_seconds, launch_s=5e-6):\n    return sum(kernel_seconds)",
+    "effective_gbps": "def effective_gbps(nbytes, peak_gbps, latency_s):\n    return peak_gbps",
 }
 
 

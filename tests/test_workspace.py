@@ -27,3 +27,22 @@ def test_rerunning_keeps_edited_copies(tmp_path):
 def test_refuses_to_copy_onto_the_course_itself():
     with pytest.raises(ValueError, match="course folder"):
         make_workspace(COURSE_ROOT, COURSE_ROOT / "release")
+
+
+def test_cli_copies_then_keeps(tmp_path, capsys):
+    from devicelab.__main__ import main
+
+    target = tmp_path / "mine"
+    assert main(["workspace", str(target), "--course", str(COURSE_ROOT)]) == 0
+    first = capsys.readouterr().out
+    assert main(["workspace", str(target), "--course", str(COURSE_ROOT)]) == 0
+    second = capsys.readouterr().out
+    assert "0 of your copies left" in first and "0 new notebooks copied" in second
+
+
+def test_cli_refuses_a_folder_that_is_not_the_course(tmp_path, capsys):
+    from devicelab.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["workspace", str(tmp_path / "mine"), "--course", str(tmp_path)])
+    assert exit_info.value.code == 2 and "not the course folder" in capsys.readouterr().err
