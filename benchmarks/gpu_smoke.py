@@ -32,7 +32,10 @@ def _python(source: str) -> str:
     lines = source.splitlines()
     if lines and lines[0].startswith("%%requires_cuda"):
         lines = lines[1:]
-    return "\n".join(line for line in lines if not line.lstrip().startswith(("%load_ext", "%matplotlib")))
+    kept = [line for line in lines if not line.lstrip().startswith(("%load_ext", "%matplotlib"))]
+    # `!command` lines are shell escapes in IPython: run them through the shell.
+    return "\n".join(f"__import__('os').system({line.strip()[1:]!r})" if line.lstrip().startswith("!") else line
+                     for line in kept)
 
 
 def run(folder: Path) -> dict:
