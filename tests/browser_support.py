@@ -68,6 +68,10 @@ def scratch_course(target: Path) -> Path:
     # No "get notified of Jupyter news?" toast over the screenshots.
     (config / "labconfig" / "page_config.json").write_text(
         '{"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": true}}')
+    # Render every cell (JupyterLab 4 otherwise only draws the cells in view), so tests can find widgets.
+    settings = target / ".lab-settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     # A private nbgrader exchange, so formgrader and the assignment list have one to read.
     (target / "exchange").mkdir()
     (config / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(target / 'exchange')!r}\n")
@@ -82,6 +86,7 @@ def running_lab(root: Path, log: Path):
            "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config")}
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+               f"--LabApp.user_settings_dir={root / '.lab-settings'}",
                "--ServerApp.disable_check_xsrf=False"]
     if hasattr(os, "getuid") and os.getuid() == 0:
         command.append("--allow-root")

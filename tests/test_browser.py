@@ -1,5 +1,7 @@
 """The course in a real browser: JupyterLab + headless Chromium, as a student and an instructor see it."""
 
+import re
+
 import pytest
 
 from tests.browser_support import (
@@ -87,3 +89,46 @@ def test_instructor_opens_formgrader(lab, page):
     page.get_by_text("ps01-tensors-and-devices").first.wait_for(timeout=30_000)
     screenshot(page, "formgrader")
     assert page.get_by_text("Loading, please wait").count() == 0
+
+
+def test_timing_lies_chart_renders(lab, page):
+    server, _ = lab
+    open_notebook(page, server, "notebooks/05-async-and-timing.ipynb")
+    run_all(page)
+    box = page.locator(".widget-vbox", has=page.locator(".widget-output img")).first
+    box.scroll_into_view_if_needed()
+    chart = box.locator(".widget-output img").first
+    chart.wait_for(timeout=60_000)
+    assert chart.bounding_box()["width"] > 200, "the bar chart is drawn"
+    screenshot(page, "timing-lies-widget")
+
+
+def test_transfer_lab_runs_grows_and_stops(lab, page):
+    server, _ = lab
+    open_notebook(page, server, "notebooks/06-pinned-memory-and-dataloader.ipynb")
+    run_all(page)
+    lab_box = page.locator(".widget-vbox", has=page.locator("button", has_text="Clear plot")).first
+    lab_box.scroll_into_view_if_needed()
+    status = lab_box.locator(".widget-html").filter(has_text=re.compile("press Run|Done|Stopped")).first
+    plot = lab_box.locator("img").first
+    before_plot = plot.get_attribute("src")
+    rows_before = lab_box.locator("table tr").count()
+
+    lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")).click()
+    page.wait_for_function("(el) => /Done:/.test(el.innerText)", arg=status.element_handle(), timeout=60_000)
+    assert lab_box.locator("table tr").count() > rows_before, "the results table fills in"
+    assert plot.get_attribute("src") != before_plot, "the plot grows with the new run"
+    screenshot(page, "transfer-lab-run")
+
+    # A long sweep to stop: the largest size on offer, ten repeats each.
+    largest = lab_box.locator(".widget-dropdown:has(label:text-is('to')) select")
+    largest.select_option(index=largest.locator("option").count() - 1)
+    lab_box.locator(".widget-dropdown:has(label:text-is('Repeats')) select").select_option(label="10")
+    lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")).click()
+    lab_box.locator("button", has_text="Stop").click()
+    page.wait_for_function("(el) => /Stopped after (\\d+) of (\\d+)/.test(el.innerText)",
+                           arg=status.element_handle(), timeout=60_000)
+    done, total = map(int, re.search(r"Stopped after (\d+) of (\d+)", status.inner_text()).groups())
+    assert done < total, "Stop ends the sweep early"
+    assert lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")).is_enabled(), "Run is usable again"
+    screenshot(page, "transfer-lab-stopped")
