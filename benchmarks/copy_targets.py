@@ -61,7 +61,7 @@ def host_copy_against_numpy(rounds: int = 5) -> None:
         numpy_gbps.append(SIZE / median_seconds(lambda: np.copyto(b, a)) / 1e9)
     ours, theirs = statistics.median(bench_gbps), statistics.median(numpy_gbps)
     ratio = statistics.median(x / y for x, y in zip(bench_gbps, numpy_gbps, strict=True))
-    print(f"1. h2h at 256 MB: devicelab.copybench {ours:.2f} GB/s (one thread), NumPy copyto {theirs:.2f} GB/s "
+    print(f"1. h2h at 256 MB: devicelab.copybench {ours:.2f} GB/s ({torch.get_num_threads()} threads), NumPy copyto {theirs:.2f} GB/s "
           f"(medians of {rounds} interleaved rounds of {REPEATS}): ratio {ratio:.2f} (target >= 0.9)")
     threaded = SIZE / median_seconds(lambda: dst.copy_(src)) / 1e9
     clone = SIZE / median_seconds(lambda: src.clone()) / 1e9

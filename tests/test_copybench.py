@@ -241,13 +241,13 @@ def test_closing_a_sweep_early_stops_it_and_frees_everything(recorder):
     assert len([e for e in recorder.log if e.startswith("alloc")]) == 2
 
 
-def test_host_copies_run_on_one_thread_and_the_setting_is_restored(recorder):
+def test_host_copies_use_torchs_threads_unless_told_and_the_setting_is_restored(recorder):
     before = torch.get_num_threads()
     list(cb.sweep([4 * KB], "h2h", repeats=1, clock=recorder.clock, allocate=recorder.allocate))
+    assert recorder.threads_seen == before
+    list(cb.sweep([4 * KB], "h2h", repeats=1, threads=1, clock=recorder.clock, allocate=recorder.allocate))
     assert recorder.threads_seen == 1
     assert torch.get_num_threads() == before
-    list(cb.sweep([4 * KB], "h2h", repeats=1, threads=None, clock=recorder.clock, allocate=recorder.allocate))
-    assert recorder.threads_seen == before
 
 
 # ----- bad input ------------------------------------------------------------------------------------------
@@ -387,9 +387,9 @@ def test_bench_passes_the_thread_count_on(monkeypatch, capsys):
     seen = []
     real_sweep = cb.sweep
     monkeypatch.setattr(cb, "sweep", lambda *a, **k: seen.append(k["threads"]) or real_sweep(*a, **k))
-    assert main(["bench", "--sizes", "4KB", "--repeats", "1", "--threads", "0"]) == 0
+    assert main(["bench", "--sizes", "4KB", "--repeats", "1", "--threads", "1"]) == 0
     assert main(["bench", "--sizes", "4KB", "--repeats", "1"]) == 0
-    assert seen == [None, 1]
+    assert seen == [1, None]
 
 
 @pytest.mark.parametrize(("argv", "words"), [

@@ -1,32 +1,39 @@
 """ps01-tensors-and-devices: the solutions and other correct answers earn full marks; mistakes lose points."""
 
 import re
+from functools import partial
 
-import nbformat
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.checks import source_problems
-from autograder.harness import run_graded_cells, score, solution_ids
+from autograder.harness import run_graded_cells
+from tests import assignment_support as support
 
 NOTEBOOK = COURSE_ROOT / "source" / "ps01-tensors-and-devices" / "ps01-tensors-and-devices.ipynb"
-DESCRIBE_CELLS = ("describe-tests-basic", "describe-tests-edge", "describe-tests-views",
-                  "describe-tests-meta")
-PICK_DEVICE_CELLS = ("pick-device-tests-default", "pick-device-tests-prefer", "pick-device-tests-unavailable")
-CELLS_OF = {"describe": DESCRIBE_CELLS, "pick-device": PICK_DEVICE_CELLS}
+CELLS_OF = {
+    "describe": ("describe-tests-basic", "describe-tests-edge", "describe-tests-views",
+                 "describe-tests-meta"),
+    "pick-device": ("pick-device-tests-default", "pick-device-tests-prefer", "pick-device-tests-unavailable"),
+}
+POINTS_OF = {"describe": 5, "pick-device": 5}
+TOTAL = sum(POINTS_OF.values())
+HEADS = {
+    "describe": 'def describe(t: torch.Tensor) -> dict:\n    """Describe t."""\n',
+    "pick-device": 'def pick_device(prefer: str | None = None) -> torch.device:\n    """Pick a device."""\n',
+}
 
-DESCRIBE_HEAD = 'def describe(t: torch.Tensor) -> dict:\n    """Describe t."""\n'
-PICK_HEAD = 'def pick_device(prefer: str | None = None) -> torch.device:\n    """Pick a device."""\n'
+
+results_for = partial(run_graded_cells, NOTEBOOK)  # results_for({grade_id: source}) grades with that answer
 
 
 def describe_source(body: str) -> str:
     """Return a describe cell whose body is `body` (written flush left)."""
-    return DESCRIBE_HEAD + "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").split("\n"))
+    return support.function_cell(HEADS["describe"], body)
 
 
 def pick_source(body: str) -> str:
     """Return a pick_device cell whose body is `body` (written flush left)."""
-    return PICK_HEAD + "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").split("\n"))
+    return support.function_cell(HEADS["pick-device"], body)
 
 
 def describe_returning(shape="tuple(t.shape)", dtype="t.dtype", device="t.device",
@@ -63,89 +70,26 @@ def pick_with(default: str = PICK_DEFAULT, prefer: str = PICK_PREFER) -> str:
     return pick_source(default.strip("\n") + "\n" + prefer.strip("\n"))
 
 
-def results_for(replace: dict[str, str] | None = None) -> dict:
-    return run_graded_cells(NOTEBOOK, replace=replace)
-
-
-def failing(results: dict) -> list[str]:
-    return [gid for gid, r in results.items() if not r.passed]
-
-
-def assert_runs(source: str, results: dict) -> None:
-    """Check that a mistake fails for its own reasons, not because the cell itself is broken."""
-    compile(source, "<mistake>", "exec")
-    broken = [r.error for r in results.values() if r.error.startswith("NameError")]
-    assert broken == [], f"the mistake's cell did not define its function: {broken}"
-
-
-def report(results: dict) -> str:
-    return "; ".join(f"{gid}: {'ok' if r.passed else r.error}" for gid, r in results.items())
-
-
 # ----------------------------------------------------------------------------------------------------------
 # The notebook itself
 
 def test_notebook_is_a_well_formed_assignment():
-    assert source_problems(NOTEBOOK) == []
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    imports = next(c for c in code if "colab-setup" not in c.metadata.get("tags", []))
-    assert imports.metadata["nbgrader"] == {"grade": False, "grade_id": "imports", "locked": True,
-                                            "schema_version": 3, "solution": False, "task": False}
-    assert not any(line.lstrip().startswith(("%", "!")) for c in code for line in c.source.splitlines()), (
-        "assignment notebooks are plain Python (the harness runs them in-process)"
-    )
-    assert solution_ids(NOTEBOOK) == ["describe", "pick-device"]
-    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source
-                 for c in code if c.metadata.get("nbgrader", {}).get("solution")}
-    assert solutions["describe"].startswith("def describe(t: torch.Tensor) -> dict:\n    \"\"\"")
-    assert solutions["pick-device"].startswith(
-        "def pick_device(prefer: str | None = None) -> torch.device:\n    \"\"\""
-    )
-    graded = [c for c in code if c.metadata.get("nbgrader", {}).get("grade")]
-    assert [c.metadata["nbgrader"]["grade_id"] for c in graded] == [*DESCRIBE_CELLS, *PICK_DEVICE_CELLS]
-    for cell in graded:
-        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS")
-        assert "assert " in visible, f"{cell.metadata['nbgrader']['grade_id']} needs a visible assert"
-        assert "### END HIDDEN TESTS" in hidden
-    assert sum(c.metadata["nbgrader"]["points"] for c in graded) == 10
+    graded = support.assert_well_formed_cells(NOTEBOOK, support.code_cells(NOTEBOOK), CELLS_OF, HEADS)
+    assert sum(support.points_by_cell(graded).values()) == TOTAL
 
 
 def test_reference_solutions_get_full_marks():
-    results = results_for()
-    assert set(results) == {*DESCRIBE_CELLS, *PICK_DEVICE_CELLS}
-    assert failing(results) == [], report(results)
-    assert score(results) == (10.0, 10.0)
-
-
-def _student_stubs() -> dict[str, str]:
-    """Return each solution cell as nbgrader's ClearSolutions gives it to students, with the course's stub."""
-    from nbgrader.preprocessors import ClearSolutions
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
-    nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(NOTEBOOK, as_version=4), {})
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+    support.assert_reference_solutions_get_full_marks(NOTEBOOK, CELLS_OF, TOTAL)
 
 
 def test_student_stubs_fail_every_graded_cell():
-    stubs = _student_stubs()
-    for source in stubs.values():
-        assert "raise NotImplementedError(" in source and "### BEGIN SOLUTION" not in source
-    assert stubs["describe"].startswith("def describe(t: torch.Tensor) -> dict:")
-    results = results_for(stubs)
-    assert [gid for gid, r in results.items() if r.passed] == [], report(results)
-    assert score(results)[0] == 0
+    stubs = support.student_stubs(NOTEBOOK)
+    support.assert_stubs_fail_every_graded_cell(NOTEBOOK, stubs, {"describe": HEADS["describe"]})
 
 
-@pytest.mark.parametrize("done", ["describe", "pick-device"])
+@pytest.mark.parametrize("done", list(CELLS_OF))
 def test_one_exercise_done_earns_its_points_alone(done):
-    stubs = _student_stubs()
-    del stubs[done]
-    results = results_for(stubs)
-    assert sorted(gid for gid, r in results.items() if r.passed) == sorted(CELLS_OF[done]), report(results)
-    assert score(results)[0] == 5
+    support.assert_one_exercise_earns_its_points_alone(NOTEBOOK, done, CELLS_OF, POINTS_OF)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -256,14 +200,12 @@ raise RuntimeError(f"CUDA/MPS device '{prefer}' not found")
 
 @pytest.mark.parametrize("source", CORRECT_DESCRIBE.values(), ids=CORRECT_DESCRIBE.keys())
 def test_other_correct_describe_gets_full_marks(source):
-    results = results_for({"describe": source})
-    assert failing(results) == [], report(results)
+    support.assert_all_pass(results_for({"describe": source}))
 
 
 @pytest.mark.parametrize("source", CORRECT_PICK_DEVICE.values(), ids=CORRECT_PICK_DEVICE.keys())
 def test_other_correct_pick_device_gets_full_marks(source):
-    results = results_for({"pick-device": source})
-    assert failing(results) == [], report(results)
+    support.assert_all_pass(results_for({"pick-device": source}))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -440,22 +382,12 @@ if prefer is None:
 @pytest.mark.filterwarnings("ignore:TypedStorage is deprecated:UserWarning")
 @pytest.mark.parametrize("source", DESCRIBE_MISTAKES.values(), ids=DESCRIBE_MISTAKES.keys())
 def test_describe_mistake_loses_points(source):
-    results = results_for({"describe": source})
-    assert_runs(source, results)
-    assert [gid for gid in DESCRIBE_CELLS if not results[gid].passed], f"not caught: {report(results)}"
-    assert score(results)[0] < 10
-    assert all(results[gid].passed for gid in PICK_DEVICE_CELLS), (
-        f"pick_device's points must not depend on describe: {report(results)}"
-    )
+    support.assert_mistake_loses_points(NOTEBOOK, "describe", source, CELLS_OF, TOTAL)
 
 
 @pytest.mark.parametrize("source", PICK_DEVICE_MISTAKES.values(), ids=PICK_DEVICE_MISTAKES.keys())
 def test_pick_device_mistake_loses_points(source):
-    results = results_for({"pick-device": source})
-    assert_runs(source, results)
-    assert [gid for gid in PICK_DEVICE_CELLS if not results[gid].passed], f"not caught: {report(results)}"
-    assert score(results)[0] < 10
-    assert all(results[gid].passed for gid in DESCRIBE_CELLS), report(results)
+    support.assert_mistake_loses_points(NOTEBOOK, "pick-device", source, CELLS_OF, TOTAL)
 
 
 def test_failures_say_what_to_fix():

@@ -1,11 +1,12 @@
 """ps03-device-mismatch: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
 
-import nbformat
+from functools import partial
+
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.checks import source_problems
-from autograder.harness import run_graded_cells, score, solution_ids
+from autograder.harness import run_graded_cells
+from tests import assignment_support as support
 
 NOTEBOOK = COURSE_ROOT / "source" / "ps03-device-mismatch" / "ps03-device-mismatch.ipynb"
 CELLS_OF = {
@@ -28,104 +29,34 @@ HEADS = {
 
 def answer(grade_id: str, body: str) -> str:
     """Return a solution cell for `grade_id` whose body is `body` (written flush left)."""
-    lines = body.strip("\n").split("\n")
-    return HEADS[grade_id] + "".join(f"    {line}\n" if line else "\n" for line in lines)
+    return support.function_cell(HEADS[grade_id], body)
 
 
-def results_for(replace: dict[str, str] | None = None) -> dict:
-    return run_graded_cells(NOTEBOOK, replace=replace)
-
-
-def failing(results: dict) -> list[str]:
-    return [gid for gid, r in results.items() if not r.passed]
-
-
-def report(results: dict) -> str:
-    return "; ".join(f"{gid}: {'ok' if r.passed else r.error}" for gid, r in results.items())
-
-
-def assert_runs(source: str, results: dict) -> None:
-    """Check that a mistake fails for its own reasons, not because the cell itself is broken."""
-    compile(source, "<mistake>", "exec")
-    broken = [r.error for r in results.values() if r.error.startswith("NameError")]
-    assert broken == [], f"the mistake's cell did not define its function: {broken}"
+results_for = partial(run_graded_cells, NOTEBOOK)  # results_for({grade_id: source}) grades with that answer
 
 
 # ----------------------------------------------------------------------------------------------------------
 # The notebook itself
 
 def test_notebook_is_a_well_formed_assignment():
-    assert source_problems(NOTEBOOK) == []
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code" and "nbgrader" in c.metadata]
-    imports = next(c for c in code if "colab-setup" not in c.metadata.get("tags", []))  # `make build` adds it
-    assert imports.metadata["nbgrader"] == {"grade": False, "grade_id": "imports", "locked": True,
-                                            "schema_version": 3, "solution": False, "task": False}
-    assert not any(line.lstrip().startswith(("%", "!")) for c in code for line in c.source.splitlines()), (
-        "assignment notebooks are plain Python (the harness runs them in-process)"
-    )
-    assert solution_ids(NOTEBOOK) == list(CELLS_OF)
-    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in code if c.metadata["nbgrader"]["solution"]}
-    assert solutions["forward-on-model-device"].startswith(
-        'def forward_on_model_device(model: nn.Module, x: torch.Tensor) -> torch.Tensor:\n    """')
-    assert solutions["off-device"].startswith('def off_device(module: nn.Module, device) -> list[str]:\n    """')
-    assert solutions["check-same-device"].startswith(
-        'def check_same_device(*tensors: torch.Tensor) -> torch.device:\n    """')
-    for grade_id, source in solutions.items():
-        docstring, body = source.split("### BEGIN SOLUTION")
-        assert docstring.count('"""') == 2, f"{grade_id}: a one-line docstring above the solution"
-        assert body.rstrip().endswith("### END SOLUTION")
-    graded = [c for c in code if c.metadata["nbgrader"].get("grade")]
-    assert [c.metadata["nbgrader"]["grade_id"] for c in graded] == [g for cells in CELLS_OF.values() for g in cells]
-    for cell in graded:
-        assert cell.metadata["nbgrader"]["locked"] is True
-        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS")
-        assert "assert " in visible, f"{cell.metadata['nbgrader']['grade_id']} needs a visible assert"
-        assert hidden.rstrip().endswith("### END HIDDEN TESTS")
-    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in graded}
-    for exercise, cells in CELLS_OF.items():
-        assert sum(points[g] for g in cells) == POINTS_OF[exercise]
-        heading = next(c.source for c in nb.cells if c.cell_type == "markdown"
-                       and c.source.startswith("## ") and f"`{exercise.replace('-', '_')}`" in c.source)
-        assert f"({POINTS_OF[exercise]} points)" in heading.splitlines()[0]
+    code = [c for c in support.code_cells(NOTEBOOK) if "nbgrader" in c.metadata]
+    support.assert_well_formed_cells(NOTEBOOK, code, CELLS_OF, HEADS)
+    support.assert_locked_and_marked(NOTEBOOK, code, CELLS_OF, POINTS_OF)
 
 
 def test_reference_solutions_get_full_marks():
-    results = results_for()
-    assert set(results) == {g for cells in CELLS_OF.values() for g in cells}
-    assert failing(results) == [], report(results)
-    assert score(results) == (TOTAL, TOTAL)
-
-
-def _student_stubs() -> dict[str, str]:
-    """Return each solution cell as nbgrader's ClearSolutions gives it to students, with the course's stub."""
-    from nbgrader.preprocessors import ClearSolutions
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
-    nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(NOTEBOOK, as_version=4), {})
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+    support.assert_reference_solutions_get_full_marks(NOTEBOOK, CELLS_OF, TOTAL)
 
 
 def test_student_stubs_fail_every_graded_cell():
-    stubs = _student_stubs()
+    stubs = support.student_stubs(NOTEBOOK)
     assert set(stubs) == set(CELLS_OF)
-    for grade_id, source in stubs.items():
-        assert "raise NotImplementedError(" in source and "### BEGIN SOLUTION" not in source
-        assert source.startswith(HEADS[grade_id].split("\n")[0]), "the signature stays visible"
-    results = results_for(stubs)
-    assert [gid for gid, r in results.items() if r.passed] == [], report(results)
-    assert score(results)[0] == 0
+    support.assert_stubs_fail_every_graded_cell(NOTEBOOK, stubs, HEADS)
 
 
 @pytest.mark.parametrize("done", list(CELLS_OF))
 def test_one_exercise_done_earns_its_points_alone(done):
-    stubs = _student_stubs()
-    del stubs[done]
-    results = results_for(stubs)
-    assert sorted(gid for gid, r in results.items() if r.passed) == sorted(CELLS_OF[done]), report(results)
-    assert score(results)[0] == POINTS_OF[done]
+    support.assert_one_exercise_earns_its_points_alone(NOTEBOOK, done, CELLS_OF, POINTS_OF)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -215,14 +146,12 @@ return next(iter(counts), torch.device("cpu"))
 """,
     },
 }
-CORRECT_CASES = [pytest.param(gid, answer(gid, body), id=f"{gid}-{name}")
-                 for gid, answers in CORRECT.items() for name, body in answers.items()]
+CORRECT_CASES = support.correct_cases(CORRECT, HEADS)
 
 
 @pytest.mark.parametrize(("grade_id", "source"), CORRECT_CASES)
 def test_other_correct_answer_gets_full_marks(grade_id, source):
-    results = results_for({grade_id: source})
-    assert failing(results) == [], report(results)
+    support.assert_all_pass(results_for({grade_id: source}))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -378,18 +307,12 @@ return found if found is not None else torch.device("cpu")
     ("check-same-device", "compares-device-types", "check-same-device-tests-errors"): SAME_OK.replace(
         "devices = {t.device for t", "devices = {torch.device(t.device.type) for t"),
 }
-MISTAKE_CASES = [pytest.param(gid, answer(gid, body), cell, id=f"{gid}-{name}")
-                 for (gid, name, cell), body in MISTAKES.items()]
+MISTAKE_CASES = support.mistake_cases(MISTAKES, HEADS)
 
 
 @pytest.mark.parametrize(("grade_id", "source", "cell"), MISTAKE_CASES)
 def test_mistake_loses_points(grade_id, source, cell):
-    results = results_for({grade_id: source})
-    assert_runs(source, results)
-    assert not results[cell].passed, f"not caught by {cell}: {report(results)}"
-    assert score(results)[0] < TOTAL
-    others = [g for exercise, cells in CELLS_OF.items() if exercise != grade_id for g in cells]
-    assert all(results[g].passed for g in others), f"other exercises' points must not depend on it: {report(results)}"
+    support.assert_mistake_loses_points(NOTEBOOK, grade_id, source, CELLS_OF, TOTAL, caught_by=cell)
 
 
 def test_failures_say_what_to_fix():

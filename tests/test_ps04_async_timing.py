@@ -1,38 +1,41 @@
 """ps04-async-timing: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
 
 import re
+from functools import partial
 
-import nbformat
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.checks import source_problems
-from autograder.harness import run_graded_cells, score, solution_ids
+from autograder.harness import run_graded_cells
 from devicelab.exercises import ps04
 from devicelab.feedback import Outcome, evaluate
+from tests import assignment_support as support
 
 NOTEBOOK = COURSE_ROOT / "source" / "ps04-async-timing" / "ps04-async-timing.ipynb"
-MEASURE_CELLS = ("measure-tests-basic", "measure-tests-sync", "measure-tests-warmup", "measure-tests-median")
-BANDWIDTH_CELLS = ("bandwidth-gbps-tests-basic", "bandwidth-gbps-tests-errors")
-CELLS_OF = {"measure": MEASURE_CELLS, "bandwidth-gbps": BANDWIDTH_CELLS}
+CELLS_OF = {
+    "measure": ("measure-tests-basic", "measure-tests-sync", "measure-tests-warmup", "measure-tests-median"),
+    "bandwidth-gbps": ("bandwidth-gbps-tests-basic", "bandwidth-gbps-tests-errors"),
+}
 POINTS_OF = {"measure": 8, "bandwidth-gbps": 2}
+TOTAL = sum(POINTS_OF.values())
+HEADS = {
+    "measure": "def measure(fn, *, sync, clock=time.perf_counter, warmup: int = 1, repeats: int = 5)"
+               ' -> float:\n    """Measure."""\n',
+    "bandwidth-gbps": 'def bandwidth_gbps(nbytes: int, seconds: float) -> float:\n    """Rate."""\n',
+}
 
-MEASURE_SIGNATURE = "def measure(fn, *, sync, clock=time.perf_counter, warmup: int = 1, repeats: int = 5) -> float:"
-BANDWIDTH_SIGNATURE = "def bandwidth_gbps(nbytes: int, seconds: float) -> float:"
 
-
-def _body(head: str, body: str) -> str:
-    return head + "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").split("\n"))
+results_for = partial(run_graded_cells, NOTEBOOK)  # results_for({grade_id: source}) grades with that answer
 
 
 def measure_source(body: str) -> str:
     """Return a measure cell whose body is `body` (written flush left)."""
-    return _body(MEASURE_SIGNATURE + '\n    """Measure."""\n', body)
+    return support.function_cell(HEADS["measure"], body)
 
 
 def bandwidth_source(body: str) -> str:
     """Return a bandwidth_gbps cell whose body is `body` (written flush left)."""
-    return _body(BANDWIDTH_SIGNATURE + '\n    """Rate."""\n', body)
+    return support.function_cell(HEADS["bandwidth-gbps"], body)
 
 
 WARMUP = """
@@ -72,61 +75,17 @@ def bandwidth_with(checks: str = CHECKS, rate: str = "nbytes / seconds / 1e9") -
     return bandwidth_source(checks.strip("\n") + f"\nreturn {rate}")
 
 
-def results_for(replace: dict[str, str] | None = None) -> dict:
-    return run_graded_cells(NOTEBOOK, replace=replace)
-
-
-def failing(results: dict) -> list[str]:
-    return [gid for gid, r in results.items() if not r.passed]
-
-
-def report(results: dict) -> str:
-    return "; ".join(f"{gid}: {'ok' if r.passed else r.error}" for gid, r in results.items())
-
-
-def assert_runs(source: str, results: dict) -> None:
-    """Check that a mistake fails for its own reasons, not because the cell itself is broken."""
-    compile(source, "<mistake>", "exec")
-    broken = [r.error for r in results.values() if r.error.startswith("NameError")]
-    assert broken == [], f"the mistake's cell did not define its function: {broken}"
-
-
 # ----------------------------------------------------------------------------------------------------------
 # The notebook itself
 
 
-def _cells():
-    return [c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
-
-
-def _solutions() -> dict[str, str]:
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in _cells()
-            if c.metadata.get("nbgrader", {}).get("solution")}
-
-
 def test_notebook_is_a_well_formed_assignment():
-    assert source_problems(NOTEBOOK) == []
-    code = _cells()
-    imports = next(c for c in code if "colab-setup" not in c.metadata.get("tags", []))
-    assert imports.metadata["nbgrader"] == {"grade": False, "grade_id": "imports", "locked": True,
-                                            "schema_version": 3, "solution": False, "task": False}
+    code = support.code_cells(NOTEBOOK)
+    graded = support.assert_well_formed_cells(NOTEBOOK, code, CELLS_OF, HEADS,
+                                      visible_checks=("assert ", "raise AssertionError"))
     for line in ("import time", "import torch", "from devicelab.exercises.ps04 import check, hint"):
-        assert line in imports.source.splitlines()
-    assert not any(line.lstrip().startswith(("%", "!")) for c in code for line in c.source.splitlines()), (
-        "assignment notebooks are plain Python (the harness runs them in-process)"
-    )
-    assert solution_ids(NOTEBOOK) == ["measure", "bandwidth-gbps"]
-    solutions = _solutions()
-    assert solutions["measure"].startswith(MEASURE_SIGNATURE + '\n    """')
-    assert solutions["bandwidth-gbps"].startswith(BANDWIDTH_SIGNATURE + '\n    """')
-    graded = [c for c in code if c.metadata.get("nbgrader", {}).get("grade")]
-    assert [c.metadata["nbgrader"]["grade_id"] for c in graded] == [*MEASURE_CELLS, *BANDWIDTH_CELLS]
-    for cell in graded:
-        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS")
-        assert "assert " in visible or "raise AssertionError" in visible, (
-            f"{cell.metadata['nbgrader']['grade_id']} needs a visible check")
-        assert "### END HIDDEN TESTS" in hidden
-    assert {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in graded} == {
+        assert line in support.imports_cell(code).source.splitlines()
+    assert support.points_by_cell(graded) == {
         "measure-tests-basic": 2, "measure-tests-sync": 2, "measure-tests-warmup": 2, "measure-tests-median": 2,
         "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1}
     checks = [c.source for c in code if c.source.startswith("check(")]
@@ -135,41 +94,16 @@ def test_notebook_is_a_well_formed_assignment():
 
 
 def test_reference_solutions_get_full_marks():
-    results = results_for()
-    assert set(results) == {*MEASURE_CELLS, *BANDWIDTH_CELLS}
-    assert failing(results) == [], report(results)
-    assert score(results) == (10.0, 10.0)
-
-
-def _student_stubs() -> dict[str, str]:
-    """Return each solution cell as nbgrader's ClearSolutions gives it to students, with the course's stub."""
-    from nbgrader.preprocessors import ClearSolutions
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
-    nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(NOTEBOOK, as_version=4), {})
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+    support.assert_reference_solutions_get_full_marks(NOTEBOOK, CELLS_OF, TOTAL)
 
 
 def test_student_stubs_fail_every_graded_cell():
-    stubs = _student_stubs()
-    for source in stubs.values():
-        assert "raise NotImplementedError(" in source and "### BEGIN SOLUTION" not in source
-    assert stubs["measure"].startswith(MEASURE_SIGNATURE)
-    assert stubs["bandwidth-gbps"].startswith(BANDWIDTH_SIGNATURE)
-    results = results_for(stubs)
-    assert [gid for gid, r in results.items() if r.passed] == [], report(results)
-    assert score(results)[0] == 0
+    support.assert_stubs_fail_every_graded_cell(NOTEBOOK, support.student_stubs(NOTEBOOK), HEADS)
 
 
-@pytest.mark.parametrize("done", ["measure", "bandwidth-gbps"])
+@pytest.mark.parametrize("done", list(CELLS_OF))
 def test_one_exercise_done_earns_its_points_alone(done):
-    stubs = _student_stubs()
-    del stubs[done]
-    results = results_for(stubs)
-    assert sorted(gid for gid, r in results.items() if r.passed) == sorted(CELLS_OF[done]), report(results)
-    assert score(results)[0] == POINTS_OF[done]
+    support.assert_one_exercise_earns_its_points_alone(NOTEBOOK, done, CELLS_OF, POINTS_OF)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -187,13 +121,14 @@ def _namespace(sources: dict[str, str]) -> dict:
 @pytest.mark.parametrize("name", ["measure", "bandwidth_gbps"])
 def test_feedback_says_correct_for_the_solution(name, monkeypatch):
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    feedback = evaluate(ps04._exercises.exercises[name], _namespace(_solutions()))
+    solutions = support.solution_sources(support.code_cells(NOTEBOOK))
+    feedback = evaluate(ps04._exercises.exercises[name], _namespace(solutions))
     assert feedback.outcome is Outcome.CORRECT, feedback.message
 
 
 @pytest.mark.parametrize("name", ["measure", "bandwidth_gbps"])
 def test_feedback_says_not_attempted_for_the_stub(name):
-    feedback = evaluate(ps04._exercises.exercises[name], _namespace(_student_stubs()))
+    feedback = evaluate(ps04._exercises.exercises[name], _namespace(support.student_stubs(NOTEBOOK)))
     assert feedback.outcome is Outcome.NOT_ATTEMPTED, feedback.message
 
 
@@ -284,14 +219,12 @@ if seconds <= 0:
 
 @pytest.mark.parametrize("source", CORRECT_MEASURE.values(), ids=CORRECT_MEASURE.keys())
 def test_other_correct_measure_gets_full_marks(source):
-    results = results_for({"measure": source})
-    assert failing(results) == [], report(results)
+    support.assert_all_pass(results_for({"measure": source}))
 
 
 @pytest.mark.parametrize("source", CORRECT_BANDWIDTH.values(), ids=CORRECT_BANDWIDTH.keys())
 def test_other_correct_bandwidth_gets_full_marks(source):
-    results = results_for({"bandwidth-gbps": source})
-    assert failing(results) == [], report(results)
+    support.assert_all_pass(results_for({"bandwidth-gbps": source}))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -397,22 +330,12 @@ if seconds < 0 or nbytes < 0:
 
 @pytest.mark.parametrize("source", MEASURE_MISTAKES.values(), ids=MEASURE_MISTAKES.keys())
 def test_measure_mistake_loses_points(source):
-    results = results_for({"measure": source})
-    assert_runs(source, results)
-    assert [gid for gid in MEASURE_CELLS if not results[gid].passed], f"not caught: {report(results)}"
-    assert score(results)[0] < 10
-    assert all(results[gid].passed for gid in BANDWIDTH_CELLS), (
-        f"bandwidth_gbps's points must not depend on measure: {report(results)}"
-    )
+    support.assert_mistake_loses_points(NOTEBOOK, "measure", source, CELLS_OF, TOTAL)
 
 
 @pytest.mark.parametrize("source", BANDWIDTH_MISTAKES.values(), ids=BANDWIDTH_MISTAKES.keys())
 def test_bandwidth_mistake_loses_points(source):
-    results = results_for({"bandwidth-gbps": source})
-    assert_runs(source, results)
-    assert [gid for gid in BANDWIDTH_CELLS if not results[gid].passed], f"not caught: {report(results)}"
-    assert score(results)[0] < 10
-    assert all(results[gid].passed for gid in MEASURE_CELLS), report(results)
+    support.assert_mistake_loses_points(NOTEBOOK, "bandwidth-gbps", source, CELLS_OF, TOTAL)
 
 
 @pytest.mark.parametrize("mistake", ["no-sync-after-fn", "mean-instead-of-median", "skips-warmup",

@@ -1,38 +1,41 @@
 """ps05-pinned-memory: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
 
-import nbformat
+from functools import partial
+
 import pytest
 import torch
 
 from autograder import COURSE_ROOT
-from autograder.checks import source_problems
-from autograder.harness import run_graded_cells, score, solution_ids
+from autograder.harness import run_graded_cells
+from tests import assignment_support as support
 
 NOTEBOOK = COURSE_ROOT / "source" / "ps05-pinned-memory" / "ps05-pinned-memory.ipynb"
-LOADER_CELLS = ("make-loader-tests-basic", "make-loader-tests-pinning")
-EPOCH_CELLS = ("train-epoch-tests-result", "train-epoch-tests-training", "train-epoch-tests-device",
-               "train-epoch-tests-no-sync")
-CELLS_OF = {"make-loader": LOADER_CELLS, "train-epoch": EPOCH_CELLS}
+CELLS_OF = {
+    "make-loader": ("make-loader-tests-basic", "make-loader-tests-pinning"),
+    "train-epoch": ("train-epoch-tests-result", "train-epoch-tests-training", "train-epoch-tests-device",
+                    "train-epoch-tests-no-sync"),
+}
 POINTS_OF = {"make-loader": 4, "train-epoch": 6}
+TOTAL = sum(POINTS_OF.values())
+HEADS = {
+    "make-loader": "def make_loader(dataset, device, batch_size: int = 64, num_workers: int = 0)"
+                   ' -> DataLoader:\n    """Make a loader."""\n',
+    "train-epoch": 'def train_epoch(model, loader, loss_fn, optimizer, device) -> torch.Tensor:\n'
+                   '    """Train one epoch."""\n',
+}
 
-LOADER_HEAD = ("def make_loader(dataset, device, batch_size: int = 64, num_workers: int = 0) -> DataLoader:\n"
-               '    """Make a loader."""\n')
-EPOCH_HEAD = ('def train_epoch(model, loader, loss_fn, optimizer, device) -> torch.Tensor:\n'
-              '    """Train one epoch."""\n')
 
-
-def _indent(body: str) -> str:
-    return "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").split("\n"))
+results_for = partial(run_graded_cells, NOTEBOOK)  # results_for({grade_id: source}) grades with that answer
 
 
 def loader_source(body: str) -> str:
     """Return a make_loader cell whose body is `body` (written flush left)."""
-    return LOADER_HEAD + _indent(body)
+    return support.function_cell(HEADS["make-loader"], body)
 
 
 def epoch_source(body: str) -> str:
     """Return a train_epoch cell whose body is `body` (written flush left)."""
-    return EPOCH_HEAD + _indent(body)
+    return support.function_cell(HEADS["train-epoch"], body)
 
 
 def loader_with(pin: str = 'torch.device(device).type == "cuda"', extra: str = "shuffle=False",
@@ -57,102 +60,43 @@ def epoch_with(start: str = START, move: str = MOVE, step: str = STEP, add: str 
     return epoch_source(f"{start}\n{loop}\n{body}\n{result}")
 
 
-def results_for(replace: dict[str, str] | None = None) -> dict:
-    return run_graded_cells(NOTEBOOK, replace=replace)
-
-
-def failing(results: dict) -> list[str]:
-    return [gid for gid, r in results.items() if not r.passed]
-
-
-def report(results: dict) -> str:
-    return "; ".join(f"{gid}: {'ok' if r.passed else r.error}" for gid, r in results.items())
-
-
-def assert_runs(source: str, results: dict) -> None:
-    """Check that a mistake fails for its own reasons, not because its cell does not even define the function."""
-    compile(source, "<mistake>", "exec")
-    broken = [r.error for r in results.values() if r.error.startswith("NameError")]
-    assert broken == [], f"the mistake's cell did not define its function: {broken}"
-
-
 # ----------------------------------------------------------------------------------------------------------
 # The notebook itself
 
 
 def test_notebook_is_a_well_formed_assignment():
-    assert source_problems(NOTEBOOK) == []
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    imports = next(c for c in code if "colab-setup" not in c.metadata.get("tags", []))
-    assert imports.metadata["nbgrader"] == {"grade": False, "grade_id": "imports", "locked": True,
-                                            "schema_version": 3, "solution": False, "task": False}
-    assert "from devicelab.exercises.ps05 import check, hint" in imports.source
-    assert not any(line.lstrip().startswith(("%", "!")) for c in code for line in c.source.splitlines())
-    assert solution_ids(NOTEBOOK) == ["make-loader", "train-epoch"]
-    solutions = {c.metadata["nbgrader"]["grade_id"]: c.source
-                 for c in code if c.metadata.get("nbgrader", {}).get("solution")}
-    assert solutions["make-loader"].startswith(
-        "def make_loader(dataset, device, batch_size: int = 64, num_workers: int = 0) -> DataLoader:\n    \"\"\"")
-    assert solutions["train-epoch"].startswith(
-        "def train_epoch(model, loader, loss_fn, optimizer, device) -> torch.Tensor:\n    \"\"\"")
-    graded = [c for c in code if c.metadata.get("nbgrader", {}).get("grade")]
-    assert [c.metadata["nbgrader"]["grade_id"] for c in graded] == [*LOADER_CELLS, *EPOCH_CELLS]
-    for cell in graded:
-        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS")
-        assert "assert " in visible, f"{cell.metadata['nbgrader']['grade_id']} needs a visible assert"
-        assert "### END HIDDEN TESTS" in hidden
-    assert sum(c.metadata["nbgrader"]["points"] for c in graded) == 10
+    code = support.code_cells(NOTEBOOK)
+    graded = support.assert_well_formed_cells(NOTEBOOK, code, CELLS_OF, HEADS)
+    assert "from devicelab.exercises.ps05 import check, hint" in support.imports_cell(code).source
+    assert sum(support.points_by_cell(graded).values()) == TOTAL
     checks = [c.source for c in code if c.source.startswith("check(")]
     assert [s.split(")")[0] for s in checks] == ['check("make_loader"', 'check("train_epoch"']
 
 
 def test_reference_solutions_get_full_marks():
-    results = results_for()
-    assert set(results) == {*LOADER_CELLS, *EPOCH_CELLS}
-    assert failing(results) == [], report(results)
-    assert score(results) == (10.0, 10.0)
-
-
-def _student_stubs() -> dict[str, str]:
-    """Return each solution cell as nbgrader's ClearSolutions gives it to students, with the course's stub."""
-    from nbgrader.preprocessors import ClearSolutions
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
-    nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(NOTEBOOK, as_version=4), {})
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+    support.assert_reference_solutions_get_full_marks(NOTEBOOK, CELLS_OF, TOTAL)
 
 
 def test_student_stubs_fail_every_graded_cell():
-    stubs = _student_stubs()
-    for source in stubs.values():
-        assert "raise NotImplementedError(" in source and "### BEGIN SOLUTION" not in source
-    assert stubs["train-epoch"].startswith("def train_epoch(model, loader, loss_fn, optimizer, device)")
-    results = results_for(stubs)
-    assert [gid for gid, r in results.items() if r.passed] == [], report(results)
-    assert all("NotImplementedError" in r.error for r in results.values()), report(results)
+    stubs = support.student_stubs(NOTEBOOK)
+    starts = {"train-epoch": "def train_epoch(model, loader, loss_fn, optimizer, device)"}
+    results = support.assert_stubs_fail_every_graded_cell(NOTEBOOK, stubs, starts)
+    assert all("NotImplementedError" in r.error for r in results.values()), support.report(results)
 
 
-@pytest.mark.parametrize("done", ["make-loader", "train-epoch"])
+@pytest.mark.parametrize("done", list(CELLS_OF))
 def test_one_exercise_done_earns_its_points_alone(done):
-    stubs = _student_stubs()
-    del stubs[done]
-    results = results_for(stubs)
-    assert sorted(gid for gid, r in results.items() if r.passed) == sorted(CELLS_OF[done]), report(results)
-    assert score(results)[0] == POINTS_OF[done]
+    support.assert_one_exercise_earns_its_points_alone(NOTEBOOK, done, CELLS_OF, POINTS_OF)
 
 
 def test_feedback_checks_say_correct_for_the_solution():
     from devicelab.exercises import ps05
     from devicelab.feedback import Outcome, evaluate
 
-    nb = nbformat.read(NOTEBOOK, as_version=4)
     namespace: dict = {}
-    for cell in nb.cells:
+    for cell in support.code_cells(NOTEBOOK):
         meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "imports"):
+        if meta.get("solution") or meta.get("grade_id") == "imports":
             exec(cell.source, namespace)  # the course's own solution cells
     for name in ("make_loader", "train_epoch"):
         feedback = evaluate(ps05._exercises.exercises[name], namespace)
@@ -235,14 +179,12 @@ CORRECT_TRAIN_EPOCH = {
 
 @pytest.mark.parametrize("source", CORRECT_MAKE_LOADER.values(), ids=CORRECT_MAKE_LOADER.keys())
 def test_other_correct_make_loader_gets_full_marks(source):
-    results = results_for({"make-loader": source})
-    assert failing(results) == [], report(results)
+    support.assert_all_pass(results_for({"make-loader": source}))
 
 
 @pytest.mark.parametrize("source", CORRECT_TRAIN_EPOCH.values(), ids=CORRECT_TRAIN_EPOCH.keys())
 def test_other_correct_train_epoch_gets_full_marks(source):
-    results = results_for({"train-epoch": source})
-    assert failing(results) == [], report(results)
+    support.assert_all_pass(results_for({"train-epoch": source}))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -311,22 +253,13 @@ TRAIN_EPOCH_MISTAKES = {
 @pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true:UserWarning")
 @pytest.mark.parametrize("source", MAKE_LOADER_MISTAKES.values(), ids=MAKE_LOADER_MISTAKES.keys())
 def test_make_loader_mistake_loses_points(source):
-    results = results_for({"make-loader": source})
-    assert_runs(source, results)
-    assert [gid for gid in LOADER_CELLS if not results[gid].passed], f"not caught: {report(results)}"
-    assert score(results)[0] < 10
-    assert all(results[gid].passed for gid in EPOCH_CELLS), (
-        f"train_epoch's points must not depend on make_loader: {report(results)}")
+    support.assert_mistake_loses_points(NOTEBOOK, "make-loader", source, CELLS_OF, TOTAL)
 
 
 @pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True:UserWarning")
 @pytest.mark.parametrize("source", TRAIN_EPOCH_MISTAKES.values(), ids=TRAIN_EPOCH_MISTAKES.keys())
 def test_train_epoch_mistake_loses_points(source):
-    results = results_for({"train-epoch": source})
-    assert_runs(source, results)
-    assert [gid for gid in EPOCH_CELLS if not results[gid].passed], f"not caught: {report(results)}"
-    assert score(results)[0] < 10
-    assert all(results[gid].passed for gid in LOADER_CELLS), report(results)
+    support.assert_mistake_loses_points(NOTEBOOK, "train-epoch", source, CELLS_OF, TOTAL)
 
 
 @pytest.mark.parametrize(("mistake", "cell", "words"), [
@@ -342,7 +275,7 @@ def test_train_epoch_mistake_loses_points(source):
 ])
 def test_train_epoch_failures_say_what_to_fix(mistake, cell, words):
     results = results_for({"train-epoch": TRAIN_EPOCH_MISTAKES[mistake]})
-    assert not results[cell].passed and words in results[cell].error, report(results)
+    assert not results[cell].passed and words in results[cell].error, support.report(results)
 
 
 @pytest.mark.parametrize(("mistake", "cell", "words"), [
@@ -353,7 +286,7 @@ def test_train_epoch_failures_say_what_to_fix(mistake, cell, words):
 ])
 def test_make_loader_failures_say_what_to_fix(mistake, cell, words):
     results = results_for({"make-loader": MAKE_LOADER_MISTAKES[mistake]})
-    assert not results[cell].passed and words in results[cell].error, report(results)
+    assert not results[cell].passed and words in results[cell].error, support.report(results)
 
 
 def test_spies_and_fakes_do_not_leak_out_of_the_notebook():
