@@ -63,3 +63,12 @@ mywork: $(STAMP)  ## Copy lessons and assignments into mywork/ (never overwrites
 
 clean-venv:  ## Remove the virtual environments
 	rm -rf $(VENV) $(COLAB_VENV)
+
+.PHONY: grade demo
+
+grade: $(STAMP)  ## Grade a class: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [GRADE_ARGS=...]
+	@test -n "$(ASSIGNMENT)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [GRADE_ARGS='--jobs 4 --timeout 300']"; exit 2; }
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder grade "$(ASSIGNMENT)" "$(SUBMISSIONS)" $(GRADE_ARGS)
+
+demo: $(STAMP)  ## Build a small realistic class from the assignments and grade it (graded/demo/)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder demo $(DEMO_ARGS)

@@ -1,4 +1,4 @@
-"""Command line: `python -m autograder build | tidy | validate`."""
+"""Command line: `python -m autograder build | tidy | validate | grade | demo`."""
 
 import argparse
 import sys
@@ -44,6 +44,71 @@ def _validate(args) -> int:
     return 0 if report.ok else 1
 
 
+def _print_run(run) -> None:
+    from collections import Counter
+
+    counts = Counter(r.status for r in run.results)
+    print(f"{len(run.results)} students: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+          + f" ({run.seconds:.1f} s; {run.graded} graded now, {run.reused} unchanged)")
+    print(f"grades:   {run.out / 'grades.csv'}")
+    print(f"summary:  {run.out / 'summary.html'}")
+    print(f"feedback: {run.out / 'feedback'}/<student>/")
+
+
+def _grade(args) -> int:
+    import signal
+
+    from autograder.grading.session import GradingError, grade_class
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        run = grade_class(Path(args.course), args.assignment, Path(args.submissions), jobs=args.jobs,
+                          timeout=args.timeout, memory_mb=args.memory, out=Path(args.out) if args.out else None,
+                          sandbox=args.sandbox, force=args.force, progress=not args.quiet)
+    except GradingError as exc:
+        print(f"grade: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: the students finished so far are saved; run the same command again to grade "
+              "the rest", file=sys.stderr)
+        return 130
+    _print_run(run)
+    return 0
+
+
+def _demo(args) -> int:
+    import signal
+
+    from autograder.grading.demo import run_demo
+    from autograder.grading.session import GradingError
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    out = Path(args.out) if args.out else COURSE_ROOT / "graded" / "demo"
+    try:
+        runs = run_demo(COURSE_ROOT, out, args.assignments or None, jobs=args.jobs, sandbox=args.sandbox,
+                        progress=not args.quiet)
+    except GradingError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    for run in runs:
+        print()
+        _print_run(run)
+        print(run.out.joinpath("grades.csv").read_text(encoding="utf-8"))
+    return 0
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+        return value
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the autograder command line."""
     parser = argparse.ArgumentParser(prog="python -m autograder", description="Device Lab instructor tools.")
@@ -58,6 +123,34 @@ def main(argv: list[str] | None = None) -> int:
     validate = commands.add_parser("validate", help="check that solutions pass and student stubs fail")
     validate.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     validate.set_defaults(func=_validate)
+    grade = commands.add_parser(
+        "grade", help="grade a class: parallel, sandboxed nbgrader autograding with feedback and a report",
+        description="Grade every student folder in SUBMISSIONS (SUBMISSIONS/<student>/<notebook>.ipynb, "
+                    "nbgrader's submitted/ layout, or a .zip of either). Writes grades.csv, feedback and "
+                    "summary.html to --out and records the grades in the course gradebook. Running it again "
+                    "only grades what changed; an interrupted run finishes the rest. Exit code 0 whenever "
+                    "every student got a row.")
+    grade.add_argument("assignment", help="assignment id (a folder in source/)")
+    grade.add_argument("submissions", help="folder with one subfolder per student, or a .zip of one")
+    grade.add_argument("--jobs", type=_positive(int), default=None, help="workers in parallel (default: CPU cores)")
+    grade.add_argument("--timeout", type=_positive(float), default=300,
+                       help="wall-clock seconds per notebook (default: 300)")
+    grade.add_argument("--memory", type=_positive(int), default=4096,
+                       help="memory cap per submission in MB (default: 4096)")
+    grade.add_argument("--out", help="output folder (default: graded/<ASSIGNMENT>/)")
+    grade.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto",
+                       help="isolation for student code (default: the best that works here)")
+    grade.add_argument("--force", action="store_true", help="regrade every student, even unchanged ones")
+    grade.add_argument("--course", default=str(COURSE_ROOT), help="course root (default: this repository)")
+    grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    grade.set_defaults(func=_grade)
+    demo = commands.add_parser("demo", help="build a small realistic class from the assignments and grade it")
+    demo.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    demo.add_argument("--out", help="output folder (default: graded/demo/)")
+    demo.add_argument("--jobs", type=_positive(int), default=None, help="workers in parallel (default: CPU cores)")
+    demo.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
+    demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -12,8 +12,8 @@ from traitlets.config.loader import PyFileConfigLoader
 from autograder.checks import source_problems
 from autograder.colab import decorate_file, load_repository, update_readme
 from autograder.notebooks import assignment_notebooks, lessons
-from autograder.rescue import rescue_worked_notebooks
 from autograder.notebooks import assignments as all_assignments
+from autograder.rescue import rescue_worked_notebooks
 from autograder.tidy import tidy_file
 
 

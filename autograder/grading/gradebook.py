@@ -1,0 +1,192 @@
+"""The course gradebook: define the assignment in it, then record each student's result, one at a time.
+
+Only the grader's main process writes here, never a worker and never two students at once (nbgrader's
+sqlite gradebook is not safe for concurrent writers); a lock keeps a second `grade` run out. Recording is
+idempotent: grading the same student again updates the same rows. Scores follow nbgrader's own rules
+(SaveAutoGrades): a cell that a person has already scored by hand is flagged for review instead of
+silently keeping the old total.
+"""
+
+import contextlib
+import fcntl
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+from autograder.build import course_config, with_venv_on_path
+from autograder.grading.results import MISSING, StudentResult
+
+
+class GradebookError(RuntimeError):
+    """The gradebook cannot be used for this run; the message says why and what to do."""
+
+
+def course_db_url(root: Path) -> str:
+    """Return the course gradebook's database URL (nbgrader's default: gradebook.db in the course root)."""
+    config = course_config(root)
+    url = config.CourseDirectory.get("db_url") if "CourseDirectory" in config else None
+    return url or f"sqlite:///{root / 'gradebook.db'}"
+
+
+def course_id(root: Path) -> str:
+    """Return the course id from nbgrader_config.py."""
+    config = course_config(root)
+    return config.CourseDirectory.get("course_id", "default_course") if "CourseDirectory" in config else ""
+
+
+@contextlib.contextmanager
+def locked(db_url: str) -> Iterator[None]:
+    """Hold an exclusive lock on a sqlite gradebook for the whole run (other URLs are not locked)."""
+    if not db_url.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(db_url[len("sqlite:///"):])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise GradebookError(f"another grading run is using {path}; wait for it to finish") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _venv_path() -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.update(with_venv_on_path())
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def alembic_head() -> str:
+    """Return the revision of nbgrader's newest gradebook schema (read in-process, not via `alembic heads`)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    config = Config()
+    config.set_main_option("script_location", ALEMBIC_DIR)
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def ensure_schema(db_url: str) -> None:
+    """Create nbgrader's tables in an empty gradebook, as nbgrader's Gradebook does on first use.
+
+    nbgrader asks a fresh `alembic` process for the schema version, which costs seconds; reading it
+    in-process gives the same database.
+    """
+    from nbgrader.api import Base
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(db_url)
+    try:
+        if inspect(engine).get_table_names():
+            return
+        Base.metadata.create_all(bind=engine)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+            conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": alembic_head()})
+    finally:
+        engine.dispose()
+
+
+def backup(db_url: str, dest: Path) -> None:
+    """Copy a sqlite gradebook (consistently: the run holds its lock) before this run changes it."""
+    path = Path(db_url[len("sqlite:///"):]) if db_url.startswith("sqlite:///") else None
+    if path is not None and path.is_file() and path.stat().st_size:
+        shutil.copyfile(path, dest)
+
+
+def generate(root: Path, assignment: str, scratch: Path, db_url: str | None = None) -> Path:
+    """Run nbgrader generate_assignment on a copy of source/<assignment> in `scratch`; return `scratch`.
+
+    The gradebook written is the scratch course's own, or `db_url` (used to define the assignment in the
+    course gradebook without touching the course's release/ folder).
+    """
+    from nbgrader.apps import NbGraderAPI
+
+    target = scratch / "source" / assignment
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(root / "source" / assignment, target,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    config = course_config(root, scratch)
+    if db_url is not None:
+        config.CourseDirectory.db_url = db_url
+    ensure_schema(config.CourseDirectory.db_url)
+    with _venv_path():
+        result = NbGraderAPI(config=config).generate_assignment(assignment, force=True, create=True)
+    if not result.get("success"):
+        text = ((result.get("error") or "") + (result.get("log") or "")).strip().splitlines()
+        hint = next((ln for ln in reversed(text) if "Cannot" in ln or "Error" in ln), text[-1] if text else "")
+        raise GradebookError(f"nbgrader could not generate {assignment}: {hint.strip()}")
+    return scratch
+
+
+def copy_due_date(source_url: str, target_url: str, course: str, assignment: str) -> None:
+    """Give the template gradebook the course's due date, so that nbgrader computes late penalties."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(source_url, course) as gb:
+        duedate = gb.find_assignment(assignment).duedate
+    if duedate is not None:
+        with Gradebook(target_url, course) as gb:
+            gb.update_or_create_assignment(assignment, duedate=duedate)
+
+
+def record(db_url: str, course: str, assignment: str, result: StudentResult) -> None:
+    """Write one student's result into the gradebook (creating the student and submission if needed)."""
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    with Gradebook(db_url, course) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission trips SQLAlchemy 2's autoflush
+        gb.update_or_create_student(result.student)
+        if result.status == MISSING:
+            return
+        gb.update_or_create_submission(assignment, result.student, timestamp=result.timestamp)
+        for cell in result.cells:
+            grade = gb.find_grade(cell.grade_id, Path(cell.notebook).stem, assignment, result.student)
+            grade.auto_score = cell.score
+            grade.needs_manual_grade = grade.manual_score is not None or cell.needs_manual_grade
+        for notebook, comments in result.comments.items():
+            for name, text in comments.items():
+                gb.find_comment(name, Path(notebook).stem, assignment, result.student).auto_comment = text
+        for notebook, penalty in result.late_penalties.items():
+            found = gb.find_submission_notebook(Path(notebook).stem, assignment, result.student)
+            found.late_submission_penalty = penalty
+        gb.db.commit()
+
+
+def has_submission(db_url: str, course: str, assignment: str, student: str) -> bool:
+    """Return True when the gradebook already holds this student's submission of the assignment."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url, course) as gb:
+        try:
+            gb.find_submission(assignment, student)
+        except MissingEntry:
+            return False
+        return True
+
+
+def install(root: Path, assignment: str, student: str, scratch: Path, keep_submitted: bool) -> None:
+    """Copy a graded attempt's autograded (and, unless told not to, submitted) folders into the course."""
+    parts = [("autograded", True), ("submitted", not keep_submitted)]
+    for folder, wanted in parts:
+        src = scratch / folder / student / assignment
+        dest = root / folder / student / assignment
+        if not wanted or not src.is_dir():
+            continue
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dest)

@@ -1,0 +1,274 @@
+"""Run grading workers in parallel, watch them, and survive whatever a student's code does to them.
+
+Each worker is forked from the grader once nbgrader is imported (so starting one costs nothing), moves into
+its own session and process group, and grades one student at a time in a scratch course. The grader's
+single thread hands out jobs, reads reports, and a few times a second checks every busy worker: past its
+wall-clock deadline or over its memory cap, the worker's whole process tree is killed (SIGTERM, then
+SIGKILL after a short grace) and a fresh worker takes its place. A worker that dies on its own (a student's
+code killed it) is noticed the same way. The grader itself is never a target: student kernels run in other
+sessions (and, with a sandbox, in other PID namespaces).
+"""
+
+import json
+import os
+import select
+import signal
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.grading.execution import read_progress
+from autograder.grading.sandbox import (
+    ProcessWatch,
+    become_subreaper,
+    die_with_parent,
+    process_children,
+    wait_for,
+)
+from autograder.grading.worker import Settings, Worker
+
+TICK = 0.25
+WATCH_EVERY = 0.5
+
+
+def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path) -> None:
+    """Body of a worker process: read jobs, grade, write reports, until the job pipe closes."""
+    os.setsid()
+    die_with_parent()
+    become_subreaper()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    keep = sorted({0, 1, 2, job_fd, report_fd})
+    for low, high in zip(keep, [*keep[1:], 65536], strict=True):
+        os.closerange(low + 1, high)  # other workers' pipes and the grader's files stay the grader's
+    worker = Worker(settings)
+    jobs = os.fdopen(job_fd, "r", encoding="utf-8")
+    reports = os.fdopen(report_fd, "w", encoding="utf-8")
+    for line in jobs:
+        job = json.loads(line)
+        try:
+            report = worker.grade(job)
+        except Exception as exc:  # noqa: BLE001  (a bug here must not lose the student: report it)
+            traceback.print_exc()
+            report = {"outcome": "failed", "events": [], "notes": [],
+                      "failure": {"kind": "grader-error", "message": f"{type(exc).__name__}: {exc}"[:300]}}
+        _kill_leftovers()
+        reports.write(json.dumps(report) + "\n")
+        reports.flush()
+
+
+def _kill_leftovers() -> None:
+    """Kill what a student's code left running (this worker adopted it as a subreaper), and reap it."""
+    import psutil
+
+    leftovers = psutil.Process().children(recursive=True)
+    for proc in leftovers:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(leftovers, timeout=2)
+
+
+@dataclass
+class WorkerProcess:
+    """The grader's handle on one worker process."""
+
+    pid: int
+    jobs: object  # text file: the write end of the job pipe
+    reports: int  # raw fd: the read end of the report pipe
+    watch: ProcessWatch
+    buffer: bytes = b""
+    job: dict | None = None
+    deadline: float = 0.0
+    baseline_mb: float | None = None
+    peak_mb: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, settings: Settings, log_path: Path) -> "WorkerProcess":
+        """Fork a worker process."""
+        job_r, job_w = os.pipe()
+        report_r, report_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover  (runs in the child; covered by the end-to-end tests)
+            try:
+                os.close(job_w)
+                os.close(report_r)
+                _child_main(settings, job_r, report_w, log_path)
+            finally:
+                os._exit(0)
+        os.close(job_r)
+        os.close(report_w)
+        os.set_blocking(report_r, False)
+        return cls(pid, os.fdopen(job_w, "w", encoding="utf-8"), report_r, ProcessWatch(pid))
+
+    def send(self, job: dict, seconds: float) -> None:
+        """Hand the worker a job with a wall-clock deadline."""
+        self.job = job
+        self.deadline = time.monotonic() + seconds
+        self.peak_mb = 0.0
+        self.jobs.write(json.dumps(job) + "\n")
+        self.jobs.flush()
+
+    def read(self) -> dict | None:
+        """Return the worker's report once a whole line has arrived, else None."""
+        try:
+            chunk = os.read(self.reports, 1 << 20)
+        except BlockingIOError:
+            return None
+        except OSError:
+            chunk = b""
+        self.buffer += chunk
+        if b"\n" not in self.buffer:
+            return None
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        """Close the grader's ends of the pipes."""
+        for closer in (self.jobs.close, lambda: os.close(self.reports)):
+            try:
+                closer()
+            except OSError:
+                pass
+
+
+class Pool:
+    """A fixed number of worker processes grading jobs; `run` calls back with one report per attempt."""
+
+    def __init__(self, settings: Settings, size: int, memory_mb: int, log_dir: Path) -> None:
+        self.settings = settings
+        self.size = max(1, size)
+        self.memory_mb = memory_mb
+        self.log_dir = log_dir
+        self.workers: list[WorkerProcess] = []
+        self.started = 0
+
+    def _spawn(self) -> WorkerProcess:
+        self.started += 1
+        worker = WorkerProcess.start(self.settings, self.log_dir / f"worker-{self.started}.log")
+        self.workers.append(worker)
+        return worker
+
+    def run(self, jobs: Iterable[dict], seconds_for: Callable[[dict], float],
+            on_report: Callable[[dict, dict], list[dict]]) -> None:
+        """Grade every job; `on_report(job, report)` may return follow-up jobs (retries), run next."""
+        queue = deque(jobs)
+        last_watch = 0.0
+        while queue or any(w.job for w in self.workers):
+            while queue and (any(w.job is None for w in self.workers) or len(self.workers) < self.size):
+                idle = next((w for w in self.workers if w.job is None), None) or self._spawn()
+                job = queue.popleft()
+                try:
+                    idle.send(job, seconds_for(job))
+                except OSError:  # the idle worker is gone: replace it and hand the job on
+                    idle.job = None
+                    idle.watch.kill()
+                    wait_for(idle.pid, 5)
+                    idle.close()
+                    self.workers.remove(idle)
+                    queue.appendleft(job)
+            busy = [w for w in self.workers if w.job is not None]
+            ready, _, _ = select.select([w.reports for w in busy], [], [], TICK)
+            finished: list[tuple[WorkerProcess, dict]] = []
+            for worker in busy:
+                if worker.reports in ready:
+                    report = worker.read()
+                    if report is not None:
+                        finished.append((worker, report))
+            now = time.monotonic()
+            if now - last_watch >= WATCH_EVERY:
+                last_watch = now
+                finished += self._watch([w for w in busy if all(w is not f for f, _ in finished)])
+            for worker, report in finished:
+                job, worker.job = worker.job, None
+                report.setdefault("peak_mb", round(worker.peak_mb))
+                queue.extendleft(reversed(on_report(job, report) or []))
+
+    def _watch(self, busy: list[WorkerProcess]) -> list[tuple[WorkerProcess, dict]]:
+        """Check the busy workers' deadlines, memory and lives; return reports for those that had to go."""
+        if not busy:
+            return []
+        children_of = process_children()
+        done = []
+        for worker in busy:
+            status = _exited(worker.pid)
+            if status is not None:
+                report = self._lost(worker, "crashed", _death(status))
+            elif time.monotonic() > worker.deadline:
+                report = self._lost(worker, "timeout", "still running when the time limit ran out; stopped",
+                                    children_of)
+            else:
+                used = self._used_mb(worker, children_of)
+                worker.peak_mb = max(worker.peak_mb, used)
+                if used <= self.memory_mb:
+                    continue
+                report = self._lost(worker, "memory", f"used more than the {self.memory_mb} MB memory cap "
+                                                      f"({used:.0f} MB); stopped", children_of)
+            done.append((worker, report))
+        return done
+
+    def _used_mb(self, worker: WorkerProcess, children_of: dict[int, list[int]]) -> float:
+        """Return the memory this job uses: its processes, plus what the worker itself grew by."""
+        import psutil
+
+        try:
+            own = psutil.Process(worker.pid).memory_info().rss / 2**20
+        except psutil.Error:
+            own = 0.0
+        if worker.baseline_mb is None:
+            worker.baseline_mb = own
+        total = worker.watch.resident_mb(children_of)
+        return total - own + max(0.0, own - worker.baseline_mb)
+
+    def _lost(self, worker: WorkerProcess, kind: str, message: str,
+              children_of: dict[int, list[int]] | None = None) -> dict:
+        """Kill a worker and its processes; return the report of the attempt it was running."""
+        worker.watch.kill(children_of)
+        wait_for(worker.pid, 5)
+        worker.close()
+        self.workers.remove(worker)
+        job = worker.job or {}
+        scratch = self.settings.run_root / f"{job.get('index')}-{job.get('attempt')}"
+        progress = read_progress(scratch / "progress.json")
+        where = progress.get("cell") if progress.get("state") == "running" else None
+        return {"outcome": "failed", "events": progress.get("events", []), "notes": [],
+                "failure": {"kind": kind, "notebook": progress.get("notebook"), "cell": where,
+                            "grade_id": progress.get("grade_id") if where is not None else None,
+                            "message": message}}
+
+    def shutdown(self) -> None:
+        """Stop every worker: politely when idle, by force when busy."""
+        for worker in self.workers:
+            worker.close()
+        deadline = time.monotonic() + 5
+        for worker in list(self.workers):
+            if worker.job is not None or wait_for(worker.pid, max(0.0, deadline - time.monotonic())) is None:
+                worker.watch.kill()
+                wait_for(worker.pid, 5)
+        self.workers.clear()
+
+
+def _exited(pid: int) -> int | None:
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return 0
+    return status if done else None
+
+
+def _death(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        return (f"the grading process was killed ({name}) while this notebook ran (by the notebook's code, "
+                "or by the system for lack of memory)")
+    return f"the grading process exited (code {os.waitstatus_to_exitcode(status)}) while this notebook ran"

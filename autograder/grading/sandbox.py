@@ -1,0 +1,339 @@
+"""Limits and isolation for student code: how a kernel is started, and how a worker's processes are watched.
+
+Three setups, best first (`--sandbox auto` picks the best that works on this machine):
+
+- `bwrap` (bubblewrap): the kernel runs in new PID, network, IPC, UTS and mount namespaces, with no network
+  at all, the whole file system read-only, the course, the submissions, the output folder and home folders
+  hidden, and only its own scratch folder writable. It cannot see or signal any process outside.
+- `unshare`: new PID and network namespaces (no network; cannot see or signal the grader's processes),
+  but the file system is shared: student code can read and write whatever the grading user can.
+- `none`: an ordinary process in its own session, with the limits below and nothing else.
+
+In every setup the kernel gets an address-space limit (RLIMIT_AS, so a huge allocation fails inside the
+cell with MemoryError), a per-file size limit and no core dumps; the grader also adds up the resident memory
+of each worker's whole process tree a few times a second and kills the tree past `--memory`.
+"""
+
+import argparse
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODES = ("bwrap", "unshare", "none")
+# torch maps about 3.2 GB of address space at import before it holds any data, so the address-space limit
+# is the memory cap plus this; the real (resident) memory cap is enforced by watching the process tree.
+ADDRESS_SPACE_HEADROOM_MB = 4096
+MAX_FILE_MB = 1024
+TMPFS_MB = 512
+
+
+class SandboxError(RuntimeError):
+    """The requested isolation cannot be set up on this machine."""
+
+
+DESCRIPTIONS = {
+    "bwrap": "bubblewrap: no network, read-only file system, writes only to its own scratch folder, "
+             "own process namespace",
+    "unshare": "unshare: no network, own process namespace; the file system is NOT protected",
+    "none": "none: own process session and resource limits only; student code can use the network and "
+            "read and write your files (install bubblewrap for isolation)",
+}
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How kernels are sandboxed, and what from the file system a bubblewrap sandbox may see."""
+
+    mode: str
+    hidden: tuple[str, ...] = ()
+    visible: tuple[str, ...] = ()
+    bwrap_size_option: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def description(self) -> str:
+        """Return one line saying what this isolation gives."""
+        return DESCRIPTIONS[self.mode]
+
+    def prefix(self, writable: list[Path], cwd: Path) -> list[str]:
+        """Return the command prefix that runs a program inside this sandbox."""
+        if self.mode == "bwrap":
+            return bwrap_prefix(writable, cwd, self.hidden, self.visible, self.bwrap_size_option)
+        if self.mode == "unshare":
+            return unshare_prefix()
+        return []
+
+
+def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visible: tuple[str, ...],
+                 size_option: bool = True) -> list[str]:
+    """Return a bubblewrap command line: everything read-only, `hidden` emptied, `writable` writable."""
+    args = ["bwrap", "--die-with-parent", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev",
+            "--proc", "/proc"]
+    if os.geteuid() == 0:
+        args[1:1] = ["--cap-drop", "ALL"]
+    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+        args += (["--size", str(TMPFS_MB << 20)] if size_option else []) + ["--tmpfs", tmp]
+    covered = ("/tmp", "/var/tmp", "/dev/shm")
+    for path in sorted(set(hidden), key=lambda p: (len(Path(p).parts), p)):
+        if Path(path).is_dir() and not _under(path, covered):
+            args += ["--tmpfs", path]
+    for path in sorted(set(visible), key=lambda p: (len(Path(p).parts), p)):
+        if Path(path).exists() and _under(path, tuple(hidden) + covered):
+            args += ["--ro-bind", path, path]
+    for path in writable:
+        args += ["--bind", str(path), str(path)]
+    return [*args, "--chdir", str(cwd), "--"]
+
+
+def unshare_prefix() -> list[str]:
+    """Return an unshare(1) command line: new PID, network, IPC and UTS namespaces, killed with its parent."""
+    args = ["unshare", "--net", "--pid", "--ipc", "--uts", "--mount", "--mount-proc", "--fork", "--kill-child"]
+    if os.geteuid() != 0:
+        args.insert(1, "--map-root-user")
+    return [*args, "--"]
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(Path(path) == Path(r) or Path(r) in Path(path).parents for r in roots)
+
+
+def python_locations() -> list[str]:
+    """Return the folders this Python needs in order to run: its prefixes and its interpreter's home."""
+    real = Path(os.path.realpath(sys.executable))
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(real.parent.parent)}
+    return sorted(p for p in found if p and Path(p).is_dir())
+
+
+def detect_isolation(preference: str = "auto", hidden: list[Path] | None = None,
+                     visible: list[Path] | None = None) -> Isolation:
+    """Return the best isolation that works here (or the one asked for; SandboxError if it does not work)."""
+    if preference not in ("auto", *MODES):
+        raise SandboxError(f"unknown sandbox {preference!r}: choose auto, {', '.join(MODES)}")
+    hide = {str(p) for p in (hidden or [])} | {str(Path.home()), "/home", "/root", "/mnt", "/media"}
+    show = set(python_locations()) | {str(p) for p in (visible or [])}
+    notes: list[str] = []
+    for mode in (MODES if preference == "auto" else (preference,)):
+        if mode == "none":
+            return Isolation("none", notes=tuple(notes))
+        isolation = Isolation(mode, tuple(sorted(hide)), tuple(sorted(show)), _bwrap_has_size())
+        problem = _probe(isolation)
+        if problem is None:
+            return Isolation(mode, isolation.hidden, isolation.visible, isolation.bwrap_size_option, tuple(notes))
+        if preference != "auto":
+            raise SandboxError(f"--sandbox {mode} does not work here: {problem}")
+        notes.append(f"{mode} not used: {problem}")
+    raise AssertionError("unreachable")
+
+
+def _bwrap_has_size() -> bool:
+    if not shutil.which("bwrap"):
+        return False
+    out = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, check=False)
+    return "--size" in out.stdout + out.stderr
+
+
+def _probe(isolation: Isolation) -> str | None:
+    """Run a Python one-liner in the sandbox; return None when it works, else what went wrong."""
+    tool = "bwrap" if isolation.mode == "bwrap" else "unshare"
+    if not shutil.which(tool):
+        return f"{tool} is not installed"
+    with tempfile.TemporaryDirectory(prefix="dlg-probe-") as tmp:
+        check = "import socket,sys; open(sys.argv[1] + '/ok', 'w').write('ok')"
+        cmd = [*isolation.prefix([Path(tmp)], Path(tmp)), sys.executable, "-c", check, tmp]
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return str(exc)
+        if run.returncode != 0 or not (Path(tmp) / "ok").exists():
+            return (run.stderr.strip().splitlines() or [f"exit code {run.returncode}"])[-1]
+    return None
+
+
+def limits_prefix(memory_mb: int, forget_parent: bool) -> list[str]:
+    """Return a command prefix that sets the kernel's resource limits (prlimit(1), else a Python stand-in)."""
+    address_mb = memory_mb + ADDRESS_SPACE_HEADROOM_MB
+    if shutil.which("prlimit") and shutil.which("env"):
+        unset = ["env", "-u", "JPY_PARENT_PID"] if forget_parent else []
+        return [*unset, "prlimit", f"--as={address_mb << 20}", f"--fsize={MAX_FILE_MB << 20}", "--core=0", "--"]
+    limits = [sys.executable, "-m", "autograder.grading.sandbox",
+              "--address-space-mb", str(address_mb), "--file-mb", str(MAX_FILE_MB)]
+    return [*limits, *(["--forget-parent"] if forget_parent else []), "--"]
+
+
+def kernel_command(isolation: Isolation, writable: list[Path], cwd: Path, memory_mb: int) -> list[str]:
+    """Return the kernelspec argv that starts an IPython kernel with the limits, inside the sandbox."""
+    # A kernel in a PID namespace cannot see its parent, so it must not watch for it (JPY_PARENT_PID).
+    return [*limits_prefix(memory_mb, isolation.mode != "none"), *isolation.prefix(writable, cwd),
+            sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+
+
+def apply_limits(address_space_mb: int, file_mb: int) -> None:
+    """Set this process's resource limits (inherited by everything it starts)."""
+    for limit, value in ((resource.RLIMIT_AS, address_space_mb << 20), (resource.RLIMIT_FSIZE, file_mb << 20),
+                         (resource.RLIMIT_CORE, 0)):
+        _, hard = resource.getrlimit(limit)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        try:
+            resource.setrlimit(limit, (value, hard if hard != resource.RLIM_INFINITY else value))
+        except (ValueError, OSError):  # e.g. macOS refuses an address-space limit: run without it
+            pass
+
+
+# --- watching a worker's processes --------------------------------------------------------------------
+
+
+class ProcessWatch:
+    """Track every process under one worker, add up their memory, and kill them all at the end."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seen: dict[int, float] = {}  # pid -> create time, so a reused pid is never killed by mistake
+
+    def members(self, children_of: dict[int, list[int]]) -> list[int]:
+        """Return the worker and all its descendants, given a map of parent pid -> child pids."""
+        found, stack = [], [self.pid]
+        while stack:
+            pid = stack.pop()
+            found.append(pid)
+            stack.extend(children_of.get(pid, ()))
+        return found
+
+    def resident_mb(self, children_of: dict[int, list[int]]) -> float:
+        """Return the resident memory of the whole tree in MB, remembering every process seen."""
+        import psutil
+
+        total = 0
+        for pid in self.members(children_of):
+            try:
+                proc = psutil.Process(pid)
+                self.seen.setdefault(pid, proc.create_time())
+                total += proc.memory_info().rss
+            except psutil.Error:
+                continue
+        return total / 2**20
+
+    def kill(self, children_of: dict[int, list[int]] | None = None, grace: float = 0.5) -> None:
+        """Terminate the worker's process group and every process seen under it; SIGKILL after `grace`."""
+        import psutil
+
+        if children_of is None:
+            children_of = process_children()
+        for pid in self.members(children_of):
+            try:
+                self.seen.setdefault(pid, psutil.Process(pid).create_time())
+            except psutil.Error:
+                pass
+        procs = []
+        for pid, created in self.seen.items():
+            try:
+                proc = psutil.Process(pid)
+                if proc.create_time() == created:
+                    procs.append(proc)
+            except psutil.Error:
+                continue
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.pid, sig)
+            except OSError:
+                pass
+            for proc in procs:
+                try:
+                    proc.send_signal(sig)
+                except psutil.Error:
+                    pass
+            deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2)
+            while True:
+                procs = [p for p in procs if _running(p)]  # a zombie is dead, only not yet reaped
+                if not procs or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+            if not procs:
+                break
+
+
+def _running(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def process_children() -> dict[int, list[int]]:
+    """Return a map of parent pid -> child pids for every process on the machine (one pass over /proc)."""
+    import psutil
+
+    children: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        ppid = proc.info.get("ppid")
+        if ppid is not None:
+            children.setdefault(ppid, []).append(proc.pid)
+    return children
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (Linux), so that processes a student's code detaches can still be killed."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent (the grader) dies."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def wait_for(pid: int, seconds: float) -> int | None:
+    """Reap a child process, waiting at most `seconds`; return its wait status or None if it still runs."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Apply the limits, then replace this process with the command after `--` (used in kernelspecs)."""
+    parser = argparse.ArgumentParser(prog="python -m autograder.grading.sandbox")
+    parser.add_argument("--address-space-mb", type=int, required=True)
+    parser.add_argument("--file-mb", type=int, required=True)
+    parser.add_argument("--forget-parent", action="store_true",
+                        help="unset JPY_PARENT_PID (a kernel in a PID namespace cannot watch its parent)")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command after --")
+    if args.forget_parent:
+        os.environ.pop("JPY_PARENT_PID", None)
+    apply_limits(args.address_space_mb, args.file_mb)
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

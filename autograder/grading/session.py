@@ -1,0 +1,392 @@
+"""One grading run: from an assignment and a folder (or .zip) of submissions to grades, feedback and gradebook.
+
+The steps: find each student's notebooks; generate the assignment with nbgrader in a template course (and
+define it in the course gradebook); reuse the saved result of every student whose submission, assignment
+and options have not changed; grade the others in parallel workers; record each finished student in the
+gradebook, then save their result (so an interrupted run picks up where it stopped); finally write
+grades.csv and summary.html.
+
+A notebook that crashes the kernel, hangs it past the time limit or is killed for memory is graded again
+without the cell that did it (that cell fails, everything else counts), at most MAX_ATTEMPTS times.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from autograder.grading import gradebook as gbook
+from autograder.grading.report import write_reports
+from autograder.grading.results import (
+    CRASHED,
+    GRADED,
+    INVALID,
+    MEMORY,
+    MISSING,
+    TIMEOUT,
+    CellScore,
+    StudentResult,
+    fingerprint,
+    hash_tree,
+    write_atomic,
+    zero_cells,
+)
+from autograder.grading.sandbox import Isolation, detect_isolation
+from autograder.grading.submissions import (
+    Submission,
+    SubmissionsError,
+    match_submission,
+    open_submissions,
+    read_notebook_json,
+    regular_files,
+    student_folders,
+)
+
+DEFAULT_TIMEOUT = 300
+DEFAULT_MEMORY_MB = 4096
+MAX_ATTEMPTS = 3
+STUDENT_PACKAGES = ("devicelab",)  # imported by assignment notebooks; visible inside the sandbox
+FAILURE_STATUS = {"kernel-died": CRASHED, "crashed": CRASHED, "grader-error": CRASHED, "unresponsive": TIMEOUT,
+                  "timeout": TIMEOUT, "memory": MEMORY, "invalid": INVALID}
+
+
+class GradingError(RuntimeError):
+    """The run cannot start (unknown assignment, unreadable submissions, gradebook in use)."""
+
+
+@dataclass
+class RunSummary:
+    """What a run did."""
+
+    results: list[StudentResult]
+    out: Path
+    isolation: Isolation
+    reused: int
+    graded: int
+    seconds: float
+    ignored: list[str]
+
+
+def default_jobs() -> int:
+    """Return the number of CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover  (not Linux)
+        return os.cpu_count() or 1
+
+
+def _short_tmp() -> str | None:
+    """Return a temporary folder with a short path (kernel sockets need paths under 108 characters)."""
+    return "/tmp" if os.access("/tmp", os.W_OK) else None
+
+
+def _where(failure: dict, multi: bool) -> str:
+    cell = failure.get("cell")
+    if cell is None:
+        return "before the first cell ran" if failure.get("kind") != "invalid" else ""
+    text = f"cell {cell + 1}"
+    if failure.get("grade_id"):
+        text += f" ({failure['grade_id']})"
+    if multi and failure.get("notebook"):
+        text += f" of {failure['notebook']}"
+    return text
+
+
+def describe_failure(failure: dict, multi: bool) -> str:
+    """Return one readable clause for a failed attempt."""
+    where = _where(failure, multi)
+    message = failure.get("message") or failure.get("kind", "failed")
+    if failure.get("kind") == "unresponsive":
+        message = "ran past the time limit and ignored the interrupt; stopped"
+    return f"{where}: {message}" if where else message
+
+
+def combine(student: str, assignment: str, attempts: list[dict], notes: list[str],
+            max_points: dict[tuple[str, str], float], multi: bool) -> StudentResult:
+    """Turn a student's attempts (worker reports, last one final) into their result."""
+    result = StudentResult(student, assignment, GRADED)
+    failures = [a["failure"] for a in attempts if a.get("failure")]
+    final = attempts[-1]
+    details = [describe_failure(f, multi) for f in failures]
+    if failures and final["outcome"] == "completed":
+        details[-1] += "; graded again without running that cell"
+    if failures:
+        result.status = FAILURE_STATUS.get(failures[0]["kind"], CRASHED)
+    seen = set()
+    for event in final.get("events", []) if final["outcome"] == "completed" else []:
+        key = (event["kind"], event.get("notebook"), event.get("cell"))
+        if key in seen or event["kind"] == "skipped":
+            continue
+        seen.add(key)
+        where = _where(event, multi)
+        if event["kind"] == "timeout":
+            result.status = TIMEOUT if result.status == GRADED else result.status
+            details.append(f"{where}: {event['message']}; the cell was interrupted")
+        elif event["kind"] == "memory":
+            result.status = MEMORY if result.status == GRADED else result.status
+            details.append(f"{where}: ran out of memory ({event['message']})")
+        elif event["kind"] in ("sys-exit", "truncated"):
+            details.append(f"{where}: {event['message']}")
+    if final["outcome"] == "completed":
+        result.cells = [CellScore(**c) for c in final["cells"]]
+        result.comments = final.get("comments", {})
+        result.late_penalties = final.get("late_penalties", {})
+        result.timestamp = final.get("timestamp")
+        result.ran = True
+        failed = [c for c in result.cells if not c.passed and c.max_score > 0]
+        if failed and result.status == GRADED:
+            shown = ", ".join(c.grade_id for c in failed[:4]) + (", ..." if len(failed) > 4 else "")
+            details.append(f"failed {len(failed)} of {len(result.cells)} tests: {shown}")
+    else:
+        result.cells = zero_cells(max_points)
+    details += final.get("notes", []) + notes
+    result.detail = "; ".join(d for d in details if d)
+    return result
+
+
+def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | None = None,
+                timeout: float = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, out: Path | None = None,
+                sandbox: str = "auto", force: bool = False, progress: bool = True, echo=print) -> RunSummary:
+    """Grade every student folder in `submissions`; write grades, feedback, summary; fill the gradebook."""
+    root = root.resolve()
+    source = root / "source" / assignment
+    if not source.is_dir() or not any(source.glob("*.ipynb")):
+        have = sorted(p.name for p in (root / "source").iterdir() if p.is_dir()) if (root / "source").is_dir() else []
+        raise GradingError(f"no assignment {assignment!r} in {root / 'source'} (have: {', '.join(have) or 'none'})")
+    run_root = Path(tempfile.mkdtemp(prefix="dlg-", dir=_short_tmp()))
+    run = ClassRun(root, assignment, Path(submissions).resolve(), (out or root / "graded" / assignment).resolve(),
+                   run_root, jobs or default_jobs(), timeout, memory_mb, echo)
+    try:
+        try:
+            folder = open_submissions(run.submissions, run_root, assignment)
+        except SubmissionsError as exc:
+            raise GradingError(str(exc)) from exc
+        try:
+            with gbook.locked(run.db_url):
+                return run.grade(folder, sandbox, force, progress)
+        except gbook.GradebookError as exc:
+            raise GradingError(str(exc)) from exc
+    finally:
+        if os.environ.get("DEVICELAB_KEEP_SCRATCH"):
+            echo(f"scratch kept in {run_root}")
+        else:
+            shutil.rmtree(run_root, ignore_errors=True)
+
+
+class ClassRun:
+    """The state of one `grade` run; `grade` does it all, the other methods are its steps."""
+
+    def __init__(self, root: Path, assignment: str, submissions: Path, out: Path, run_root: Path, jobs: int,
+                 timeout: float, memory_mb: int, echo) -> None:
+        self.root, self.assignment, self.submissions, self.out = root, assignment, submissions, out
+        self.run_root, self.jobs, self.timeout, self.memory_mb, self.echo = run_root, jobs, timeout, memory_mb, echo
+        self.db_url, self.course = gbook.course_db_url(root), gbook.course_id(root)
+        self.backup = out / "gradebook-before-grading.db"
+        self.started = time.monotonic()
+        self.results: dict[str, StudentResult] = {}
+        self.subs: dict[str, Submission] = {}
+        self.prints: dict[str, str] = {}
+        self.attempts: dict[str, list[dict]] = {}
+        self.in_course = submissions == (root / "submitted").resolve()
+        self.bar = None
+
+    def grade(self, folder: Path, sandbox: str, force: bool, progress: bool) -> RunSummary:
+        """Prepare, reuse what is unchanged, grade the rest in parallel, write the reports."""
+        from tqdm import tqdm
+
+        from autograder.grading.pool import Pool
+        from autograder.grading.worker import Settings
+
+        students, ignored = student_folders(folder)
+        template = self.prepare()
+        self.isolation = self.isolate(sandbox, folder)
+        subs = [match_submission(f.name, f, self.expected, self.assignment) for f in students]
+        todo = self.plan(subs, force)
+        self.echo(f"{self.assignment}: {len(subs)} students in {self.submissions}"
+                  + (f" ({len(self.reused)} unchanged since the last run)" if self.reused else ""))
+        if ignored:
+            self.echo(f"ignored (not student folders): {', '.join(ignored[:8])}{' ...' if len(ignored) > 8 else ''}")
+        self.echo(f"isolation: {self.isolation.description}")
+        if todo:
+            self.echo(f"{len(todo)} to grade with {min(self.jobs, len(todo))} workers, {self.timeout:g} s per "
+                      f"notebook, {self.memory_mb} MB each")
+        workers = min(self.jobs, max(1, len(todo)))
+        settings = Settings(self.root, self.assignment, template, self.run_root, self.isolation, self.timeout,
+                            self.memory_mb, max(1, default_jobs() // workers))
+        tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
+        self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
+                        desc=f"grading {self.assignment}", disable=not progress)
+        pool = Pool(settings, workers, self.memory_mb, self.run_root)
+        try:
+            pool.run(todo, lambda job: len(job["notebooks"]) * (self.timeout + 20) + 40, self.on_report)
+        finally:
+            pool.shutdown()
+            self.bar.close()
+        ordered = [self.results[s.student] for s in subs]
+        write_reports(self.out, self.assignment, ordered, self.isolation.description)
+        return RunSummary(ordered, self.out, self.isolation, len(self.reused), len(todo),
+                          time.monotonic() - self.started, ignored)
+
+    def prepare(self) -> Path:
+        """Back up the gradebook, generate the template course, define the assignment; return the template."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        gbook.backup(self.db_url, self.backup)
+        template = gbook.generate(self.root, self.assignment, self.run_root / "template")
+        gbook.generate(self.root, self.assignment, self.run_root / "register", db_url=self.db_url)
+        gbook.copy_due_date(self.db_url, f"sqlite:///{template / 'gradebook.db'}", self.course, self.assignment)
+        self.expected: dict[str, set[str]] = {}
+        self.max_points: dict[tuple[str, str], float] = {}
+        for nb in sorted((template / "release" / self.assignment).glob("*.ipynb")):
+            raw, _ = read_notebook_json(nb)
+            self.expected[nb.name] = set()
+            for cell in raw["cells"]:
+                meta = cell.get("metadata", {}).get("nbgrader", {})
+                if meta.get("grade_id"):
+                    self.expected[nb.name].add(meta["grade_id"])
+                    if meta.get("grade"):
+                        self.max_points[(nb.name, meta["grade_id"])] = float(meta.get("points", 0))
+        self.multi = len(self.expected) > 1
+        return template
+
+    def isolate(self, sandbox: str, folder: Path) -> Isolation:
+        """Pick the sandbox: hide the course, the submissions and the output; show Python and its packages."""
+        packages = [Path(spec.origin).parent for name in STUDENT_PACKAGES
+                    if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
+        inbox = self.submissions if self.submissions.is_dir() else self.submissions.parent
+        try:
+            isolation = detect_isolation(sandbox, hidden=[self.root, inbox, folder, self.out, self.run_root],
+                                         visible=packages)
+        except RuntimeError as exc:
+            raise GradingError(str(exc)) from exc
+        for note in isolation.notes:
+            self.echo(f"note: {note}")
+        return isolation
+
+    def plan(self, subs: list[Submission], force: bool) -> list[dict]:
+        """Reuse unchanged results, settle missing and invalid students, and return the jobs for the rest."""
+        digest = hash_tree(regular_files(self.root / "source" / self.assignment),
+                           self.root / "source" / self.assignment)
+        self.reused: set[str] = set()
+        todo = []
+        for index, sub in enumerate(subs):
+            self.subs[sub.student] = sub
+            self.prints[sub.student] = fingerprint(digest, hash_tree(regular_files(sub.folder), sub.folder),
+                                                   float(self.timeout), int(self.memory_mb), self.isolation.mode)
+            cached = None if force else _cached(self.out, self.root, self.assignment, sub.student,
+                                                 self.prints[sub.student])
+            if cached is not None:
+                if cached.status == MISSING or not gbook.has_submission(self.db_url, self.course, self.assignment,
+                                                                         sub.student):
+                    gbook.record(self.db_url, self.course, self.assignment, cached)  # e.g. graded elsewhere
+                self.results[sub.student] = cached
+                self.reused.add(sub.student)
+            elif sub.status is not None:
+                self.finish(sub, StudentResult(sub.student, self.assignment, sub.status,
+                                               "; ".join([sub.detail, *sub.notes]), zero_cells(self.max_points)))
+            else:
+                todo.append({"index": index, "attempt": 1, "student": sub.student, "skip": [],
+                             "notebooks": {k: str(v) for k, v in sub.notebooks.items()},
+                             "folder": str(sub.folder), "timestamp": sub.timestamp})
+        return todo
+
+    def on_report(self, job: dict, report: dict) -> list[dict]:
+        """Take one attempt's report: grade again without the guilty cell, or finish the student."""
+        history = self.attempts.setdefault(job["student"], [])
+        history.append(report)
+        failure = report.get("failure")
+        skipped = {(n, i) for n, i, _ in job["skip"]}
+        if (report["outcome"] == "failed" and failure and failure.get("cell") is not None
+                and failure["kind"] not in ("invalid", "grader-error") and job["attempt"] < MAX_ATTEMPTS
+                and (failure.get("notebook"), failure["cell"]) not in skipped):
+            why = f"not run: in an earlier attempt this cell {_reason(failure)}"
+            _drop(report)
+            skip, wrongly_blamed = next_skip(job["skip"], failure)
+            history[:] = [r for r in history if _blamed(r) not in wrongly_blamed]
+            return [{**job, "attempt": job["attempt"] + 1, "skip": [*skip, [failure.get("notebook"),
+                                                                             failure["cell"], why]]}]
+        sub = self.subs[job["student"]]
+        result = combine(sub.student, self.assignment, history, sub.notes, self.max_points, self.multi)
+        self.finish(sub, result, Path(report["scratch"]) if report.get("scratch") else None)
+        for old in history:
+            _drop(old)
+        self.bar.update(1)
+        self.bar.set_postfix(Counter(r.status for r in self.results.values()), refresh=False)
+        return []
+
+    def finish(self, sub: Submission, result: StudentResult, scratch: Path | None = None) -> None:
+        """Record a student in the gradebook, install their files and feedback, then save the result."""
+        result.fingerprint = self.prints[sub.student]
+        try:
+            gbook.record(self.db_url, self.course, self.assignment, result)
+        except SQLAlchemyError as exc:
+            raise GradingError(
+                f"cannot record {sub.student} in the gradebook ({type(exc).__name__}: {str(exc).splitlines()[0]}). "
+                + ("Student code may have changed it: without bubblewrap it can write your files. "
+                   if self.isolation.mode != "bwrap" else "")
+                + (f"The gradebook as it was before this run is in {self.backup}" if self.backup.exists()
+                   else "There was no gradebook before this run.")) from exc
+        feedback = self.out / "feedback" / sub.student
+        if feedback.exists():
+            shutil.rmtree(feedback)
+        if scratch is not None and result.ran:
+            gbook.install(self.root, self.assignment, sub.student, scratch, keep_submitted=self.in_course)
+            for page in sorted((scratch / "feedback" / sub.student / self.assignment).glob("*.html")):
+                feedback.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(page, feedback / page.name)
+        write_atomic(self.out / "results" / f"{sub.student}.json", result.to_json())
+        self.results[sub.student] = result
+
+
+def next_skip(skip: list, failure: dict) -> tuple[list, set]:
+    """Return the cells to keep skipping after a new failure, and those no longer blamed.
+
+    A dead kernel is noticed up to a second late, so a failure can be blamed on a cell after the culprit.
+    When a later attempt fails earlier in the same notebook, the cells skipped after that point were
+    blamed wrongly: they run again.
+    """
+    keep = [s for s in skip if not (s[0] == failure.get("notebook") and s[1] > failure["cell"])]
+    return keep, {(s[0], s[1]) for s in skip} - {(s[0], s[1]) for s in keep}
+
+
+def _blamed(report: dict) -> tuple | None:
+    failure = report.get("failure") or {}
+    return (failure.get("notebook"), failure.get("cell")) if failure.get("cell") is not None else None
+
+
+def _reason(failure: dict) -> str:
+    return {"kernel-died": "crashed the kernel", "crashed": "crashed the grading process",
+            "unresponsive": "ran past the time limit", "timeout": "ran past the time limit",
+            "memory": "used more than the memory cap"}.get(failure["kind"], "failed")
+
+
+def _drop(report: dict) -> None:
+    """Remove an attempt's scratch course once it is no longer needed."""
+    if report.get("scratch"):
+        shutil.rmtree(report["scratch"], ignore_errors=True)
+
+
+def _cached(out: Path, root: Path, assignment: str, student: str, print_: str) -> StudentResult | None:
+    """Return the saved result of an unchanged student, if everything it refers to is still there."""
+    path = out / "results" / f"{student}.json"
+    try:
+        result = StudentResult.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if result.fingerprint != print_:
+        return None
+    if result.ran and not ((root / "autograded" / student / assignment).is_dir()
+                           and (out / "feedback" / student).is_dir()):
+        return None
+    return result
+
+
+def load_results(out: Path) -> list[dict]:
+    """Return the saved per-student results of an output folder (for tools and tests)."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((out / "results").glob("*.json"))]

@@ -1,0 +1,241 @@
+"""Find each student's notebooks: a folder or a .zip of student folders, flat or in nbgrader's layout.
+
+Accepted layouts (one folder per student id):
+
+    SUBMISSIONS/<student>/<notebook>.ipynb                 a plain export (anything nested is searched too)
+    SUBMISSIONS/<student>/<assignment>/<notebook>.ipynb    nbgrader's submitted/ layout (timestamp.txt is kept)
+    SUBMISSIONS.zip                                        either of the above, optionally inside one wrapper folder
+
+A notebook is matched to the assignment by its file name, or, when the name is wrong, by the nbgrader
+grade_ids inside it, so "Copy of ps01.ipynb" is graded as ps01.ipynb while somebody else's homework is not.
+"""
+
+import json
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from autograder.grading.results import INVALID, MISSING
+
+MAX_NOTEBOOK_BYTES = 64 * 2**20
+MAX_ZIP_BYTES = 4 * 2**30
+MAX_ZIP_FILES = 100_000
+SKIPPED_NAMES = {"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".DS_Store", ".git", "Thumbs.db"}
+
+
+class SubmissionsError(RuntimeError):
+    """SUBMISSIONS cannot be read at all; the message says what to do."""
+
+
+@dataclass
+class Submission:
+    """One student folder: the notebooks to grade, or the reason there is nothing to grade."""
+
+    student: str
+    folder: Path
+    notebooks: dict[str, Path] = field(default_factory=dict)  # expected file name -> the student's file
+    status: str | None = None  # None when there is something to grade, else MISSING or INVALID
+    detail: str = ""
+    notes: list[str] = field(default_factory=list)
+    timestamp: str | None = None
+
+
+def _skipped(path: Path) -> bool:
+    return path.name in SKIPPED_NAMES or path.name.startswith(".")
+
+
+def open_submissions(path: Path, scratch: Path, assignment: str) -> Path:
+    """Return the folder that holds one subfolder per student; a .zip is unpacked into `scratch` first."""
+    if not path.exists():
+        raise SubmissionsError(f"{path} does not exist: give a folder of student folders or a .zip of one")
+    if path.is_dir():
+        try:
+            next(path.iterdir(), None)
+        except OSError as exc:
+            raise SubmissionsError(f"cannot read {path}: {exc}") from exc
+        return path
+    if zipfile.is_zipfile(path):
+        target = scratch / "unzipped"
+        extract_zip(path, target)
+        return _unwrap(target, assignment)
+    raise SubmissionsError(f"{path} is neither a folder nor a .zip file")
+
+
+def extract_zip(archive: Path, target: Path) -> None:
+    """Unpack a zip safely: no paths outside `target`, no links, bounded total size and file count."""
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = zf.infolist()
+            if len(members) > MAX_ZIP_FILES:
+                raise SubmissionsError(f"{archive} holds {len(members)} files; more than {MAX_ZIP_FILES}")
+            total = sum(m.file_size for m in members)
+            if total > MAX_ZIP_BYTES:
+                raise SubmissionsError(f"{archive} unpacks to {total >> 20} MB; more than {MAX_ZIP_BYTES >> 20} MB")
+            for member in members:
+                name = PurePosixPath(member.filename.replace("\\", "/"))
+                if name.is_absolute() or ".." in name.parts or not name.parts:
+                    continue  # a path that would land outside the target: skipped
+                if stat.S_ISLNK(member.external_attr >> 16):
+                    continue
+                dest = target.joinpath(*name.parts)
+                if member.is_dir():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(member) as src, dest.open("wb") as out:
+                    for block in iter(lambda: src.read(1 << 20), b""):
+                        out.write(block)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise SubmissionsError(f"cannot unpack {archive}: {exc}") from exc
+
+
+def _unwrap(folder: Path, assignment: str) -> Path:
+    """Descend through wrapper folders (`export/`, `submitted/`) down to the folder of student folders."""
+    while True:
+        entries = [p for p in folder.iterdir() if not _skipped(p)]
+        dirs = [p for p in entries if p.is_dir()]
+        if len(entries) != 1 or len(dirs) != 1:
+            return folder
+        inner = dirs[0]
+        inner_entries = [p for p in inner.iterdir() if not _skipped(p)]
+        holds_work = (inner / assignment).is_dir() or any(p.suffix == ".ipynb" for p in inner_entries)
+        if holds_work or not any(p.is_dir() for p in inner_entries):
+            return folder  # `inner` is a student (a class of one)
+        folder = inner
+
+
+def student_folders(root: Path) -> tuple[list[Path], list[str]]:
+    """Return the student folders under `root` (sorted) and the names of top-level files that were ignored."""
+    folders, ignored = [], []
+    for entry in sorted(root.iterdir()):
+        if _skipped(entry):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            folders.append(entry)
+        else:
+            ignored.append(entry.name)
+    return folders, ignored
+
+
+def work_folder(folder: Path, assignment: str) -> Path:
+    """Return where a student's files are: `folder/<assignment>/` in nbgrader's layout, else `folder`."""
+    inner = folder / assignment
+    return inner if inner.is_dir() and not inner.is_symlink() else folder
+
+
+def regular_files(folder: Path) -> list[Path]:
+    """Return every regular file under `folder` (no links, no system or hidden folders), shallowest first."""
+    found: list[Path] = []
+    stack = [folder]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = sorted(current.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if _skipped(entry) or entry.is_symlink():
+                continue
+            if entry.is_dir():
+                stack.append(entry)
+            elif entry.is_file():
+                found.append(entry)
+    return sorted(found, key=lambda p: (len(p.relative_to(folder).parts), str(p)))
+
+
+def read_notebook_json(path: Path) -> tuple[dict | None, str]:
+    """Return (the notebook as JSON, '') or (None, what is wrong with the file)."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return None, "empty file"
+        if size > MAX_NOTEBOOK_BYTES:
+            return None, f"too large ({size >> 20} MB; the limit is {MAX_NOTEBOOK_BYTES >> 20} MB)"
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not a notebook (not UTF-8 text)"
+    except json.JSONDecodeError as exc:
+        return None, f"not a notebook (not valid JSON: {exc.msg} at line {exc.lineno})"
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror})"
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells", raw.get("worksheets")), list):
+        return None, "not a notebook (JSON without a list of cells)"
+    return raw, ""
+
+
+def grade_ids(raw: dict) -> set[str]:
+    """Return the nbgrader grade_ids found in a notebook's JSON."""
+    cells = raw.get("cells")
+    if cells is None:  # nbformat 3
+        cells = [c for ws in raw.get("worksheets", []) if isinstance(ws, dict) for c in ws.get("cells", [])]
+    found = set()
+    for cell in cells:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+        if isinstance(nbg, dict) and isinstance(nbg.get("grade_id"), str):
+            found.add(nbg["grade_id"])
+    return found
+
+
+def _listing(paths: list[Path], base: Path, limit: int = 5) -> str:
+    names = [str(p.relative_to(base)) for p in paths]
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def match_submission(student: str, folder: Path, expected: dict[str, set[str]], assignment: str) -> Submission:
+    """Match a student's files to the assignment's notebooks (file name -> grade_ids of that notebook)."""
+    base = work_folder(folder, assignment)
+    sub = Submission(student, base)
+    stamp = base / "timestamp.txt"
+    if stamp.is_file() and stamp.stat().st_size < 200:
+        sub.timestamp = stamp.read_text(encoding="utf-8", errors="replace").strip() or None
+    files = regular_files(base)
+    candidates = [p for p in files if p.suffix.lower() == ".ipynb"]
+    if not candidates:
+        sub.status = MISSING
+        others = [p for p in files if p.name != "timestamp.txt"]
+        sub.detail = (f"no notebook in the folder; found {_listing(others, base)}" if others
+                      else "the folder is empty")
+        return sub
+    parsed = {p: read_notebook_json(p) for p in candidates}
+    used: set[Path] = set()
+    broken: dict[str, tuple[Path, str]] = {}
+    for name in sorted(expected):
+        exact = [p for p in candidates if p.name == name and p not in used]
+        if exact:
+            used.add(exact[0])
+            raw, problem = parsed[exact[0]]
+            if raw is None:
+                broken[name] = (exact[0], problem)
+            else:
+                sub.notebooks[name] = exact[0]
+    for name in sorted(set(expected) - set(sub.notebooks) - set(broken)):
+        scored = [(len(grade_ids(raw) & expected[name]), p) for p, (raw, _) in parsed.items()
+                  if raw is not None and p not in used]
+        scored = [(n, p) for n, p in scored if n > 0]
+        if scored:
+            best = max(scored, key=lambda item: (item[0], -len(item[1].parts)))[1]
+            used.add(best)
+            sub.notebooks[name] = best
+            sub.notes.append(f"graded '{best.relative_to(base)}' as {name}")
+    unmatched = [n for n in expected if n not in sub.notebooks and n not in broken]
+    unreadable = [p for p in candidates if p not in used and parsed[p][0] is None]
+    if len(unmatched) == 1 and len(unreadable) == 1 and not sub.notebooks and not broken:
+        broken[unmatched[0]] = (unreadable[0], parsed[unreadable[0]][1])
+    if not sub.notebooks:
+        if broken:
+            sub.status = INVALID
+            sub.detail = "; ".join(f"{p.relative_to(base)}: {problem}" for p, problem in broken.values())
+        else:
+            sub.status = MISSING
+            found = [f"{p.relative_to(base)} ({'not readable' if parsed[p][0] is None else 'none of its cells'}"
+                     f"{'' if parsed[p][0] is None else ' belong to ' + assignment})" for p in candidates]
+            sub.detail = "no notebook of this assignment; found " + ", ".join(found[:5])
+        return sub
+    for name, (path, problem) in sorted(broken.items()):
+        sub.notes.append(f"{path.relative_to(base)}: {problem}; {name} scored 0")
+    for name in sorted(set(expected) - set(sub.notebooks) - set(broken)):
+        sub.notes.append(f"{name} not found; scored 0")
+    return sub

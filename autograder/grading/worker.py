@@ -1,0 +1,267 @@
+"""Grade one student in a scratch course of its own: restore, autograde with nbgrader, feedback, scores.
+
+Runs inside a worker process (see pool.py). Only the kernel runs student code, and it runs in the sandbox;
+this module is the trusted side that drives nbgrader and reads the results back out of the scratch gradebook.
+"""
+
+import json
+import os
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from autograder.build import course_config
+from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
+from autograder.grading.feedback import FeedbackWriter
+from autograder.grading.restore import restore_cells
+from autograder.grading.sandbox import Isolation, kernel_command
+
+MAX_EXTRA_FILE_BYTES = 50 * 2**20
+MAX_EXTRA_TOTAL_BYTES = 200 * 2**20
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every student of one run shares."""
+
+    root: Path  # the course root (its nbgrader_config.py)
+    assignment: str
+    template: Path  # a course with the assignment generated: gradebook.db, source/, release/
+    run_root: Path  # where scratch courses go (short: kernel sockets live there)
+    isolation: Isolation
+    timeout: float  # seconds per notebook
+    memory_mb: int
+    threads: int = 1  # CPU threads per kernel (OMP_NUM_THREADS and friends)
+    keep_env: tuple[str, ...] = field(default=("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TZ"))
+
+
+def repair_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Drop outputs and fix the small structural slips editors make, so that nbformat accepts the notebook."""
+    for cell in nb.cells:
+        cell["metadata"] = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        source = cell.get("source", "")
+        cell["source"] = "".join(source) if isinstance(source, list) else str(source)
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+        else:
+            cell.pop("outputs", None)
+            cell.pop("execution_count", None)
+    return nb
+
+
+def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
+    """Copy a student's other files (data, modules) into the scratch submission: regular files only, bounded."""
+    total = 0
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if (path.is_symlink() or not path.is_file() or path.suffix == ".ipynb" or path.name == "timestamp.txt"
+                or any(part.startswith(".") or part in ("__MACOSX", "__pycache__") for part in rel.parts)):
+            continue
+        size = path.stat().st_size
+        if size > MAX_EXTRA_FILE_BYTES or total + size > MAX_EXTRA_TOTAL_BYTES:
+            notes.append(f"{rel} not copied ({size >> 20} MB; extra files are limited)")
+            continue
+        total += size
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest / rel)
+
+
+class Worker:
+    """Grades students one after another; keeps what every student shares (the instructor's notebooks)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        release = settings.template / "release" / settings.assignment
+        self.instructor = {p.name: nbformat.read(p, as_version=4) for p in sorted(release.glob("*.ipynb"))}
+        self.feedback: FeedbackWriter | None = None
+
+    def scratch_for(self, job: dict) -> Path:
+        """Return the scratch course folder of one grading attempt."""
+        return self.settings.run_root / f"{job['index']}-{job['attempt']}"
+
+    def prepare(self, job: dict, scratch: Path) -> tuple[list[str], list[str]]:
+        """Build the scratch course; return (notes about the submission, notebooks that could not be read)."""
+        s = self.settings
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        (scratch / "source").mkdir(parents=True)
+        shutil.copytree(s.template / "source" / s.assignment, scratch / "source" / s.assignment)
+        shutil.copyfile(s.template / "gradebook.db", scratch / "gradebook.db")
+        submitted = scratch / "submitted" / job["student"] / s.assignment
+        submitted.mkdir(parents=True)
+        notes: list[str] = []
+        unreadable: list[str] = []
+        if job.get("folder"):
+            _copy_extras(Path(job["folder"]), submitted, notes)
+        if job.get("timestamp"):
+            (submitted / "timestamp.txt").write_text(job["timestamp"], encoding="utf-8")
+        for name, path in sorted(job["notebooks"].items()):
+            try:
+                nb = nbformat.reader.reads(Path(path).read_text(encoding="utf-8"))
+                nb = repair_notebook(nbformat.convert(nb, 4))
+                nb, restored = restore_cells(nb, self.instructor[name])
+                nbformat.validate(nb)
+            except Exception as exc:  # noqa: BLE001  (any unreadable notebook is a finding, not a crash)
+                unreadable.append(f"{Path(path).name}: not a valid notebook ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0][:150] if str(exc) else ''})")
+                continue
+            notes += restored
+            (submitted / name).write_text(nbformat.v4.writes(nb), encoding="utf-8")  # validated just above
+        for sub in ("home/tmp", "rt", "jupyter/kernels/python3"):
+            (scratch / sub).mkdir(parents=True)
+        return notes, unreadable
+
+    def environment(self, scratch: Path) -> dict[str, str]:
+        """Return the environment a student's kernel gets: nothing of the grader's own but PATH and locale."""
+        from autograder.build import with_venv_on_path
+
+        home = scratch / "home"
+        env = {key: os.environ[key] for key in self.settings.keep_env if key in os.environ}
+        threads = str(self.settings.threads)
+        env.update({
+            "PATH": with_venv_on_path()["PATH"], "HOME": str(home), "TMPDIR": str(home / "tmp"),
+            "IPYTHONDIR": str(home / ".ipython"), "MPLCONFIGDIR": str(home / ".matplotlib"), "MPLBACKEND": "Agg",
+            "JUPYTER_PATH": str(scratch / "jupyter"), "JUPYTER_RUNTIME_DIR": str(scratch / "rt"),
+            "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "JUPYTER_DATA_DIR": str(home / ".jupyter-data"),
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+        })
+        env.setdefault("LANG", "C.UTF-8")
+        return env
+
+    def config(self, job: dict, scratch: Path):
+        """Return the nbgrader configuration of one attempt: the course's, pointed at the scratch course."""
+        from nbgrader.converters import Autograde
+        from nbgrader.preprocessors import Execute
+
+        s = self.settings
+        config = course_config(s.root, scratch)
+        config.Autograde.autograde_preprocessors = [
+            GraderExecute if p is Execute else p for p in Autograde.class_traits()["autograde_preprocessors"].default()]
+        config.GraderExecute.budget = float(s.timeout)
+        config.GraderExecute.progress_file = str(scratch / "progress.json")
+        skip: dict[str, dict[str, str]] = {}
+        for notebook, index, reason in job.get("skip", []):
+            skip.setdefault(notebook, {})[str(index)] = reason
+        config.GraderExecute.skip = skip
+        config.GraderExecute.shutdown_kernel = "immediate"
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(scratch / "rt" / "k")
+        config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")
+        return config
+
+    def write_kernelspec(self, job: dict, scratch: Path) -> None:
+        """Make `python3` mean: an IPython kernel with the limits, inside the sandbox, in the scratch course."""
+        s = self.settings
+        cwd = scratch / "autograded" / job["student"] / s.assignment
+        argv = kernel_command(s.isolation, [cwd, scratch / "rt", scratch / "home"], cwd, s.memory_mb)
+        spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
+                "interrupt_mode": "message", "metadata": {"debugger": False}}
+        (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+
+    def grade(self, job: dict) -> dict:
+        """Grade one attempt at one student; return a report (see pool.py for how reports are combined)."""
+        from nbgrader.apps import NbGraderAPI
+
+        started = time.monotonic()
+        s = self.settings
+        scratch = self.scratch_for(job)
+        notes, unreadable = self.prepare(job, scratch)
+        report = {"outcome": "completed", "events": [], "failure": None, "cells": [], "comments": {},
+                  "late_penalties": {}, "timestamp": None, "notes": notes + unreadable, "scratch": str(scratch)}
+        if not any((scratch / "submitted" / job["student"] / s.assignment).glob("*.ipynb")):
+            report.update(outcome="invalid", notes=notes, failure={"kind": "invalid", "message": "; ".join(unreadable)})
+            return report
+        self.write_kernelspec(job, scratch)
+        saved_env, env = dict(os.environ), self.environment(scratch)
+        os.environ.clear()
+        os.environ.update(env)
+        try:
+            api = NbGraderAPI(config=self.config(job, scratch))
+            result = api.autograde(s.assignment, job["student"], force=True, create=True)
+            progress = read_progress(scratch / "progress.json")
+            report["events"] = progress.get("events", [])
+            if result.get("success"):
+                self.write_feedback(api, job, scratch, report)
+                self.collect(job, scratch, report)
+            else:
+                report["outcome"] = "failed"
+                report["failure"] = self.failure(progress, result)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved_env)
+        report["seconds"] = round(time.monotonic() - started, 2)
+        return report
+
+    def write_feedback(self, api, job: dict, scratch: Path, report: dict) -> None:
+        """Write the student's feedback pages into scratch/feedback/<student>/<assignment>/."""
+        s = self.settings
+        dest = scratch / "feedback" / job["student"] / s.assignment
+        try:
+            if self.feedback is None:
+                self.feedback = FeedbackWriter(course_config(s.root))
+            self.feedback.write(scratch / "autograded" / job["student"] / s.assignment, dest, job["student"],
+                                s.assignment, course_config(s.root, scratch).CourseDirectory.db_url)
+        except Exception:  # noqa: BLE001  (fall back to nbgrader's own, slower, generate_feedback)
+            traceback.print_exc()
+            if not api.generate_feedback(s.assignment, job["student"], force=True).get("success"):
+                report["notes"].append("feedback could not be generated")
+
+    def failure(self, progress: dict, result: dict) -> dict:
+        """Say why nbgrader could not finish: a dead or hung kernel (with the cell), or a broken notebook."""
+        for event in reversed(progress.get("events", [])):
+            if event["kind"] in ("kernel-died", "unresponsive"):
+                return dict(event)
+        text = (result.get("error") or "") + "\n" + (result.get("log") or "")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("[INFO]")]
+        message = next((ln for ln in reversed(lines) if "Error" in ln and not ln.startswith("File ")),
+                       lines[-1] if lines else "nbgrader could not grade the notebook")
+        if progress.get("state") == "running" and progress.get("cell") is not None:
+            return {"kind": "kernel-died", "notebook": progress.get("notebook"), "cell": progress["cell"],
+                    "grade_id": progress.get("grade_id"), "message": message[:300]}
+        return {"kind": "invalid", "message": f"nbgrader could not grade it: {message[:300]}"}
+
+    def collect(self, job: dict, scratch: Path, report: dict) -> None:
+        """Read the scores, comments and first error lines of a finished attempt into the report."""
+        from nbgrader.api import Gradebook
+
+        s = self.settings
+        errors = self._errors(scratch / "autograded" / job["student"] / s.assignment)
+        config = course_config(s.root, scratch)
+        with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
+            submission = gb.find_submission(s.assignment, job["student"])
+            report["timestamp"] = submission.timestamp.isoformat() if submission.timestamp else None
+            for notebook in submission.notebooks:
+                nb_name = notebook.name + ".ipynb"
+                report["late_penalties"][nb_name] = float(notebook.late_submission_penalty or 0)
+                report["comments"][nb_name] = {c.name: c.auto_comment for c in notebook.comments}
+                for grade in notebook.grades:
+                    report["cells"].append({
+                        "notebook": nb_name, "grade_id": grade.name,
+                        "score": float(grade.auto_score or 0), "max_score": float(grade.max_score or 0),
+                        "needs_manual_grade": bool(grade.needs_manual_grade),
+                        "error": errors.get((nb_name, grade.name), "")})
+
+    @staticmethod
+    def _errors(folder: Path) -> dict[tuple[str, str], str]:
+        """Return the first line of each failing graded cell's error, by (notebook, grade_id)."""
+        found = {}
+        for path in sorted(folder.glob("*.ipynb")):
+            nb = json.loads(path.read_text(encoding="utf-8"))
+            for cell in nb.get("cells", []):
+                gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+                if gid and errors:
+                    first = errors[0]
+                    text = (first.get("evalue") or "").strip().splitlines()
+                    if first.get("ename") == NOT_RUN:
+                        found[(path.name, gid)] = text[0] if text else "not run"
+                    else:
+                        found[(path.name, gid)] = (f"{first.get('ename')}: {text[0]}" if text
+                                                   else str(first.get("ename")))[:160]
+        return found

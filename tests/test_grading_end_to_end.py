@@ -1,0 +1,336 @@
+"""`python -m autograder grade` on a small class of hostile submissions, graded together with --jobs 2.
+
+One run grades the whole class (a module fixture); each test then checks one promise of the issue:
+every student gets the right row, good students get full marks, the gradebook and feedback are right,
+nothing outside the scratch folders changes, no process is left behind, and a rerun changes nothing.
+"""
+
+import contextlib
+import csv
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from autograder import COURSE_ROOT
+from autograder.build import with_venv_on_path
+from tests.factories import graded_cell_meta, solution_cell_meta, tiny_assignment
+
+pytestmark = pytest.mark.notebook
+
+TIMEOUT = 10
+MEMORY_MB = 600
+DAEMON = "4321.5"  # `sleep 4321.5`: a process a student's code detaches, which must not outlive grading
+
+
+def assignment(double: str = "return 2 * x", square: str = "return x * x") -> nbformat.NotebookNode:
+    """Return a two-exercise notebook: `double` (2 points, from tests.factories) and `square` (1 point)."""
+    nb = tiny_assignment(double)
+    v4 = nbformat.v4
+    nb.cells += [
+        v4.new_code_cell(f'def square(x):\n    """Return x squared."""\n    ### BEGIN SOLUTION\n    {square}\n'
+                         "    ### END SOLUTION", metadata=solution_cell_meta("square")),
+        v4.new_code_cell("assert square(3) == 9, 'square(3) should be 9'", metadata=graded_cell_meta("square-tests", 1)),
+    ]
+    return nb
+
+
+def with_cell(code: str, nb: nbformat.NotebookNode | None = None) -> nbformat.NotebookNode:
+    """Return a correct notebook with one extra (ungraded) cell inserted after the first answer."""
+    nb = nb or assignment()
+    nb.cells.insert(2, nbformat.v4.new_code_cell(code))
+    return nb
+
+
+def _deleted_test() -> nbformat.NotebookNode:
+    nb = assignment(double="return x + 2")
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "double-tests"]
+    return nb
+
+
+def _retyped_test() -> nbformat.NotebookNode:
+    nb = assignment()
+    cell = nb.cells[-1]
+    nb.cells[-1] = nbformat.v4.new_markdown_cell(cell.source, metadata=cell.metadata)
+    return nb
+
+
+LOOP = "while True:\n        pass"
+DEAF_LOOP = "import signal\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n        pass"
+
+# student -> (files, expected status, expected score (of 3), pattern the detail must match)
+CLASS = {
+    "correct": ({"tiny.ipynb": assignment()}, "graded", 3, r"^$"),
+    "wrong": ({"tiny.ipynb": assignment(double="return x + 2")}, "graded", 1, r"failed 1 of 2 tests: double-tests"),
+    "loop": ({"tiny.ipynb": assignment(square=LOOP)}, "timeout", 2, r"cell 5 \(square-tests\).*time limit"),
+    "deaf-loop": ({"tiny.ipynb": assignment(square=DEAF_LOOP)}, "timeout", 2,
+                  r"square-tests.*ignored the interrupt.*graded again without running that cell"),
+    "os-exit": ({"tiny.ipynb": with_cell("import os\nos._exit(1)")}, "crashed", 3, r"cell 3: the kernel exited"),
+    "segfault": ({"tiny.ipynb": with_cell("import ctypes\nctypes.string_at(0)")}, "crashed", 3, r"SIGSEGV"),
+    "killpg": ({"tiny.ipynb": with_cell("import os, signal\nos.killpg(0, signal.SIGKILL)")}, "crashed", 3,
+               r"cell 3: the kernel"),
+    "memory-hog": ({"tiny.ipynb": with_cell("x = bytearray(64 * 2**30)")}, "memory", 3, r"MemoryError"),
+    "memory-grow": ({"tiny.ipynb": with_cell("blocks = []\nwhile True:\n    blocks.append(b'x' * (50 * 2**20))")},
+                    "memory", 3, r"cell 3: used more than the 600 MB memory cap"),
+    "flood": ({"tiny.ipynb": with_cell("for i in range(300_000):\n    print(i)\nprint('x' * 5_000_000)")},
+              "graded", 3, r"characters of output dropped"),
+    "sys-exit": ({"tiny.ipynb": with_cell("import sys\nsys.exit(3)")}, "graded", 3, r"called sys.exit"),
+    "deleted-test": ({"tiny.ipynb": _deleted_test()}, "graded", 1, r"restored deleted test cell 'double-tests'"),
+    "retyped-test": ({"tiny.ipynb": _retyped_test()}, "graded", 3, r"restored test cell 'square-tests'"),
+    "misnamed": ({"tiny (1).ipynb": assignment()}, "graded", 3, r"graded 'tiny \(1\).ipynb' as tiny.ipynb"),
+    "empty": ({"tiny.ipynb": ""}, "invalid", 0, r"tiny.ipynb: empty file"),
+    "not-json": ({"tiny.ipynb": "{this is not json"}, "invalid", 0, r"not valid JSON"),
+    "broken-cells": ({"tiny.ipynb": '{"cells": [42], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'},
+                     "invalid", 0, r"tiny.ipynb: not a valid notebook"),
+    "other-homework": ({"ps99.ipynb": nbformat.v4.new_notebook()}, "missing", 0, r"no notebook of this assignment"),
+    "no-notebook": ({"answers.txt": "see attached"}, "missing", 0, r"found answers.txt"),
+    "daemon": ({"tiny.ipynb": with_cell(f"import subprocess\nsubprocess.Popen(['sleep', '{DAEMON}'], "
+                                        "start_new_session=True)")}, "graded", 3, r"^$"),
+}
+# Only where student code is in its own PID namespace and sees a read-only file system:
+PROTECTED = {
+    "kill-parent": ({"tiny.ipynb": with_cell("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")},
+                    "graded", 3, r"^$"),
+    "tamper": ({"tiny.ipynb": with_cell(
+        "for p in ['@COURSE@/source/tiny/tiny.ipynb', '@COURSE@/incoming/ok/x.txt', '@COURSE@/gradebook.db']:\n"
+        "    try:\n        open(p, 'w').write('pwned')\n    except OSError as e:\n        print(e)")},
+               "graded", 3, r"^$"),
+}
+
+
+def write_class(folder: Path, students: dict, course: Path) -> None:
+    """Write each student's files into folder/<student>/ (@COURSE@ in a cell becomes the course path)."""
+    for student, (files, *_rest) in students.items():
+        (folder / student).mkdir(parents=True)
+        for name, content in files.items():
+            if isinstance(content, str):
+                (folder / student / name).write_text(content, encoding="utf-8")
+            else:
+                nb = nbformat.from_dict(json.loads(nbformat.writes(content).replace("@COURSE@", str(course))))
+                nbformat.write(nb, folder / student / name)
+
+
+def grade(course: Path, submissions: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Run `python -m autograder grade tiny SUBMISSIONS` on a scratch course."""
+    cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(submissions), "--course", str(course),
+           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MB), "--quiet", *extra]
+    return subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def rows(course: Path) -> dict[str, dict]:
+    """Return grades.csv as student -> row."""
+    with (course / "graded" / "tiny" / "grades.csv").open(encoding="utf-8") as handle:
+        return {r["student"]: r for r in csv.DictReader(handle)}
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def make_course(folder: Path) -> Path:
+    """Return a scratch course holding the two-exercise assignment `tiny`."""
+    shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", folder / "nbgrader_config.py")
+    (folder / "source" / "tiny").mkdir(parents=True)
+    nbformat.write(assignment(), folder / "source" / "tiny" / "tiny.ipynb")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade the whole hostile class once (once per test run, even across xdist workers).
+
+    Returns (course, submissions, run record, expected rows, hash of the instructor's notebook).
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    course = shared / "grading-class"
+    with _locked(shared / "grading-class.lock"):
+        if not (course / "run.json").exists():
+            from autograder.grading.sandbox import detect_isolation
+
+            course.mkdir(exist_ok=True)
+            make_course(course)
+            students = dict(CLASS)
+            if detect_isolation("auto").mode == "bwrap":
+                students.update(PROTECTED)
+            write_class(course / "incoming", students, course)
+            (course / "incoming" / "ok").mkdir()
+            record = {"source_hash": digest(course / "source" / "tiny" / "tiny.ipynb"), "students": sorted(students)}
+            started = time.monotonic()
+            done = grade(course, course / "incoming")
+            record.update(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr[-5000:],
+                          seconds=round(time.monotonic() - started, 1))
+            (course / "run.json").write_text(json.dumps(record))
+    record = json.loads((course / "run.json").read_text())
+    print(f"\ngraded {len(record['students'])} students in {record['seconds']} s\n{record['stdout']}")
+    students = {k: v for k, v in {**CLASS, **PROTECTED}.items() if k in record["students"]}
+    return course, course / "incoming", record, students, record["source_hash"]
+
+
+def test_every_student_folder_gets_exactly_one_row(graded):
+    course, _, record, students, _ = graded
+    assert record["returncode"] == 0, record["stderr"]
+    header = (course / "graded" / "tiny" / "grades.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert header == "student,assignment,score,max_score,status,detail"
+    assert set(rows(course)) == set(students) | {"ok"}
+    assert rows(course)["ok"]["status"] == "missing"
+
+
+@pytest.mark.parametrize("student", sorted({**CLASS, **PROTECTED}))
+def test_each_case_gets_its_status_score_and_detail(graded, student):
+    course, _, _, students, _ = graded
+    if student not in students:
+        pytest.skip("needs bubblewrap isolation")
+    _, status, score, pattern = students[student]
+    row = rows(course)[student]
+    assert (row["status"], float(row["score"]), row["max_score"]) == (status, score, "3"), row
+    assert re.search(pattern, row["detail"]), row["detail"]
+
+
+def test_gradebook_has_every_result_and_nothing_waits_for_a_human(graded):
+    from nbgrader.api import Gradebook
+
+    course, _, _, students, _ = graded
+    table = rows(course)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "device-lab") as gb:
+        assert {s.id for s in gb.students} >= set(students)
+        for student, row in table.items():
+            if row["status"] == "missing":
+                assert not gb.find_student(student).submissions, student
+                continue
+            submission = gb.find_submission("tiny", student)
+            assert submission.score == float(row["score"]), student
+            assert not submission.needs_manual_grade, student
+
+
+def test_feedback_is_written_and_output_floods_are_cut(graded):
+    course, _, _, _, _ = graded
+    feedback = course / "graded" / "tiny" / "feedback"
+    for student, row in rows(course).items():
+        page = feedback / student / "tiny.html"
+        assert page.exists() == (row["status"] not in ("invalid", "missing")), student
+    assert (feedback / "flood" / "tiny.html").stat().st_size < 1_500_000
+    assert "more characters of output were dropped" in (feedback / "flood" / "tiny.html").read_text()
+    assert (course / "autograded" / "correct" / "tiny" / "tiny.ipynb").exists()
+
+
+def test_summary_page_shows_distribution_and_pass_rates(graded):
+    course, _, _, _, _ = graded
+    page = (course / "graded" / "tiny" / "summary.html").read_text(encoding="utf-8")
+    assert "<svg" in page and "double-tests" in page and "square-tests" in page
+
+
+def test_nothing_outside_the_scratch_folders_changed(graded):
+    course, submissions, _, _, source_hash = graded
+    assert digest(course / "source" / "tiny" / "tiny.ipynb") == source_hash
+    assert not (submissions / "ok" / "x.txt").exists()
+    assert (course / "gradebook.db").read_bytes()[:15] == b"SQLite format 3"
+
+
+def test_no_student_process_outlives_grading(graded):
+    left = [p for p in psutil.process_iter(["cmdline"]) if DAEMON in " ".join(p.info["cmdline"] or [])]
+    assert not left
+
+
+def test_rerun_changes_nothing_and_an_interrupted_run_finishes_the_rest(graded, tmp_path):
+    from nbgrader.api import Gradebook
+
+    original, _, _, students, _ = graded
+    course = tmp_path / "course"
+    shutil.copytree(original, course, ignore=shutil.ignore_patterns("*.lock"))
+    before = (course / "graded" / "tiny" / "grades.csv").read_text(encoding="utf-8")
+    again = grade(course, course / "incoming")
+    assert again.returncode == 0, again.stderr
+    assert "to grade" not in again.stdout and "unchanged" in again.stdout
+    assert (course / "graded" / "tiny" / "grades.csv").read_text(encoding="utf-8") == before
+    for student in ("correct", "wrong"):  # as if the run had stopped before these two were saved
+        (course / "graded" / "tiny" / "results" / f"{student}.json").unlink()
+    resumed = grade(course, course / "incoming")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 to grade" in resumed.stdout
+    assert (course / "graded" / "tiny" / "grades.csv").read_text(encoding="utf-8") == before
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "device-lab") as gb:
+        assert len(gb.find_assignment("tiny").submissions) == sum(
+            1 for r in rows(course).values() if r["status"] != "missing")
+    saved = json.loads((course / "graded" / "tiny" / "results" / "correct.json").read_text())
+    assert saved["status"] == "graded" and len(students) > 10
+    (course / "gradebook.db").unlink()  # results graded elsewhere (another machine) are recorded, not regraded
+    merged = grade(course, course / "incoming")
+    assert merged.returncode == 0 and "to grade" not in merged.stdout, merged.stderr
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "device-lab") as gb:
+        assert gb.find_submission("tiny", "wrong").score == 1
+
+
+def test_a_stopped_run_exits_130_leaves_nothing_running_and_the_next_run_finishes(tmp_path):
+    course = make_course(tmp_path)
+    students = {f"s{k}": CLASS["correct"] for k in range(5)} | {"loop": CLASS["loop"]}
+    write_class(course / "incoming", students, course)
+    cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(course / "incoming"), "--course", str(course),
+           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MB), "--quiet"]
+    run = subprocess.Popen(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    results = course / "graded" / "tiny" / "results"
+    deadline = time.monotonic() + 120
+    while len(list(results.glob("*.json"))) < 2 and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.2)
+    run.terminate()  # what Ctrl-C does too
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130 and "run the same command again" in err
+    saved = len(list(results.glob("*.json")))
+    assert 2 <= saved < len(students)
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(course) in " ".join(p.info["cmdline"] or [])]
+    assert not leftovers
+    again = grade(course, course / "incoming")
+    assert again.returncode == 0 and f"({saved} unchanged since the last run)" in again.stdout
+    assert sorted(rows(course)) == sorted(students)
+
+
+def test_without_a_sandbox_a_student_who_kills_the_grading_process_costs_only_that_cell(tmp_path):
+    course = make_course(tmp_path)
+    daemon = "4321.75"
+    students = {
+        "correct": CLASS["correct"],
+        "kill-parent": ({"tiny.ipynb": with_cell("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")},),
+        "daemon": ({"tiny.ipynb": with_cell(f"import subprocess\nsubprocess.Popen(['sleep', '{daemon}'], "
+                                            "start_new_session=True)")},),
+    }
+    write_class(course / "incoming", students, course)
+    done = grade(course, course / "incoming", "--sandbox", "none")
+    assert done.returncode == 0, done.stderr
+    table = rows(course)
+    assert [(table[s]["status"], table[s]["score"]) for s in students] == [
+        ("graded", "3"), ("crashed", "3"), ("graded", "3")]
+    assert "the grading process was killed (SIGKILL)" in table["kill-parent"]["detail"]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if daemon in " ".join(p.info["cmdline"] or [])]
+
+
+def test_unknown_assignment_or_unreadable_submissions_exit_2(tmp_path):
+    shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    (tmp_path / "source" / "tiny").mkdir(parents=True)
+    nbformat.write(assignment(), tmp_path / "source" / "tiny" / "tiny.ipynb")
+    missing = grade(tmp_path, tmp_path / "nowhere")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    (tmp_path / "broken.zip").write_text("not a zip")
+    assert grade(tmp_path, tmp_path / "broken.zip").returncode == 2
+    cmd = [sys.executable, "-m", "autograder", "grade", "nope", str(tmp_path), "--course", str(tmp_path)]
+    unknown = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
+                             check=False)
+    assert unknown.returncode == 2 and "no assignment 'nope'" in unknown.stderr

@@ -1,0 +1,54 @@
+"""grades.csv, the class summary page and the faster feedback pages."""
+
+import csv
+import io
+from pathlib import Path
+
+from autograder.grading.feedback import accessible
+from autograder.grading.report import csv_text, exercises, histogram_svg, number, summary_html
+from autograder.grading.results import CellScore, StudentResult, zero_cells
+
+
+def result(student, status="graded", scores=(2, 1), detail="", ran=True) -> StudentResult:
+    cells = [CellScore("tiny.ipynb", "double-tests", scores[0], 2, error="" if scores[0] == 2 else "AssertionError: x"),
+             CellScore("tiny.ipynb", "square-tests", scores[1], 1)]
+    return StudentResult(student, "tiny", status, detail, cells, ran=ran)
+
+
+def test_numbers_are_written_as_people_write_them():
+    assert [number(x) for x in (10.0, 7.5, 0.25, 0, 1 / 3)] == ["10", "7.5", "0.25", "0", "0.33"]
+
+
+def test_grades_csv_has_the_header_one_sorted_row_per_student_and_one_line_details():
+    text = csv_text([result("bob", detail="line one\nline two, with a comma"), result("ada")])
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["student", "assignment", "score", "max_score", "status", "detail"]
+    assert [r[0] for r in rows[1:]] == ["ada", "bob"]
+    assert rows[2] == ["bob", "tiny", "3", "3", "graded", "line one line two, with a comma"]
+
+
+def test_pass_rates_count_only_students_whose_notebook_ran():
+    missing = StudentResult("cy", "tiny", "missing", cells=zero_cells({("tiny.ipynb", "double-tests"): 2,
+                                                                         ("tiny.ipynb", "square-tests"): 1}))
+    found = exercises([result("ada"), result("bob", scores=(0, 1)), missing])
+    double = next(e for e in found if e.grade_id == "double-tests")
+    assert (double.passed, double.attempted, double.rate) == (1, 2, 0.5)
+    assert double.common_error == "AssertionError: x"
+
+
+def test_the_histogram_has_one_bar_per_point_for_small_integer_scores():
+    svg = histogram_svg([0, 3, 3, 1], 3)
+    assert svg.count("<rect") == 4 and "2 students" in svg
+
+
+def test_the_summary_page_escapes_what_students_wrote():
+    page = summary_html("tiny", [result("<script>", detail="<b>x</b>")], "none", Path("/nonexistent"))
+    assert "<script>" not in page.split("<body>")[1] and "&lt;b&gt;" in page
+
+
+def test_feedback_pages_get_the_accessibility_attributes_nbconvert_adds():
+    html = ('<div class="jp-Cell-inputWrapper x"><img src="a.png"><img alt="ok" src="b.png"></div>'
+            '<div class="jp-OutputArea-output" tabindex="0"></div><div class="jp-OutputArea-outputs"></div>')
+    out = accessible(html)
+    assert out.count('tabindex="0"') == 2 and out.count("alt=") == 2
+    assert 'class="jp-OutputArea-outputs">' in out

@@ -1,0 +1,119 @@
+"""Limits and isolation for student code: the commands built, and what a sandboxed program can and cannot do."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from autograder.grading import sandbox
+from autograder.grading.sandbox import (
+    Isolation,
+    ProcessWatch,
+    SandboxError,
+    bwrap_prefix,
+    detect_isolation,
+    limits_prefix,
+    process_children,
+)
+
+
+def test_bwrap_hides_course_folders_reexposes_python_and_lets_the_kernel_write_only_its_own(tmp_path):
+    course, venv, work, other = (tmp_path / n for n in ("course", "course/.venv", "work", "other"))
+    for folder in (venv, work, other):
+        folder.mkdir(parents=True)
+    args = bwrap_prefix([work], work, hidden=(str(course), "/srv"), visible=(str(venv), "/usr"))
+    assert args[:1] == ["bwrap"] and "--unshare-all" in args and "--die-with-parent" in args
+    assert args[args.index("/tmp") - 1] == "--tmpfs"  # a private /tmp: tmp_path and all below it are gone
+    assert str(course) not in args  # ...so hiding it again is not needed
+    if Path("/srv").is_dir():
+        assert args[args.index("/srv") - 1] == "--tmpfs"
+    assert args[args.index(str(venv)) - 1] == "--ro-bind"  # Python comes back, read-only
+    assert "/usr" not in args  # not under a hidden folder: already visible, read-only
+    assert args.index(str(venv)) < args.index(str(work)) and args[args.index(str(work)) - 1] == "--bind"
+    assert args[-3:] == ["--chdir", str(work), "--"]
+
+
+def test_limits_use_prlimit_when_there_is_one_and_python_otherwise(monkeypatch):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert limits_prefix(1000, forget_parent=True)[:4] == ["env", "-u", "JPY_PARENT_PID", "prlimit"]
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    fallback = limits_prefix(1000, forget_parent=False)
+    assert fallback[:3] == [sys.executable, "-m", "autograder.grading.sandbox"] and fallback[-1] == "--"
+
+
+def test_the_python_limits_wrapper_sets_the_limits_and_forgets_the_parent():
+    probe = ("import os, resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20, "
+             "resource.getrlimit(resource.RLIMIT_FSIZE)[0] >> 20, os.environ.get('JPY_PARENT_PID'))")
+    cmd = [sys.executable, "-m", "autograder.grading.sandbox", "--address-space-mb", "6000", "--file-mb", "10",
+           "--forget-parent", "--", sys.executable, "-c", probe]
+    out = subprocess.run(cmd, env={**os.environ, "JPY_PARENT_PID": "1"}, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["6000", "10", "None"]
+
+
+def test_kill_takes_down_a_tree_that_ignores_sigterm_and_a_child_that_left_the_group():
+    code = ("import signal, subprocess, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); time.sleep(60)'], start_new_session=True)\n"
+            "time.sleep(60)")
+    root = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    watch = ProcessWatch(root.pid)
+    deadline = time.monotonic() + 10
+    while len(watch.members(process_children())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert watch.resident_mb(process_children()) > 1
+    tree = [psutil.Process(p) for p in watch.members(process_children())]
+    watch.kill(grace=0.2)
+    root.wait(timeout=5)
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    assert not alive
+
+
+def test_none_is_always_available_and_unknown_names_are_refused():
+    assert detect_isolation("none").mode == "none"
+    with pytest.raises(SandboxError):
+        detect_isolation("docker")
+
+
+def _sandboxed(mode: str, tmp_path: Path) -> tuple[Isolation, Path, Path]:
+    hidden, work = tmp_path / "hidden", tmp_path / "work"
+    hidden.mkdir()
+    work.mkdir()
+    (hidden / "secret.txt").write_text("grades")
+    try:
+        return detect_isolation(mode, hidden=[hidden]), hidden, work
+    except SandboxError as exc:
+        pytest.skip(str(exc))
+
+
+def _run(isolation: Isolation, work: Path, code: str) -> subprocess.CompletedProcess:
+    cmd = [*isolation.prefix([work], work), sys.executable, "-c", code]
+    return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+def test_sandboxed_code_has_no_network(tmp_path, mode):
+    isolation, _, work = _sandboxed(mode, tmp_path)
+    code = ("import socket\ntry:\n    socket.create_connection(('192.0.2.1', 80), timeout=2)\n"
+            "except OSError as e:\n    print('blocked', e.errno)")
+    assert _run(isolation, work, code).stdout.startswith("blocked")
+
+
+def test_bubblewrap_shows_nothing_of_hidden_folders_and_allows_writing_only_its_own(tmp_path):
+    isolation, hidden, work = _sandboxed("bwrap", tmp_path)
+    code = (f"import os\nprint(os.path.exists({str(hidden / 'secret.txt')!r}))\nopen('mine.txt', 'w').write('ok')\n"
+            "try:\n    open('/usr/pwned', 'w')\nexcept OSError as e:\n    print('read-only', e.errno)")
+    out = _run(isolation, work, code)
+    assert out.stdout.split("\n")[:2] == ["False", "read-only 30"], out.stderr
+    assert (work / "mine.txt").read_text() == "ok" and (hidden / "secret.txt").exists()
+
+
+def test_bubblewrap_code_cannot_kill_the_process_that_started_it(tmp_path):
+    isolation, _, work = _sandboxed("bwrap", tmp_path)
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('still here', os.getpid())"
+    out = _run(isolation, work, code)
+    assert out.returncode == 0 and out.stdout.startswith("still here")
