@@ -133,9 +133,11 @@ def test_transfer_lab_runs_grows_and_stops(lab, page):
             lab_box.locator("button", has_text="Stop").click(timeout=5_000)
         page.wait_for_function("(el) => /Stopped after|Done:/.test(el.innerText) && !/Stopping/.test(el.innerText)",
                                arg=status.element_handle(), timeout=60_000)
-        if "Stopped after" in status.inner_text():
+        stopped = re.search(r"Stopped after (\d+) of (\d+)", status.inner_text())
+        if stopped and int(stopped.group(1)) < int(stopped.group(2)):
             break
-    done, total = map(int, re.search(r"Stopped after (\d+) of (\d+)", status.inner_text()).groups())
-    assert done < total, "Stop ends the sweep early"
+    assert stopped, f"Stop ends the sweep early: {status.inner_text()}"
+    done, total = map(int, stopped.groups())
+    assert done < total, "Stop ends the sweep before its last size"
     assert lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")).is_enabled(), "Run is usable again"
     screenshot(page, "transfer-lab-stopped")
