@@ -79,6 +79,11 @@ def default_sweep_time() -> None:
 
 
 def time_to_first_point() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        print("3. transfer lab, Run to first point: skipped, ipywidgets is not installed here")
+        return
     from devicelab.transfer_lab_widget import TransferLabWidget
 
     queue = []
