@@ -40,7 +40,8 @@ colab-env: $(COLAB_STAMP)  ## Build the Colab-shaped environment the Colab test 
 lab: $(STAMP)  ## Open the course in JupyterLab (with nbgrader's extensions)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
 
-test: $(STAMP) $(COLAB_STAMP)  ## Run the whole test suite (notebooks included)
+test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks and browser included)
+	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS)
 
 test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
@@ -56,7 +57,7 @@ tidy: $(STAMP)  ## Strip outputs and normalise every notebook in place
 	$(PY) -m autograder tidy
 
 lint: $(STAMP)  ## Lint the Python code
-	$(VENV)/bin/ruff check devicelab autograder tests
+	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
 
 mywork: $(STAMP)  ## Copy lessons and assignments into mywork/ (never overwrites your copies)
 	$(PY) -m devicelab workspace mywork

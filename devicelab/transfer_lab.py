@@ -15,6 +15,7 @@ handles other messages, such as a click on Stop, between steps; no thread is inv
 import asyncio
 import base64
 import io
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from html import escape
@@ -282,30 +283,52 @@ def results_table_html(run: Run | None) -> str:
 Scheduler = Callable[[Callable[[], None]], None]
 
 
-STEP_GAP_S = 0.01  # idle time between two steps, in which the kernel handles waiting messages (a Stop click)
+STEP_GAP_S = 0.01  # the least idle time between two steps, in which the kernel handles waiting messages (Stop)
+STEP_GAP_SHARE = 0.5  # ... and at least this share of the last step's duration: a busy kernel needs more
+STEP_GAP_MAX_S = 0.2
+
+
+def step_gap(last_step_s: float, gap_s: float = STEP_GAP_S) -> float:
+    """Return how long to leave the event loop to itself after a step that took `last_step_s`."""
+    return min(STEP_GAP_MAX_S, max(gap_s, STEP_GAP_SHARE * last_step_s))
 
 
 def event_loop_scheduler(gap_s: float = STEP_GAP_S) -> Scheduler | None:
-    """Return a function that runs a callback on the kernel's event loop after `gap_s`, or None without a loop.
+    """Return a function that runs a callback on the kernel's event loop after a gap, or None without a loop.
 
     Call it from the main thread (a widget's click handler). A message such as a click on Stop reaches the
-    kernel's handler through several event-loop callbacks; leaving a short gap before each step, instead of
-    queueing the step at once, lets all of them run first, so Stop takes effect before the next size.
+    kernel's handler through several event-loop callbacks; leaving a gap before each step, instead of queueing
+    the step at once, lets all of them run first, so Stop takes effect before the next size. The gap grows
+    with the step's own duration (a loaded machine slows both), within STEP_GAP_MAX_S.
     """
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
-    if loop is not None:
-        return lambda callback: loop.call_later(gap_s, callback)
-    try:
-        from tornado.ioloop import IOLoop
-    except ImportError:
-        return None
-    io_loop = IOLoop.current(instance=False)
-    if io_loop is None:
-        return None
-    return lambda callback: io_loop.call_later(gap_s, callback)
+    if loop is None:
+        try:
+            from tornado.ioloop import IOLoop
+        except ImportError:
+            return None
+        loop = IOLoop.current(instance=False)
+        if loop is None:
+            return None
+    running: dict[str, float | None] = {"since": None}
+
+    def schedule(callback: Callable[[], None]) -> None:
+        since = running["since"]
+        gap = step_gap(time.perf_counter() - since if since is not None else 0.0, gap_s)
+
+        def run() -> None:
+            running["since"] = time.perf_counter()
+            try:
+                callback()
+            finally:
+                running["since"] = None
+
+        loop.call_later(gap, run)
+
+    return schedule
 
 
 class SweepStepper:

@@ -127,7 +127,7 @@ def test_transfer_lab_runs_grows_and_stops(lab, page):
     largest = lab_box.locator(".widget-dropdown:has(label:text-is('to')) select")
     largest.select_option(index=largest.locator("option").count() - 1)
     lab_box.locator(".widget-dropdown:has(label:text-is('Repeats')) select").select_option(label="10")
-    for _attempt in range(3):  # on a fast machine a sweep may end before the click arrives: try again
+    for _attempt in range(5):  # on a fast machine a sweep may end before the click arrives: try again
         lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")).click()
         with contextlib.suppress(PlaywrightTimeout):  # the sweep may already be over: then it says Done
             lab_box.locator("button", has_text="Stop").click(timeout=5_000)

@@ -455,3 +455,9 @@ def test_python_sees_no_thread_started_by_the_lab(lab):
     lab.run_button.click()
     lab.loop.run_all()
     assert threading.active_count() == before
+
+
+def test_step_gap_grows_with_a_slow_step_within_bounds():
+    assert tl.step_gap(0.0) == tl.STEP_GAP_S
+    assert tl.step_gap(0.1) == 0.05
+    assert tl.step_gap(10.0) == tl.STEP_GAP_MAX_S
