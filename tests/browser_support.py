@@ -129,13 +129,19 @@ def dismiss_news(page) -> None:
 
 def run_all(page, timeout_ms: int = 180_000) -> None:
     """Run every cell of the current notebook and wait until the last one has finished."""
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function(
-        "(() => { const nb = window.jupyterapp.shell.currentWidget;"
-        " const busy = nb.sessionContext.session.kernel.status !== 'idle';"
-        " const pending = nb.content.widgets.some(c => c.model.type === 'code' && c.promptNode"
-        " && c.promptNode.textContent.includes('*'));"
-        " return !busy && !pending; })()", timeout=timeout_ms, polling=500)
+    # Start it without awaiting JupyterLab's promise, so a stuck cell ends in the timeout below, not in a hang.
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.wait_for_timeout(500)
+    try:
+        page.wait_for_function(
+            "(() => { const nb = window.jupyterapp.shell.currentWidget;"
+            " const busy = nb.sessionContext.session.kernel.status !== 'idle';"
+            " const pending = nb.content.widgets.some(c => c.model.type === 'code' && c.promptNode"
+            " && c.promptNode.textContent.includes('*'));"
+            " return !busy && !pending; })()", timeout=timeout_ms, polling=500)
+    except Exception:
+        screenshot(page, "run-all-timed-out")  # the artifact shows which cell was stuck
+        raise
 
 
 def cell_text(page, index: int) -> str:

@@ -17,7 +17,8 @@ from tests.browser_support import (
     screenshot,
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.notebook]
+# One worker runs them all, one after the other, against one JupyterLab (`--dist loadgroup`).
+pytestmark = [pytest.mark.browser, pytest.mark.notebook, pytest.mark.xdist_group("browser")]
 
 PS01 = "release/ps01-tensors-and-devices/ps01-tensors-and-devices.ipynb"
 DESCRIBE = '''def describe(t: torch.Tensor) -> dict:
