@@ -127,18 +127,23 @@ def dismiss_news(page) -> None:
         button.click(timeout=1500)
 
 
+LAST_COUNT_JS = ("Math.max(0, ...window.jupyterapp.shell.currentWidget.content.widgets"
+                 ".map(c => c.model.executionCount || 0))")
+
+
 def run_all(page, timeout_ms: int = 180_000) -> None:
-    """Run every cell of the current notebook and wait until the last one has finished."""
+    """Run all cells (JupyterLab stops at a failing one) and wait until the kernel has finished with them."""
+    before = page.evaluate(LAST_COUNT_JS)
     # Start it without awaiting JupyterLab's promise, so a stuck cell ends in the timeout below, not in a hang.
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-    page.wait_for_timeout(500)
     try:
         page.wait_for_function(
-            "(() => { const nb = window.jupyterapp.shell.currentWidget;"
-            " const busy = nb.sessionContext.session.kernel.status !== 'idle';"
-            " const pending = nb.content.widgets.some(c => c.model.type === 'code' && c.promptNode"
+            "(before) => { const nb = window.jupyterapp.shell.currentWidget;"
+            " const idle = nb?.sessionContext?.session?.kernel?.status === 'idle';"
+            " const queued = !nb || nb.content.widgets.some(c => c.model.type === 'code' && c.promptNode"
             " && c.promptNode.textContent.includes('*'));"
-            " return !busy && !pending; })()", timeout=timeout_ms, polling=500)
+            f" return idle && !queued && {LAST_COUNT_JS} > before; }}",
+            arg=before, timeout=timeout_ms, polling=500)
     except Exception:
         screenshot(page, "run-all-timed-out")  # the artifact shows which cell was stuck
         raise
