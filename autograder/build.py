@@ -1,10 +1,13 @@
 """Generate release/ from source/ with nbgrader, in a scratch course, so a failure leaves release/ untouched."""
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
@@ -37,19 +40,21 @@ def with_venv_on_path() -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def venv_on_path() -> Iterator[None]:
+    """Put this interpreter's bin/ first on PATH for the duration of the block (nbgrader runs `alembic`)."""
+    with mock.patch.dict(os.environ, {"PATH": with_venv_on_path()["PATH"]}):
+        yield
+
+
 def generate(root: Path, scratch: Path, assignment: str) -> Path:
     """Run nbgrader's generate_assignment for one assignment in `scratch`; return its release folder."""
     from nbgrader.apps import NbGraderAPI
 
     shutil.copytree(root / "source" / assignment, scratch / "source" / assignment)
-    old_env = dict(os.environ)
-    os.environ.update(with_venv_on_path())
-    try:
+    with venv_on_path():
         api = NbGraderAPI(config=course_config(root, scratch))
         result = api.generate_assignment(assignment, force=True, create=True)
-    finally:
-        os.environ.clear()
-        os.environ.update(old_env)
     if not result.get("success"):
         detail = (result.get("error") or "") + (result.get("log") or "")
         raise BuildError(f"nbgrader could not generate {assignment}:\n{detail.strip()}")

@@ -9,6 +9,7 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 
@@ -42,9 +43,7 @@ def run_graded_cells(path: Path, replace: dict[str, str] | None = None, env: str
     nb = nbformat.read(path, as_version=4)
     namespace: dict = {"__name__": "__main__"}
     results: dict[str, CellResult] = {}
-    old_env = os.environ.get("NBGRADER_EXECUTION")
-    os.environ["NBGRADER_EXECUTION"] = env
-    try:
+    with mock.patch.dict(os.environ, {"NBGRADER_EXECUTION": env}):
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
@@ -54,11 +53,6 @@ def run_graded_cells(path: Path, replace: dict[str, str] | None = None, env: str
             if meta.get("grade"):
                 results[meta["grade_id"]] = CellResult(meta["grade_id"], float(meta.get("points", 0)),
                                                        error == "", error)
-    finally:
-        if old_env is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = old_env
     if replace:
         raise KeyError(f"no solution cell with grade_id {sorted(replace)} in {path.name}")
     return results

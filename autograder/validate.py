@@ -1,13 +1,12 @@
 """Check assignments in both directions with nbgrader's Validator: solutions pass, student stubs fail."""
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 from tqdm import tqdm
 
-from autograder.build import course_config, with_venv_on_path
+from autograder.build import course_config, venv_on_path
 from autograder.notebooks import assignment_notebooks
 from autograder.notebooks import assignments as all_assignments
 
@@ -63,13 +62,8 @@ def validate_notebook(path: Path, direction: str, root: Path) -> NotebookCheck:
 
     config = course_config(root)
     config.Validator.invert = direction == "release"
-    old_env = dict(os.environ)
-    os.environ.update(with_venv_on_path())
-    try:
+    with venv_on_path():
         results = Validator(config=config).validate(str(path))
-    finally:
-        os.environ.clear()
-        os.environ.update(old_env)
     check = NotebookCheck(path, direction, graded_cell_count(path))
     if check.graded_cells == 0:
         check.problems.append("has no graded test cell")

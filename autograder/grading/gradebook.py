@@ -9,13 +9,12 @@ silently keeping the old total.
 
 import contextlib
 import fcntl
-import os
 import shutil
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from autograder.build import course_config, with_venv_on_path
+from autograder.build import course_config, venv_on_path
 from autograder.grading.results import MISSING, StudentResult
 
 
@@ -53,17 +52,6 @@ def locked(db_url: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _venv_path() -> Iterator[None]:
-    saved = dict(os.environ)
-    os.environ.update(with_venv_on_path())
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def alembic_head() -> str:
@@ -122,7 +110,7 @@ def generate(root: Path, assignment: str, scratch: Path, db_url: str | None = No
     if db_url is not None:
         config.CourseDirectory.db_url = db_url
     ensure_schema(config.CourseDirectory.db_url)
-    with _venv_path():
+    with venv_on_path():
         result = NbGraderAPI(config=config).generate_assignment(assignment, force=True, create=True)
     if not result.get("success"):
         text = ((result.get("error") or "") + (result.get("log") or "")).strip().splitlines()
