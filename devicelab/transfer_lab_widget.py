@@ -221,6 +221,7 @@ class TransferLabWidget:
             self._first_point_s = time.perf_counter() - self._started
 
     def _on_finish(self, state: str, error: BaseException | None) -> None:
+        self._set_running(False)  # controls first: the status line then announces a usable widget
         run = self.current
         count, total = len(run.results), self.progress.max
         seconds = time.perf_counter() - self._started
@@ -234,5 +235,4 @@ class TransferLabWidget:
         else:
             run.status = "done"
             self.status.value = f"Done: {count} sizes in {seconds:.1f} s."
-        self._set_running(False)
         self._redraw()

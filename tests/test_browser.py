@@ -140,5 +140,7 @@ def test_transfer_lab_runs_grows_and_stops(lab, page):
     assert stopped, f"Stop ends the sweep early: {status.inner_text()}"
     done, total = map(int, stopped.groups())
     assert done < total, "Stop ends the sweep before its last size"
-    assert lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")).is_enabled(), "Run is usable again"
+    from playwright.sync_api import expect
+
+    expect(lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")), "Run is usable again").to_be_enabled()
     screenshot(page, "transfer-lab-stopped")
