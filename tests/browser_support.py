@@ -131,22 +131,60 @@ LAST_COUNT_JS = ("Math.max(0, ...window.jupyterapp.shell.currentWidget.content.w
                  ".map(c => c.model.executionCount || 0))")
 
 
-def run_all(page, timeout_ms: int = 180_000) -> None:
+RUN_ALL_JS = """() => {
+  const app = window.jupyterapp;
+  app.shell.activateById(app.shell.currentWidget.id);
+  if (!app.commands.isEnabled('notebook:run-all-cells')) return false;
+  app.commands.execute('notebook:run-all-cells');  // not awaited: a stuck cell ends in a timeout, not a hang
+  return true;
+}"""
+BUSY_JS = ("window.jupyterapp.shell.currentWidget.content.widgets.some(c => c.model.type === 'code'"
+           " && c.promptNode && c.promptNode.textContent.includes('*'))")
+
+
+def run_all(page, timeout_ms: int = 300_000) -> None:
     """Run all cells (JupyterLab stops at a failing one) and wait until the kernel has finished with them."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     before = page.evaluate(LAST_COUNT_JS)
-    # Start it without awaiting JupyterLab's promise, so a stuck cell ends in the timeout below, not in a hang.
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    started = f"(before) => {BUSY_JS} || {LAST_COUNT_JS} > before"
     try:
+        for _attempt in range(3):  # a command sent before the notebook has focus is dropped: send it again
+            if page.evaluate(RUN_ALL_JS):
+                with contextlib.suppress(PlaywrightTimeout):
+                    page.wait_for_function(started, arg=before, timeout=20_000, polling=250)
+                    break
+            page.wait_for_timeout(1000)
+        else:
+            raise AssertionError("JupyterLab never started running the cells")
         page.wait_for_function(
             "(before) => { const nb = window.jupyterapp.shell.currentWidget;"
             " const idle = nb?.sessionContext?.session?.kernel?.status === 'idle';"
-            " const queued = !nb || nb.content.widgets.some(c => c.model.type === 'code' && c.promptNode"
-            " && c.promptNode.textContent.includes('*'));"
-            f" return idle && !queued && {LAST_COUNT_JS} > before; }}",
+            f" return idle && !({BUSY_JS}) && {LAST_COUNT_JS} > before; }}",
             arg=before, timeout=timeout_ms, polling=500)
-    except Exception:
-        screenshot(page, "run-all-timed-out")  # the artifact shows which cell was stuck
-        raise
+    except Exception as error:
+        screenshot(page, "run-all-timed-out")
+        raise AssertionError(f"run-all did not finish: {notebook_state(page)}") from error
+
+
+STATE_JS = """() => {
+  const nb = window.jupyterapp.shell.currentWidget;
+  const cells = nb.content.widgets.map((c, i) => ({i, prompt: c.promptNode?.textContent || '',
+      source: c.model.sharedModel.getSource().slice(0, 120)}));
+  return {kernel: nb.sessionContext?.session?.kernel?.status,
+          busy: cells.filter(c => c.prompt.includes('*')),
+          last: cells.filter(c => /\\[\\d+\\]/.test(c.prompt)).slice(-1)};
+}"""
+
+
+def notebook_state(page) -> str:
+    """Describe the kernel status and the running or queued cells, for a failure message."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    try:
+        return repr(page.evaluate(STATE_JS))
+    except PlaywrightError as error:  # the page itself may be gone
+        return f"(could not read the notebook: {error})"
 
 
 def cell_text(page, index: int) -> str:
