@@ -119,7 +119,7 @@ def test_transfer_lab_runs_grows_and_stops(lab, page):
     rows_before = lab_box.locator("table tr").count()
 
     lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")).click()
-    page.wait_for_function("(el) => /Done:/.test(el.innerText)", arg=status.element_handle(), timeout=60_000)
+    page.wait_for_function("(el) => /Done:/.test(el.innerText)", arg=status.element_handle(), timeout=120_000)
     assert lab_box.locator("table tr").count() > rows_before, "the results table fills in"
     assert plot.get_attribute("src") != before_plot, "the plot grows with the new run"
     screenshot(page, "transfer-lab-run")
@@ -133,7 +133,7 @@ def test_transfer_lab_runs_grows_and_stops(lab, page):
         with contextlib.suppress(PlaywrightTimeout):  # the sweep may already be over: then it says Done
             lab_box.locator("button", has_text="Stop").click(timeout=5_000)
         page.wait_for_function("(el) => /Stopped after|Done:/.test(el.innerText) && !/Stopping/.test(el.innerText)",
-                               arg=status.element_handle(), timeout=60_000)
+                               arg=status.element_handle(), timeout=120_000)
         stopped = re.search(r"Stopped after (\d+) of (\d+)", status.inner_text())
         if stopped and int(stopped.group(1)) < int(stopped.group(2)):
             break

@@ -355,10 +355,10 @@ def test_under_nbgrader_the_lab_is_a_static_quick_sweep(monkeypatch):
     monkeypatch.setattr(cb, "cuda_usable", lambda: False)
     from devicelab.transfer_lab_widget import StaticTransferLab, transfer_lab
 
-    started = time.perf_counter()
     lab = transfer_lab()
-    assert time.perf_counter() - started < 5
     assert isinstance(lab, StaticTransferLab)
+    measured = [r for run in lab.state.runs for r in run.results]
+    assert max(r.bytes for r in measured) <= tl.QUICK_LARGEST and max(r.repeats for r in measured) <= 3, "quick"
     assert all(run.status == "done" for run in lab.state.runs)
     assert lab.state.runs[0].label == "h2h pageable (this machine)"
     assert INERT_MESSAGE in repr(lab)
