@@ -42,7 +42,8 @@ lab: $(STAMP)  ## Open the course in JupyterLab (with nbgrader's extensions)
 
 test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks and browser included)
 	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) --dist loadgroup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) -m "not bench and not browser"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p no:xdist -m browser
 
 test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not notebook and not bench" -n $(JOBS)

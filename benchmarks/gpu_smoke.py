@@ -33,9 +33,10 @@ def _python(source: str) -> str:
     if lines and lines[0].startswith("%%requires_cuda"):
         lines = lines[1:]
     kept = [line for line in lines if not line.lstrip().startswith(("%load_ext", "%matplotlib"))]
-    # `!command` lines are shell escapes in IPython: run them through the shell.
-    return "\n".join(f"__import__('os').system({line.strip()[1:]!r})" if line.lstrip().startswith("!") else line
-                     for line in kept)
+    # `!command` lines are shell escapes in IPython, which expands {expressions} in them: an f-string does too.
+    # Its output is captured like the cell's own (subprocess.PIPE is -1, STDOUT is -2).
+    shell = "print(__import__('subprocess').run(f{!r}, shell=True, stdout=-1, stderr=-2, text=True).stdout, end='')"
+    return "\n".join(shell.format(line.strip()[1:]) if line.lstrip().startswith("!") else line for line in kept)
 
 
 def run(folder: Path) -> dict:

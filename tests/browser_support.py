@@ -33,7 +33,7 @@ class Lab:
 
     def tree(self, relpath: str) -> str:
         """Return the address that opens `relpath` in JupyterLab."""
-        return f"{self.url}/lab/tree/{relpath}?token={self.token}"
+        return f"{self.url}/lab/tree/{relpath}?reset&token={self.token}"  # reset: no tabs left from earlier tests
 
 
 def browser_or_skip() -> str:
@@ -87,6 +87,7 @@ def running_lab(root: Path, log: Path):
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
                f"--LabApp.user_settings_dir={root / '.lab-settings'}",
+               f"--LabApp.workspaces_dir={root / '.lab-workspaces'}",  # never the user's, nor another test run's
                "--ServerApp.disable_check_xsrf=False"]
     if hasattr(os, "getuid") and os.getuid() == 0:
         command.append("--allow-root")

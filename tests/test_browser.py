@@ -17,8 +17,8 @@ from tests.browser_support import (
     screenshot,
 )
 
-# One worker runs them all, one after the other, against one JupyterLab (`--dist loadgroup`).
-pytestmark = [pytest.mark.browser, pytest.mark.notebook, pytest.mark.xdist_group("browser")]
+# `make test` runs them on their own after the parallel run, one after the other, against one JupyterLab.
+pytestmark = [pytest.mark.browser, pytest.mark.notebook]
 
 PS01 = "release/ps01-tensors-and-devices/ps01-tensors-and-devices.ipynb"
 DESCRIBE = '''def describe(t: torch.Tensor) -> dict:
