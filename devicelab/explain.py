@@ -79,8 +79,8 @@ def _device_mismatch(message: str, devices: tuple[str, ...], detail: str = "") -
     shown = " and ".join(devices) if devices else "two different devices"
     meta = "meta" in devices
     what = (f"One operation got tensors on {shown}. PyTorch never moves tensors for you: every tensor in an "
-            "operation must be on the same device (only a 0-dim CPU tensor or a Python number may join tensors "
-            f"on another device).{detail}")
+            "operation must be on the same device (in elementwise operations, a 0-dim CPU tensor or a Python number "
+            f"may join tensors on another device).{detail}")
     if meta:
         what += " A meta tensor has a shape and dtype but no values; usually a model or tensor was moved to meta "
         what += "(to test moves without a GPU) and the other operand was not."

@@ -199,7 +199,7 @@ def _on_cpu(op, warmup: int, repeats: int, min_run_time: float, step) -> list:
     return [
         (NAIVE, naive, "no sync needed: a CPU finishes the work before the call returns"),
         (SYNCED, synced, "synchronising a CPU does nothing: nothing is ever queued"),
-        (EVENTS, markers, ("a CPU has no CUDA events (torch.Event('cpu') raises); host-clock stamps around the "
+        (EVENTS, markers, ("a CPU has no events to record (torch.Event('cpu').record() raises); host-clock stamps around the "
                            "call stand in for them, since the work happens inside the call")),
         (BENCHMARK, bench, (f"num_threads={threads}, PyTorch's own setting (Timer's default, 1 thread, is not "
                             f"what your program uses); {bench.calls_per_sample} call(s) per block")),
