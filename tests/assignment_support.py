@@ -205,6 +205,28 @@ def assert_one_exercise_earns_its_points_alone(notebook: Path, done: str, cells_
     assert score(results)[0] == points_of[done]
 
 
+class AssignmentContract:
+    """What every assignment satisfies. A test module subclasses it as `TestContract` and sets the attributes;
+    conftest.py runs the last test once per exercise."""
+
+    NOTEBOOK: Path
+    CELLS_OF: CellsOf
+    POINTS_OF: Mapping[str, float]
+    STUB_HEADS: Mapping[str, str]  # the signatures the students' stubs must keep
+
+    def test_reference_solutions_get_full_marks(self):
+        assert_reference_solutions_get_full_marks(self.NOTEBOOK, self.CELLS_OF, sum(self.POINTS_OF.values()))
+
+    def test_student_stubs_fail_every_graded_cell(self):
+        stubs = student_stubs(self.NOTEBOOK)
+        assert set(stubs) == set(self.CELLS_OF)
+        results = assert_stubs_fail_every_graded_cell(self.NOTEBOOK, stubs, self.STUB_HEADS)
+        assert all("NotImplementedError" in r.error for r in results.values()), report(results)
+
+    def test_one_exercise_done_earns_its_points_alone(self, exercise_done):
+        assert_one_exercise_earns_its_points_alone(self.NOTEBOOK, exercise_done, self.CELLS_OF, self.POINTS_OF)
+
+
 def assert_mistake_loses_points(notebook: Path, exercise: str, source: str, cells_of: CellsOf,
                                 total: float, caught_by: str | None = None) -> None:
     """Check that `source` as `exercise` fails `caught_by` (or one of its cells) and no other exercise's."""

@@ -25,3 +25,9 @@ def scratch_course(tmp_path: Path) -> Path:
     folder.mkdir(parents=True)
     nbformat.write(tiny_assignment(), folder / "tiny.ipynb")
     return tmp_path
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run an assignment's per-exercise contract test (tests/assignment_support.py) once per exercise."""
+    if "exercise_done" in metafunc.fixturenames:
+        metafunc.parametrize("exercise_done", list(metafunc.cls.CELLS_OF))

@@ -47,19 +47,8 @@ def test_notebook_is_a_well_formed_assignment():
     support.assert_locked_and_marked(NOTEBOOK, code, CELLS_OF, POINTS_OF)
 
 
-def test_reference_solutions_get_full_marks():
-    support.assert_reference_solutions_get_full_marks(NOTEBOOK, CELLS_OF, TOTAL)
-
-
-def test_student_stubs_fail_every_graded_cell():
-    stubs = support.student_stubs(NOTEBOOK)
-    assert set(stubs) == set(CELLS_OF)
-    support.assert_stubs_fail_every_graded_cell(NOTEBOOK, stubs, HEADS)
-
-
-@pytest.mark.parametrize("done", list(CELLS_OF))
-def test_one_exercise_done_earns_its_points_alone(done):
-    support.assert_one_exercise_earns_its_points_alone(NOTEBOOK, done, CELLS_OF, POINTS_OF)
+class TestContract(support.AssignmentContract):
+    NOTEBOOK, CELLS_OF, POINTS_OF, STUB_HEADS = NOTEBOOK, CELLS_OF, POINTS_OF, HEADS
 
 
 # ----------------------------------------------------------------------------------------------------------

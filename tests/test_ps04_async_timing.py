@@ -93,17 +93,8 @@ def test_notebook_is_a_well_formed_assignment():
                       'check("bandwidth_gbps")  # instant feedback; hint("bandwidth_gbps") gives a nudge']
 
 
-def test_reference_solutions_get_full_marks():
-    support.assert_reference_solutions_get_full_marks(NOTEBOOK, CELLS_OF, TOTAL)
-
-
-def test_student_stubs_fail_every_graded_cell():
-    support.assert_stubs_fail_every_graded_cell(NOTEBOOK, support.student_stubs(NOTEBOOK), HEADS)
-
-
-@pytest.mark.parametrize("done", list(CELLS_OF))
-def test_one_exercise_done_earns_its_points_alone(done):
-    support.assert_one_exercise_earns_its_points_alone(NOTEBOOK, done, CELLS_OF, POINTS_OF)
+class TestContract(support.AssignmentContract):
+    NOTEBOOK, CELLS_OF, POINTS_OF, STUB_HEADS = NOTEBOOK, CELLS_OF, POINTS_OF, HEADS
 
 
 # ----------------------------------------------------------------------------------------------------------

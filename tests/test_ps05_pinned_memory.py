@@ -73,20 +73,8 @@ def test_notebook_is_a_well_formed_assignment():
     assert [s.split(")")[0] for s in checks] == ['check("make_loader"', 'check("train_epoch"']
 
 
-def test_reference_solutions_get_full_marks():
-    support.assert_reference_solutions_get_full_marks(NOTEBOOK, CELLS_OF, TOTAL)
-
-
-def test_student_stubs_fail_every_graded_cell():
-    stubs = support.student_stubs(NOTEBOOK)
-    starts = {"train-epoch": "def train_epoch(model, loader, loss_fn, optimizer, device)"}
-    results = support.assert_stubs_fail_every_graded_cell(NOTEBOOK, stubs, starts)
-    assert all("NotImplementedError" in r.error for r in results.values()), support.report(results)
-
-
-@pytest.mark.parametrize("done", list(CELLS_OF))
-def test_one_exercise_done_earns_its_points_alone(done):
-    support.assert_one_exercise_earns_its_points_alone(NOTEBOOK, done, CELLS_OF, POINTS_OF)
+class TestContract(support.AssignmentContract):
+    NOTEBOOK, CELLS_OF, POINTS_OF, STUB_HEADS = NOTEBOOK, CELLS_OF, POINTS_OF, {"train-epoch": "def train_epoch(model, loader, loss_fn, optimizer, device)"}
 
 
 def test_feedback_checks_say_correct_for_the_solution():
