@@ -212,7 +212,14 @@ class AssignmentContract:
     NOTEBOOK: Path
     CELLS_OF: CellsOf
     POINTS_OF: Mapping[str, float]
-    STUB_HEADS: Mapping[str, str]  # the signatures the students' stubs must keep
+    HEADS: Mapping[str, str]  # each solution's signature (and a docstring line)
+    STUB_HEADS: Mapping[str, str] | None = None  # the signatures the students' stubs must keep (default: HEADS)
+    VISIBLE_CHECKS: tuple[str, ...] = ("assert ",)  # what a visible test looks like
+
+    def test_notebook_is_a_well_formed_assignment(self):
+        code = code_cells(self.NOTEBOOK)
+        assert_well_formed_cells(self.NOTEBOOK, code, self.CELLS_OF, self.HEADS, self.VISIBLE_CHECKS)
+        assert_locked_and_marked(self.NOTEBOOK, code, self.CELLS_OF, self.POINTS_OF)
 
     def test_reference_solutions_get_full_marks(self):
         assert_reference_solutions_get_full_marks(self.NOTEBOOK, self.CELLS_OF, sum(self.POINTS_OF.values()))
@@ -220,7 +227,7 @@ class AssignmentContract:
     def test_student_stubs_fail_every_graded_cell(self):
         stubs = student_stubs(self.NOTEBOOK)
         assert set(stubs) == set(self.CELLS_OF)
-        results = assert_stubs_fail_every_graded_cell(self.NOTEBOOK, stubs, self.STUB_HEADS)
+        results = assert_stubs_fail_every_graded_cell(self.NOTEBOOK, stubs, self.STUB_HEADS or self.HEADS)
         assert all("NotImplementedError" in r.error for r in results.values()), report(results)
 
     def test_one_exercise_done_earns_its_points_alone(self, exercise_done):

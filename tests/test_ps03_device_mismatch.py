@@ -38,14 +38,8 @@ results_for = partial(run_graded_cells, NOTEBOOK)  # results_for({grade_id: sour
 # ----------------------------------------------------------------------------------------------------------
 # The notebook itself
 
-def test_notebook_is_a_well_formed_assignment():
-    code = [c for c in support.code_cells(NOTEBOOK) if "nbgrader" in c.metadata]
-    support.assert_well_formed_cells(NOTEBOOK, code, CELLS_OF, HEADS)
-    support.assert_locked_and_marked(NOTEBOOK, code, CELLS_OF, POINTS_OF)
-
-
 class TestContract(support.AssignmentContract):
-    NOTEBOOK, CELLS_OF, POINTS_OF, STUB_HEADS = NOTEBOOK, CELLS_OF, POINTS_OF, HEADS
+    NOTEBOOK, CELLS_OF, POINTS_OF, HEADS = NOTEBOOK, CELLS_OF, POINTS_OF, HEADS
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ HEADS = {
     "train-epoch": 'def train_epoch(model, loader, loss_fn, optimizer, device) -> torch.Tensor:\n'
                    '    """Train one epoch."""\n',
 }
+STUB_HEADS = {"train-epoch": "def train_epoch(model, loader, loss_fn, optimizer, device)"}  # the stubs keep these signatures
 
 
 results_for = partial(run_graded_cells, NOTEBOOK)  # results_for({grade_id: source}) grades with that answer
@@ -64,17 +65,15 @@ def epoch_with(start: str = START, move: str = MOVE, step: str = STEP, add: str 
 # The notebook itself
 
 
-def test_notebook_is_a_well_formed_assignment():
+def test_imports_and_check_calls():
     code = support.code_cells(NOTEBOOK)
-    graded = support.assert_well_formed_cells(NOTEBOOK, code, CELLS_OF, HEADS)
     assert "from devicelab.exercises.ps05 import check, hint" in support.imports_cell(code).source
-    assert sum(support.points_by_cell(graded).values()) == TOTAL
     checks = [c.source for c in code if c.source.startswith("check(")]
     assert [s.split(")")[0] for s in checks] == ['check("make_loader"', 'check("train_epoch"']
 
 
 class TestContract(support.AssignmentContract):
-    NOTEBOOK, CELLS_OF, POINTS_OF, STUB_HEADS = NOTEBOOK, CELLS_OF, POINTS_OF, {"train-epoch": "def train_epoch(model, loader, loss_fn, optimizer, device)"}
+    NOTEBOOK, CELLS_OF, POINTS_OF, HEADS, STUB_HEADS = NOTEBOOK, CELLS_OF, POINTS_OF, HEADS, STUB_HEADS
 
 
 def test_feedback_checks_say_correct_for_the_solution():
