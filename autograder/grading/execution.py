@@ -4,7 +4,10 @@
   cells after it are not run (they count as failed);
 - capped outputs, so a flood of prints cannot fill the grader's memory or the feedback;
 - a progress file that says which cell is running, so a grader that has to kill the kernel knows where;
-- cells to skip: a cell that crashed or hung the kernel in an earlier attempt is not run again, and fails.
+- cells to skip: a cell that crashed or hung the kernel in an earlier attempt is not run again, and fails;
+- the grading kernel's guard (guard_kernel.py, tamper.py): graded test cells are marked as such in their
+  execute requests, a test cell that the guard cannot confirm ran on the pristine path fails, and every
+  change a cell made to the execution path becomes a "tamper" event.
 """
 
 import json
@@ -18,8 +21,13 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Integer, Unicode
 
+from autograder.grading.guard_kernel import GRADER_KEY
+from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
+
 MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory", "defaultcpuallocator")
 NOT_RUN = "NotRunByGrader"
+UNCONFIRMED = "TestNotConfirmed"
+RECORD_WAIT = 5.0  # seconds to wait for the guard's record of a finished test cell
 
 
 def is_memory_error(output: dict) -> bool:
@@ -49,6 +57,7 @@ class GraderExecute(Execute):
     skip = Dict({}, help="notebook name -> {cell index (str): why it is not run}").tag(config=True)
     cell_output_chars = Integer(100_000, help="output characters kept per cell").tag(config=True)
     notebook_output_chars = Integer(2_000_000, help="output characters kept per notebook").tag(config=True)
+    guard_channel = Unicode("", help="FIFO the grading kernel reports to; empty: no guard").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         """Run the notebook, recording what happened in the progress file."""
@@ -57,6 +66,9 @@ class GraderExecute(Execute):
         self._kept_total = 0
         self._events: list[dict] = []
         self._cell = None
+        self._channel: ChannelReader | None = None
+        self._sent: dict[str, int] = {}  # execute request msg_id -> cell index
+        self._flagged: set[str] = set()
         self._write_progress("starting")
         try:
             result = super().preprocess(nb, resources, km)
@@ -67,8 +79,106 @@ class GraderExecute(Execute):
             self._event("unresponsive", self._cell, "did not stop when interrupted")
             raise
         finally:
+            self._close_channel()
             self._write_progress("finished")
         return result
+
+    # --- the guard -----------------------------------------------------------------------------------
+
+    async def async_start_new_kernel(self, **kwargs):
+        """Open the guard's channel before the kernel starts (it opens the other end first thing)."""
+        if self.guard_channel:
+            self._close_channel()
+            self._channel = ChannelReader(self.guard_channel)
+        return await super().async_start_new_kernel(**kwargs)
+
+    start_new_kernel = run_sync(async_start_new_kernel)
+
+    def _mark_requests(self) -> None:
+        """Make the kernel client tag each execute request (test or not) and remember its cell."""
+        kc = self.kc
+        if kc is None or getattr(kc, "_grader_marks", False):
+            return
+
+        def execute(code, silent=False, store_history=True, user_expressions=None, allow_stdin=None,
+                    stop_on_error=True):
+            content = {"code": code, "silent": silent, "store_history": store_history,
+                       "user_expressions": user_expressions or {}, "allow_stdin": bool(allow_stdin),
+                       "stop_on_error": stop_on_error}
+            msg = kc.session.msg("execute_request", content,
+                                 metadata={GRADER_KEY: {"test": self._is_test(self._cell)}})
+            kc.shell_channel.send(msg)
+            self._sent[msg["header"]["msg_id"]] = self._cell
+            return msg["header"]["msg_id"]
+
+        kc.execute = execute
+        kc._grader_marks = True
+
+    def _is_test(self, index) -> bool:
+        meta = self.nb.cells[index].get("metadata", {}).get("nbgrader", {}) if index is not None else {}
+        return bool(meta.get("grade")) and not meta.get("solution")
+
+    def _cell_name(self, index) -> str:
+        if index is None:
+            return "the notebook:"
+        meta = self.nb.cells[index].get("metadata", {}).get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if gid and meta.get("solution"):
+            return f"answer cell '{gid}'"
+        if gid and meta.get("grade"):
+            return f"test cell '{gid}'"
+        return f"cell {index + 1}" + (f" ('{gid}')" if gid else "")
+
+    def _flag(self, index, words: str) -> None:
+        message = f"{self._cell_name(index)} {words}"
+        if message not in self._flagged:
+            self._flagged.add(message)
+            self._event("tamper", index, message)
+
+    def _flagged_with(self, index, words: str) -> bool:
+        """Return True when the kernel already flagged this cell for the same thing (in any detail)."""
+        return any(m.startswith(f"{self._cell_name(index)} {words}") for m in self._flagged)
+
+    def _check_test(self, cell, cell_index) -> None:
+        """Fail a graded test cell that the guard cannot confirm ran as written on the pristine path."""
+        if self._channel is None or not self._is_test(cell_index):
+            return
+        msg_id = next((m for m, i in reversed(self._sent.items()) if i == cell_index), None)
+        records = self._channel.wait_for(msg_id, RECORD_WAIT) if msg_id else CellRecords()
+        if records.confirmed:
+            return
+        cell.outputs.append(_error_output(UNCONFIRMED, "the grader could not run this test as written, "
+                                                       "so it earns no points"))
+        if records.before is None or records.after is None:
+            self._flag(cell_index, "ran without the grader's check of the kernel (its record is missing)")
+        elif records.changes("before"):
+            self._flag(cell_index, "ran after code left running in the background changed the kernel")
+        else:
+            self._flag(cell_index, "was changed while it ran (by the code it called)")
+
+    def _close_channel(self) -> None:
+        """Read the guard's last records and turn every change it undid into a flag."""
+        channel, self._channel = getattr(self, "_channel", None), None
+        if channel is None:
+            return
+        channel.close()
+        for msg_id, index in self._sent.items():
+            records = channel.records.get(msg_id, CellRecords())
+            for change in records.changes("before"):
+                self._flag(index, f"(before it ran) found that code left running in the background "
+                                  f"{describe_change(change)}")
+            for change in records.changes("after"):
+                self._flag(index, describe_change(change))
+            for finding in records.findings():
+                self._flag(index, finding)
+        if channel.flooded:
+            self._flag(None, "something other than the grading kernel wrote to the grader's channel")
+        for index, cell in enumerate(self.nb.cells):
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type == "code" and not meta.get("locked") and not (meta.get("grade") and not meta.get("solution")):
+                for words in suspicious_code(cell.source):
+                    if not self._flagged_with(index, words):
+                        self._flag(index, f"{words} (in its code)")
 
     # --- time budget ---------------------------------------------------------------------------------
 
@@ -106,7 +216,9 @@ class GraderExecute(Execute):
         self._write_progress("running")
         self._kept_cell = 0
         self._dropped_cell = 0
+        self._mark_requests()
         cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        self._check_test(cell, cell_index)
         if self._dropped_cell:
             cell.outputs.insert(0, NotebookNode(  # first, so that nbgrader's LimitOutput keeps it
                 output_type="stream", name="stderr",

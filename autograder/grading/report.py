@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from autograder.grading.results import CRASHED, GRADED, MEMORY, STATUSES, TIMEOUT, StudentResult, write_atomic
 
-CSV_HEADER = ("student", "assignment", "score", "max_score", "status", "detail")
+CSV_HEADER = ("student", "assignment", "score", "max_score", "status", "detail", "flags")
 RAN = (GRADED, TIMEOUT, MEMORY, CRASHED)
 
 
@@ -27,7 +27,8 @@ def csv_text(results: list[StudentResult]) -> str:
     writer.writerow(CSV_HEADER)
     for r in sorted(results, key=lambda r: r.student):
         detail = " ".join(r.detail.split())
-        writer.writerow([r.student, r.assignment, number(r.score), number(r.max_score), r.status, detail])
+        flags = "; ".join(" ".join(f.split()) for f in r.flags)
+        writer.writerow([r.student, r.assignment, number(r.score), number(r.max_score), r.status, detail, flags])
     return out.getvalue()
 
 
@@ -113,12 +114,15 @@ def summary_html(assignment: str, results: list[StudentResult], isolation: str, 
         f"<td><div class=bar><span style='width:{100 * e.rate:.0f}%'></span></div> {100 * e.rate:.0f}%"
         f" ({e.passed}/{e.attempted})</td><td>{esc(e.common_error)}</td></tr>" for e in exercises(results))
     rows_st = []
-    for r in sorted(results, key=lambda r: r.student):
+    flagged = [r for r in results if r.flags]
+    for r in sorted(results, key=lambda r: (not r.flags, r.student)):
         folder = feedback / r.student
         links = " ".join(f"<a href='feedback/{quote(r.student)}/{quote(p.name)}'>{esc(p.stem)}</a>"
                          for p in sorted(folder.glob("*.html"))) if folder.is_dir() else ""
-        rows_st.append(f"<tr class={r.status}><td>{esc(r.student)}</td><td class=n>{number(r.score)} / "
-                       f"{number(r.max_score)}</td><td>{r.status}</td><td>{esc(r.detail)}</td><td>{links}</td></tr>")
+        flags = "".join(f"<li>{esc(f)}</li>" for f in r.flags)
+        rows_st.append(f"<tr class='{r.status}{' flagged' if r.flags else ''}'><td>{esc(r.student)}</td>"
+                       f"<td class=n>{number(r.score)} / {number(r.max_score)}</td><td>{r.status}</td>"
+                       f"<td>{esc(r.detail)}</td><td>{f'<ul>{flags}</ul>' if flags else ''}</td><td>{links}</td></tr>")
     status_line = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(assignment)}: class summary</title>
@@ -130,6 +134,7 @@ text-align: left; vertical-align: top; }} td.n {{ text-align: right; white-space
 .bar span {{ display: block; height: 100%; background: #55a868; }}
 tr.timeout td, tr.memory td, tr.crashed td {{ background: #fff4e5; }}
 tr.invalid td, tr.missing td {{ background: #fdecea; }}
+tr.flagged td {{ background: #fce4ec; }} td ul {{ margin: 0; padding-left: 1.2em; }}
 </style></head><body>
 <h1>{esc(assignment)}: class summary</h1>
 <p>{len(results)} students: {esc(status_line)}. Mean score {mean}, median {median} (out of {number(max_score)}).
@@ -141,10 +146,18 @@ tr.invalid td, tr.missing td {{ background: #fdecea; }}
 <table><tr><th>notebook</th><th>test cell</th><th>points</th><th>pass rate</th><th>most common error</th></tr>
 {rows_ex}</table>
 <h2>Students</h2>
-<table><tr><th>student</th><th>score</th><th>status</th><th>detail</th><th>feedback</th></tr>
+{_flag_note(len(flagged))}
+<table><tr><th>student</th><th>score</th><th>status</th><th>detail</th><th>flags</th><th>feedback</th></tr>
 {"".join(rows_st)}</table>
 </body></html>
 """
+
+
+def _flag_note(count: int) -> str:
+    if not count:
+        return "<p>No submission tried to change how the tests run.</p>"
+    return (f"<p class=flags><strong>{count} flagged</strong> (listed first): their code changed how later cells "
+            "run. The grader undid it and scored what the tests gave; review them.</p>")
 
 
 def write_reports(out: Path, assignment: str, results: list[StudentResult], isolation: str) -> None:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # Bump when a change to the grader can change grades: cached results from older versions are then regraded.
-GRADER_VERSION = "1"
+GRADER_VERSION = "2"
 
 GRADED, TIMEOUT, MEMORY, CRASHED, INVALID, MISSING = "graded", "timeout", "memory", "crashed", "invalid", "missing"
 STATUSES = (GRADED, TIMEOUT, MEMORY, CRASHED, INVALID, MISSING)
@@ -45,6 +45,8 @@ class StudentResult:
     timestamp: str | None = None
     fingerprint: str = ""
     ran: bool = False  # True when an autograded notebook exists for this student
+    # Tampering the grading kernel found and undid, one short reason each, for the instructor to review
+    flags: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:

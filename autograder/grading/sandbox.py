@@ -167,11 +167,13 @@ def limits_prefix(memory_mb: int, forget_parent: bool) -> list[str]:
     return [*limits, *(["--forget-parent"] if forget_parent else []), "--"]
 
 
-def kernel_command(isolation: Isolation, writable: list[Path], cwd: Path, memory_mb: int) -> list[str]:
-    """Return the kernelspec argv that starts an IPython kernel with the limits, inside the sandbox."""
+def kernel_command(isolation: Isolation, writable: list[Path], cwd: Path, memory_mb: int,
+                   kernel: list[str] | None = None) -> list[str]:
+    """Return the kernelspec argv that starts a kernel (by default IPython's) with the limits, in the sandbox."""
     # A kernel in a PID namespace cannot see its parent, so it must not watch for it (JPY_PARENT_PID).
+    kernel = kernel or ["-m", "ipykernel_launcher"]
     return [*limits_prefix(memory_mb, isolation.mode != "none"), *isolation.prefix(writable, cwd),
-            sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+            sys.executable, *kernel, "-f", "{connection_file}"]
 
 
 def apply_limits(address_space_mb: int, file_mb: int) -> None:

@@ -134,6 +134,9 @@ def combine(student: str, assignment: str, attempts: list[dict], notes: list[str
             details.append(f"{where}: ran out of memory ({event['message']})")
         elif event["kind"] in ("sys-exit", "truncated"):
             details.append(f"{where}: {event['message']}")
+    result.flags = list(dict.fromkeys(
+        (f"{e['notebook']}: " if multi and e.get("notebook") else "") + e["message"]
+        for attempt in attempts for e in attempt.get("events", []) if e.get("kind") == "tamper"))
     if final["outcome"] == "completed":
         result.cells = [CellScore(**c) for c in final["cells"]]
         result.comments = final.get("comments", {})

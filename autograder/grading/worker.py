@@ -15,11 +15,14 @@ from pathlib import Path
 import nbformat
 
 from autograder.build import course_config
+from autograder.grading import guard_kernel
 from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
 from autograder.grading.feedback import FeedbackWriter
 from autograder.grading.restore import restore_cells
 from autograder.grading.sandbox import Isolation, kernel_command
 
+GUARD_SCRIPT = "grading_kernel.py"
+GUARD_CHANNEL = "guard.fifo"
 MAX_EXTRA_FILE_BYTES = 50 * 2**20
 MAX_EXTRA_TOTAL_BYTES = 200 * 2**20
 
@@ -150,16 +153,20 @@ class Worker:
             skip.setdefault(notebook, {})[str(index)] = reason
         config.GraderExecute.skip = skip
         config.GraderExecute.shutdown_kernel = "immediate"
+        config.GraderExecute.guard_channel = str(scratch / "rt" / GUARD_CHANNEL)
         config.KernelManager.transport = "ipc"
         config.KernelManager.ip = str(scratch / "rt" / "k")
         config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")
         return config
 
     def write_kernelspec(self, job: dict, scratch: Path) -> None:
-        """Make `python3` mean: an IPython kernel with the limits, inside the sandbox, in the scratch course."""
+        """Make `python3` mean: the grading kernel, with the limits, inside the sandbox, in the scratch course."""
         s = self.settings
         cwd = scratch / "autograded" / job["student"] / s.assignment
-        argv = kernel_command(s.isolation, [cwd, scratch / "rt", scratch / "home"], cwd, s.memory_mb)
+        program = scratch / "rt" / GUARD_SCRIPT
+        shutil.copyfile(guard_kernel.__file__, program)
+        argv = kernel_command(s.isolation, [cwd, scratch / "rt", scratch / "home"], cwd, s.memory_mb,
+                              [str(program), "--channel", str(scratch / "rt" / GUARD_CHANNEL)])
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
                 "interrupt_mode": "message", "metadata": {"debugger": False}}
         (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
