@@ -22,9 +22,22 @@ def test_numbers_are_written_as_people_write_them():
 def test_grades_csv_has_the_header_one_sorted_row_per_student_and_one_line_details():
     text = csv_text([result("bob", detail="line one\nline two, with a comma"), result("ada")])
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["student", "assignment", "score", "max_score", "status", "detail"]
+    assert rows[0] == ["student", "assignment", "score", "max_score", "status", "detail", "flags"]
     assert [r[0] for r in rows[1:]] == ["ada", "bob"]
-    assert rows[2] == ["bob", "tiny", "3", "3", "graded", "line one line two, with a comma"]
+    assert rows[2] == ["bob", "tiny", "3", "3", "graded", "line one line two, with a comma", ""]
+
+
+def test_flags_are_one_cell_of_grades_csv_and_flagged_students_lead_the_summary():
+    flagged = result("zed")
+    flagged.flags = ["answer cell 'double' installs an IPython input transformer", "cell 4 sets a\ntracing hook"]
+    rows = list(csv.reader(io.StringIO(csv_text([result("ada"), flagged]))))
+    assert rows[2][-1] == "answer cell 'double' installs an IPython input transformer; cell 4 sets a tracing hook"
+    assert rows[1][-1] == ""
+    page = summary_html("tiny", [result("ada"), flagged], "none", Path("/nonexistent"))
+    body = page.split("<h2>Students</h2>")[1]
+    assert body.index("zed") < body.index("ada") and "1 flagged" in body
+    assert "installs an IPython input transformer</li>" in body
+    assert "No submission tried" in summary_html("tiny", [result("ada")], "none", Path("/nonexistent"))
 
 
 def test_pass_rates_count_only_students_whose_notebook_ran():

@@ -41,38 +41,38 @@ TAMPERING = {
                             r"answer cell 'double' installs an IPython input transformer"),
     "post-transformer": ("ip = get_ipython()\nip.input_transformers_post.append(lambda lines: ['pass\\n'])",
                          r"answer cell 'double' installs an IPython input transformer"),
-    "ast-transformer": ("import ast\n\nclass NoAsserts(ast.NodeTransformer):\n"
+    "ast-transformer": (("import ast\n\nclass NoAsserts(ast.NodeTransformer):\n"
                         "    def visit_Assert(self, node):\n        return ast.Pass()\n\n"
-                        "get_ipython().ast_transformers.append(NoAsserts())",
+                        "get_ipython().ast_transformers.append(NoAsserts())"),
                         r"installs an IPython AST transformer"),
     "custom-exc": ("get_ipython().set_custom_exc((BaseException,), lambda *args, **kwargs: None)",
                    r"installs a custom exception handler"),
-    "showtraceback": ("ip = get_ipython()\nip.showtraceback = lambda *a, **k: None\n"
-                      "ip._showtraceback = lambda *a, **k: None",
+    "showtraceback": (("ip = get_ipython()\nip.showtraceback = lambda *a, **k: None\n"
+                      "ip._showtraceback = lambda *a, **k: None"),
                       r"replaces how errors are reported"),
     "excepthook": ("import sys\nsys.excepthook = lambda *args: None", r"replaces sys.excepthook"),
-    "run-cell": ("ip = get_ipython()\n_run = ip.run_cell\n"
-                 "ip.run_cell = lambda cell, *a, **k: _run('pass', *a, **k)",
+    "run-cell": (("ip = get_ipython()\n_run = ip.run_cell\n"
+                 "ip.run_cell = lambda cell, *a, **k: _run('pass', *a, **k)"),
                  r"replaces the IPython shell's run_cell"),
-    "run-cell-async-class": ("from IPython.core.interactiveshell import InteractiveShell\n"
+    "run-cell-async-class": (("from IPython.core.interactiveshell import InteractiveShell\n"
                              "_original = InteractiveShell.run_cell_async\n\n"
                              "async def run_cell_async(self, cell, *args, **kwargs):\n"
                              "    return await _original(self, 'pass', *args, **kwargs)\n\n"
-                             "InteractiveShell.run_cell_async = run_cell_async",
+                             "InteractiveShell.run_cell_async = run_cell_async"),
                              r"replaces the IPython shell's run_cell_async"),
     "transform-cell-setattr": ("ip = get_ipython()\nsetattr(type(ip), 'transform_cell', lambda self, cell: 'pass\\n')",
                                r"replaces the IPython shell's transform_cell"),
-    "do-execute": ("kernel = get_ipython().kernel\n_execute = kernel.do_execute\n\n"
+    "do-execute": (("kernel = get_ipython().kernel\n_execute = kernel.do_execute\n\n"
                    "async def do_execute(code, *args, **kwargs):\n"
                    "    return await _execute('pass', *args, **kwargs)\n\n"
-                   "kernel.do_execute = do_execute",
+                   "kernel.do_execute = do_execute"),
                    r"replaces the kernel's do_execute"),
-    "do-execute-class": ("import ipykernel.ipkernel\n_execute = ipykernel.ipkernel.IPythonKernel.do_execute\n\n"
+    "do-execute-class": (("import ipykernel.ipkernel\n_execute = ipykernel.ipkernel.IPythonKernel.do_execute\n\n"
                          "async def do_execute(self, code, *args, **kwargs):\n"
                          "    return await _execute(self, 'pass', *args, **kwargs)\n\n"
-                         "ipykernel.ipkernel.IPythonKernel.do_execute = do_execute",
+                         "ipykernel.ipkernel.IPythonKernel.do_execute = do_execute"),
                          r"replaces the kernel's do_execute"),
-    "settrace-skip-asserts": ("import linecache, sys\n\n"
+    "settrace-skip-asserts": (("import linecache, sys\n\n"
                               "def skip_asserts(frame, event, arg):\n"
                               "    if event == 'line':\n"
                               "        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)\n"
@@ -80,34 +80,34 @@ TAMPERING = {
                               "            try:\n                frame.f_lineno += 1\n"
                               "            except ValueError:\n                pass\n"
                               "    return skip_asserts\n\n"
-                              "sys.settrace(skip_asserts)",
+                              "sys.settrace(skip_asserts)"),
                               r"sets a tracing hook"),
-    "event-callback": ("def _before(*args):\n"
+    "event-callback": (("def _before(*args):\n"
                        "    get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])\n\n"
-                       "get_ipython().events.register('pre_run_cell', _before)",
+                       "get_ipython().events.register('pre_run_cell', _before)"),
                        r"registers an IPython event callback \('pre_run_cell'\)"),
-    "obfuscated": ("_m = __import__('IP' + 'ython')\n_ip = getattr(_m, 'get_' + 'ipython')()\n"
-                   "getattr(_ip, '_'.join(['input', 'transformers', 'post'])).append(lambda lines: ['pass\\n'])",
+    "obfuscated": (("_m = __import__('IP' + 'ython')\n_ip = getattr(_m, 'get_' + 'ipython')()\n"
+                   "getattr(_ip, '_'.join(['input', 'transformers', 'post'])).append(lambda lines: ['pass\\n'])"),
                    r"installs an IPython input transformer"),
-    "obfuscated-method": ("_ip = __builtins__.__dict__['get_ipy' + 'thon']() if hasattr(__builtins__, '__dict__') "
+    "obfuscated-method": (("_ip = __builtins__.__dict__['get_ipy' + 'thon']() if hasattr(__builtins__, '__dict__') "
                           "else __builtins__['get_ipy' + 'thon']()\n"
-                          "setattr(_ip, ''.join(['run', '_', 'cell']), lambda *a, **k: None)",
+                          "setattr(_ip, ''.join(['run', '_', 'cell']), lambda *a, **k: None)"),
                           r"replaces the IPython shell's run_cell"),
-    "code-swap": ("from IPython.core.interactiveshell import InteractiveShell\n\n"
+    "code-swap": (("from IPython.core.interactiveshell import InteractiveShell\n\n"
                   "def _nothing(self, *args, **kwargs):\n    pass\n\n"
-                  "try:\n    InteractiveShell.run_cell.__code__ = _nothing.__code__\nexcept Exception:\n    pass",
+                  "try:\n    InteractiveShell.run_cell.__code__ = _nothing.__code__\nexcept Exception:\n    pass"),
                   r"changes a function's code in place"),
     "builtins-exec": ("import builtins\nbuiltins.exec = lambda *args, **kwargs: None",
                       r"replaces builtins\.exec"),
-    "shadow-compile": ("import IPython.core.compilerop as _c\n"
-                       "_c.compile = lambda source, name, *a, **k: compile('pass', name, *a, **k)",
+    "shadow-compile": (("import IPython.core.compilerop as _c\n"
+                       "_c.compile = lambda source, name, *a, **k: compile('pass', name, *a, **k)"),
                        r"IPython\.core\.compilerop\.compile"),
-    "background-thread": ("import threading, time\n\n"
+    "background-thread": (("import threading, time\n\n"
                           "def _keep():\n    ip = get_ipython()\n    while True:\n"
                           "        if not ip.input_transformers_post:\n"
                           "            ip.input_transformers_post.append(lambda lines: ['pass\\n'])\n"
                           "        time.sleep(0.0005)\n\n"
-                          "threading.Thread(target=_keep, daemon=True).start()",
+                          "threading.Thread(target=_keep, daemon=True).start()"),
                           r"background"),
 }
 # Tampering inside the answer itself: `double`, when the test calls it, hides the failures of later tests.
@@ -175,7 +175,7 @@ def flags_of(row: dict) -> list[str]:
     return [f for f in row["flags"].split("; ") if f]
 
 
-@pytest.mark.parametrize("student", sorted(TAMPERING) + ["in-call"])
+@pytest.mark.parametrize("student", [*sorted(TAMPERING), "in-call"])
 def test_tampering_earns_nothing_and_is_flagged(graded, student):
     _, table = graded
     row = table[student]

@@ -1,0 +1,172 @@
+"""The grading kernel's guard, piece by piece, in this process (the end-to-end cases are in test_grading_tamper.py).
+
+No audit hook is ever installed here (Python cannot remove one): `Guard.audit` is called directly.
+"""
+
+import json
+import os
+import sys
+import types
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from autograder.grading.guard_kernel import Change, Guard, Snapshot, TamperingBlocked, is_code
+from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
+
+
+@pytest.fixture
+def shell():
+    """An IPython shell of this process, with the snapshot's view of it restored after the test."""
+    ip = InteractiveShell.instance()
+    ip.run_cell("pass", silent=True)  # as the grading kernel warms up before its snapshot
+    snapshot = Snapshot.take(ip)
+    yield ip, snapshot
+    snapshot.restore()
+
+
+def wheres(changes: list[Change]) -> set[str]:
+    return {c.where for c in changes}
+
+
+def test_a_pristine_shell_has_nothing_to_restore(shell):
+    ip, snapshot = shell
+    ip.run_cell("x = 1\nimport collections\nPoint = collections.namedtuple('Point', 'a b', defaults=[0])")
+    assert snapshot.restore() == []
+
+
+def test_input_and_ast_transformers_are_taken_out_again(shell):
+    ip, snapshot = shell
+    ip.input_transformers_cleanup.append(lambda lines: ["pass\n"])
+    ip.input_transformers_post.append(lambda lines: ["pass\n"])
+    ip.ast_transformers.append(object())
+    found = wheres(snapshot.restore())
+    assert {"TransformerManager.cleanup_transforms", "InteractiveShell.input_transformers_post",
+            "InteractiveShell.ast_transformers"} <= found
+    assert ip.input_transformers_post == [] and ip.ast_transformers == []
+    assert ip.run_cell("assert 1 == 2").error_in_exec is not None
+
+
+def test_replaced_methods_are_put_back_however_they_were_reached(shell):
+    ip, snapshot = shell
+    original = InteractiveShell.run_cell
+    setattr(ip, "run" + "_cell", lambda *a, **k: None)
+    setattr(InteractiveShell, "transform_cell", lambda self, cell: "pass\n")  # noqa: B010
+    ip.set_custom_exc((Exception,), lambda *a, **k: None)
+    found = wheres(snapshot.restore())
+    assert {"InteractiveShell.run_cell", "InteractiveShell.transform_cell", "InteractiveShell.CustomTB",
+            "InteractiveShell.custom_exceptions"} <= found
+    assert "run_cell" not in vars(ip) and InteractiveShell.run_cell is original
+    assert ip.custom_exceptions == ()
+
+
+def test_event_callbacks_are_removed_and_library_ones_are_not_flagged(shell):
+    ip, snapshot = shell
+    import matplotlib_inline.backend_inline as inline
+
+    ip.events.register("post_execute", inline.flush_figures)
+    ip.events.register("pre_run_cell", lambda *a: None)
+    changes = {c.where: c for c in snapshot.restore()}
+    assert changes["EventManager.callbacks['post_execute']"].benign
+    assert not changes["EventManager.callbacks['pre_run_cell']"].benign
+    assert ip.events.callbacks["pre_run_cell"] == []
+
+
+def test_tracing_hooks_builtins_and_module_functions_are_restored(shell):
+    _, snapshot = shell
+    import builtins
+
+    from IPython.core import compilerop
+
+    real_exec = builtins.exec
+    tracer = sys.gettrace()
+    try:
+        sys.settrace(lambda *a: None)
+        builtins.exec = lambda *a, **k: None
+        compilerop.compile = lambda *a, **k: None
+        found = wheres(snapshot.restore())
+    finally:
+        sys.settrace(tracer)
+        builtins.exec = real_exec
+    assert {"sys.settrace", "builtins.exec", "IPython.core.compilerop.compile"} <= found
+    assert builtins.exec is real_exec and "compile" not in vars(compilerop)
+
+
+def test_a_replaced_class_of_the_shell_is_put_back(shell):
+    ip, snapshot = shell
+    original = type(ip)
+    ip.__class__ = type("Evil", (original,), {"run_cell": lambda *a, **k: None})
+    assert "InteractiveShell.__class__" in wheres(snapshot.restore())
+    assert type(ip) is original
+
+
+def test_the_audit_hook_blocks_code_changes_of_the_execution_path_only():
+    guard = Guard(channel=types.SimpleNamespace(write=lambda record: None))
+    guard.snapshot = Snapshot()
+    with pytest.raises(TamperingBlocked):
+        guard.audit("object.__setattr__", (InteractiveShell.run_cell, "__code__", (lambda: 0).__code__))
+
+    def students_own():
+        return 1
+
+    guard.audit("object.__setattr__", (students_own, "__defaults__", (1,)))  # namedtuple does this
+    guard.audit("sys.settrace", ())  # allowed in answer cells (restored before the next)
+    guard.testing = True
+    with pytest.raises(TamperingBlocked):
+        guard.audit("sys.settrace", ())
+    guard.audit("gc.get_referrers", ())
+    assert guard.findings == ["changes a function's code in place", "sets a tracing hook (sys.settrace)",
+                              "walks the garbage collector (gc.get_referrers)"]
+
+
+def test_is_code_knows_what_can_run():
+    assert all(is_code(v) for v in (print, len, str, lambda: 0, property(), staticmethod(len), types))
+    assert not any(is_code(v) for v in (1, "s", [print], None))
+
+
+def test_changes_are_described_in_words():
+    assert describe_change({"where": "TransformerManager.cleanup_transforms"}) == \
+        "installs an IPython input transformer"
+    assert describe_change({"where": "EventManager.callbacks['pre_run_cell']"}) == \
+        "registers an IPython event callback ('pre_run_cell')"
+    assert describe_change({"where": "IPythonKernel.do_execute"}) == "replaces the kernel's do_execute"
+    assert describe_change({"where": "sys.settrace"}) == "sets a tracing hook (sys.settrace)"
+    assert describe_change({"where": "builtins.exec", "what": "replaced"}) == "replaces builtins.exec"
+
+
+def test_the_code_reading_ignores_comments_and_honest_code():
+    assert suspicious_code("import sys\nsys.excepthook = print") == ["replaces sys.excepthook"]
+    assert suspicious_code("# we never touch sys.excepthook\nx = 1") == []
+    assert suspicious_code("%timeit double(2)\nfrom IPython.display import display") == []
+
+
+def write_lines(path: str, lines: list) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    for line in lines:
+        os.write(fd, (line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n")
+    os.close(fd)
+
+
+def test_the_channel_reads_records_and_notices_forged_or_foreign_lines(tmp_path):
+    path = str(tmp_path / "guard.fifo")
+    reader = ChannelReader(path)
+    write_lines(path, [{"msg_id": "a", "phase": "before", "changes": [], "findings": []},
+                       {"msg_id": "a", "phase": "after", "changes": [], "findings": []}])
+    assert reader.wait_for("a", 5).confirmed
+    reader.close()
+    assert not reader.flooded and not os.path.exists(path)
+
+    forged = ChannelReader(path)
+    write_lines(path, [{"msg_id": "b", "phase": "before", "changes": [{"where": "x"}], "findings": []},
+                       {"msg_id": "b", "phase": "before", "changes": [], "findings": []}, b"not json"])
+    forged.close()
+    assert forged.flooded and forged.records["b"].changes("before") == [{"where": "x"}]
+
+
+def test_a_test_is_confirmed_only_with_both_records_and_no_change():
+    clean = {"changes": [], "findings": []}
+    assert CellRecords(clean, clean).confirmed
+    assert not CellRecords(None, clean).confirmed and not CellRecords(clean, None).confirmed
+    assert not CellRecords(clean, {"changes": [{"where": "sys.settrace"}], "findings": []}).confirmed
+    assert CellRecords(clean, {"changes": [{"where": "x", "benign": True}], "findings": []}).confirmed
+    assert not CellRecords(clean, {"changes": [], "findings": ["sets a tracing hook"]}).confirmed
