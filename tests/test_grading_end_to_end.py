@@ -96,6 +96,12 @@ CLASS = {
     "no-notebook": ({"answers.txt": "see attached"}, "missing", 0, r"found answers.txt"),
     "daemon": ({"tiny.ipynb": with_cell(f"import subprocess\nsubprocess.Popen(['sleep', '{DAEMON}'], "
                                         "start_new_session=True)")}, "graded", 3, r"^$"),
+    "file-flood": ({"tiny.ipynb": with_cell("import os\nos.makedirs('flood', exist_ok=True)\n"
+                                            "for i in range(300_000):\n    open(f'flood/{i}', 'w').close()")},
+                   "disk", 3, r"cell 3: wrote more than 10,000 files; stopped; graded again without running that cell"),
+    "huge-file": ({"tiny.ipynb": with_cell("with open('/tmp/big', 'wb') as f:\n    for _ in range(1100):\n"
+                                           "        f.write(b'x' * 2**20)")},
+                  "disk", 3, r"cell 3: wrote a file larger than the 1024 MB limit"),
 }
 # Only where student code is in its own PID namespace and sees a read-only file system:
 PROTECTED = {
@@ -248,6 +254,7 @@ def test_nothing_outside_the_scratch_folders_changed(graded):
 def test_no_student_process_outlives_grading(graded):
     left = [p for p in psutil.process_iter(["cmdline"]) if DAEMON in " ".join(p.info["cmdline"] or [])]
     assert not left
+    assert not list(Path("/sys/fs/cgroup/pids").glob("devicelab-grade-*"))  # the process caps are removed
 
 
 def test_rerun_changes_nothing_and_an_interrupted_run_finishes_the_rest(graded, tmp_path):
@@ -320,6 +327,21 @@ def test_without_a_sandbox_a_student_who_kills_the_grading_process_costs_only_th
         ("graded", "3"), ("crashed", "3"), ("graded", "3")]
     assert "the grading process was killed (SIGKILL)" in table["kill-parent"]["detail"]
     assert not [p for p in psutil.process_iter(["cmdline"]) if daemon in " ".join(p.info["cmdline"] or [])]
+
+
+def test_a_fork_storm_is_stopped_at_the_process_cap_and_other_students_are_graded(tmp_path):
+    """A few thousand children: refused past the cap (a cgroup), or, where none can be made, the tree is stopped."""
+    course = make_course(tmp_path)
+    storm = with_cell(f"import subprocess\nfor _ in range(3000):\n    subprocess.Popen(['sleep', '{DAEMON}'])")
+    write_class(course / "incoming", {"correct": CLASS["correct"], "fork-storm": ({"tiny.ipynb": storm},)}, course)
+    done = grade(course, course / "incoming", "--memory", "4000")  # 512 sleeping processes hold about 1 GB
+    assert done.returncode == 0, done.stderr
+    table = rows(course)
+    assert (table["correct"]["status"], table["correct"]["score"]) == ("graded", "3")
+    assert (table["fork-storm"]["status"], table["fork-storm"]["score"]) == ("processes", "3"), table["fork-storm"]
+    assert re.search(r"cell 3: (tried to start|started) more than 512 processes", table["fork-storm"]["detail"])
+    assert not [p for p in psutil.process_iter(["cmdline"]) if DAEMON in " ".join(p.info["cmdline"] or [])]
+    assert not list(Path("/sys/fs/cgroup/pids").glob("devicelab-grade-*"))
 
 
 def test_unknown_assignment_or_unreadable_submissions_exit_2(tmp_path):

@@ -22,6 +22,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Integer, Unicode
 
 from autograder.grading.guard_kernel import GRADER_KEY
+from autograder.grading.sandbox import MAX_FILE_MB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
 
 MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory", "defaultcpuallocator")
@@ -58,6 +59,7 @@ class GraderExecute(Execute):
     cell_output_chars = Integer(100_000, help="output characters kept per cell").tag(config=True)
     notebook_output_chars = Integer(2_000_000, help="output characters kept per notebook").tag(config=True)
     guard_channel = Unicode("", help="FIFO the grading kernel reports to; empty: no guard").tag(config=True)
+    task_events = Unicode("", help="pids.events of the cgroup that caps processes; empty: none").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         """Run the notebook, recording what happened in the progress file."""
@@ -217,8 +219,12 @@ class GraderExecute(Execute):
         self._kept_cell = 0
         self._dropped_cell = 0
         self._mark_requests()
+        refused = refused_tasks(self.task_events) if self.task_events else 0
         cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         self._check_test(cell, cell_index)
+        if self.task_events and refused_tasks(self.task_events) > refused:
+            self._event("processes", cell_index, f"tried to start more than {MAX_TASKS} processes and threads; "
+                                                 "the rest were refused")
         if self._dropped_cell:
             cell.outputs.insert(0, NotebookNode(  # first, so that nbgrader's LimitOutput keeps it
                 output_type="stream", name="stderr",
@@ -231,6 +237,8 @@ class GraderExecute(Execute):
             if is_memory_error(output):
                 evalue = str(output.get("evalue") or "").strip()
                 self._event("memory", cell_index, f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
+            elif "File too large" in str(output.get("evalue", "")) or output.get("ename") == "FileTooLarge":
+                self._event("disk", cell_index, f"wrote a file larger than the {MAX_FILE_MB} MB limit")
             elif output.get("ename") == "SystemExit":
                 self._event("sys-exit", cell_index, "called sys.exit(); the grader carried on")
         return cell

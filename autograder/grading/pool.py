@@ -22,9 +22,14 @@ from pathlib import Path
 
 from autograder.grading.execution import read_progress
 from autograder.grading.sandbox import (
+    MAX_DISK_MB,
+    MAX_FILES,
+    MAX_TASKS,
     ProcessWatch,
+    TaskCap,
     become_subreaper,
     die_with_parent,
+    disk_usage,
     process_children,
     wait_for,
 )
@@ -34,11 +39,13 @@ TICK = 0.25
 WATCH_EVERY = 0.5
 
 
-def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path) -> None:
+def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path, cap: TaskCap | None) -> None:
     """Body of a worker process: read jobs, grade, write reports, until the job pipe closes."""
     os.setsid()
     die_with_parent()
     become_subreaper()
+    if cap is not None:
+        cap.join()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -49,7 +56,7 @@ def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path)
     keep = sorted({0, 1, 2, job_fd, report_fd})
     for low, high in zip(keep, [*keep[1:], 65536], strict=True):
         os.closerange(low + 1, high)  # other workers' pipes and the grader's files stay the grader's
-    worker = Worker(settings)
+    worker = Worker(settings, cap.events_file if cap is not None else "")
     jobs = os.fdopen(job_fd, "r", encoding="utf-8")
     reports = os.fdopen(report_fd, "w", encoding="utf-8")
     for line in jobs:
@@ -91,11 +98,12 @@ class WorkerProcess:
     deadline: float = 0.0
     baseline_mb: float | None = None
     peak_mb: float = 0.0
+    cap: TaskCap | None = None
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def start(cls, settings: Settings, log_path: Path) -> "WorkerProcess":
-        """Fork a worker process."""
+    def start(cls, settings: Settings, log_path: Path, cap: TaskCap | None = None) -> "WorkerProcess":
+        """Fork a worker process (inside `cap`, when there is one)."""
         job_r, job_w = os.pipe()
         report_r, report_w = os.pipe()
         pid = os.fork()
@@ -103,13 +111,13 @@ class WorkerProcess:
             try:
                 os.close(job_w)
                 os.close(report_r)
-                _child_main(settings, job_r, report_w, log_path)
+                _child_main(settings, job_r, report_w, log_path, cap)
             finally:
                 os._exit(0)
         os.close(job_r)
         os.close(report_w)
         os.set_blocking(report_r, False)
-        return cls(pid, os.fdopen(job_w, "w", encoding="utf-8"), report_r, ProcessWatch(pid))
+        return cls(pid, os.fdopen(job_w, "w", encoding="utf-8"), report_r, ProcessWatch(pid), cap=cap)
 
     def send(self, job: dict, seconds: float) -> None:
         """Hand the worker a job with a wall-clock deadline."""
@@ -141,6 +149,14 @@ class WorkerProcess:
             except OSError:
                 pass
 
+    def end(self) -> None:
+        """Kill the worker and everything it started, reap it, close the pipes, remove its cap."""
+        self.watch.kill()
+        wait_for(self.pid, 5)
+        self.close()
+        if self.cap is not None:
+            self.cap.remove()
+
 
 class Pool:
     """A fixed number of worker processes grading jobs; `run` calls back with one report per attempt."""
@@ -155,7 +171,8 @@ class Pool:
 
     def _spawn(self) -> WorkerProcess:
         self.started += 1
-        worker = WorkerProcess.start(self.settings, self.log_dir / f"worker-{self.started}.log")
+        cap = TaskCap.create(f"devicelab-grade-{os.getpid()}-{self.started}", MAX_TASKS)
+        worker = WorkerProcess.start(self.settings, self.log_dir / f"worker-{self.started}.log", cap)
         self.workers.append(worker)
         return worker
 
@@ -172,9 +189,7 @@ class Pool:
                     idle.send(job, seconds_for(job))
                 except OSError:  # the idle worker is gone: replace it and hand the job on
                     idle.job = None
-                    idle.watch.kill()
-                    wait_for(idle.pid, 5)
-                    idle.close()
+                    idle.end()
                     self.workers.remove(idle)
                     queue.appendleft(job)
             busy = [w for w in self.workers if w.job is not None]
@@ -208,14 +223,28 @@ class Pool:
                 report = self._lost(worker, "timeout", "still running when the time limit ran out; stopped",
                                     children_of)
             else:
-                used = self._used_mb(worker, children_of)
-                worker.peak_mb = max(worker.peak_mb, used)
-                if used <= self.memory_mb:
+                why = self._over_a_cap(worker, children_of)
+                if why is None:
                     continue
-                report = self._lost(worker, "memory", f"used more than the {self.memory_mb} MB memory cap "
-                                                      f"({used:.0f} MB); stopped", children_of)
+                report = self._lost(worker, *why, children_of)
             done.append((worker, report))
         return done
+
+    def _over_a_cap(self, worker: WorkerProcess, children_of: dict[int, list[int]]) -> tuple[str, str] | None:
+        """Return (kind, message) when a busy worker's job is over its memory, process or disk cap."""
+        used = self._used_mb(worker, children_of)
+        worker.peak_mb = max(worker.peak_mb, used)
+        if used > self.memory_mb:
+            return "memory", f"used more than the {self.memory_mb} MB memory cap ({used:.0f} MB); stopped"
+        if worker.cap is None and (count := len(worker.watch.members(children_of))) > MAX_TASKS:
+            return "processes", f"started more than {MAX_TASKS} processes ({count}); stopped"
+        job = worker.job or {}
+        mb, files = disk_usage(self.settings.run_root / f"{job.get('index')}-{job.get('attempt')}")
+        if files > MAX_FILES:
+            return "disk", f"wrote more than {MAX_FILES:,} files; stopped"
+        if mb > MAX_DISK_MB:
+            return "disk", f"wrote more than {MAX_DISK_MB} MB to disk ({mb:.0f} MB); stopped"
+        return None
 
     def _used_mb(self, worker: WorkerProcess, children_of: dict[int, list[int]]) -> float:
         """Return the memory this job uses: its processes, plus what the worker itself grew by."""
@@ -234,8 +263,7 @@ class Pool:
               children_of: dict[int, list[int]] | None = None) -> dict:
         """Kill a worker and its processes; return the report of the attempt it was running."""
         worker.watch.kill(children_of)
-        wait_for(worker.pid, 5)
-        worker.close()
+        worker.end()
         self.workers.remove(worker)
         job = worker.job or {}
         scratch = self.settings.run_root / f"{job.get('index')}-{job.get('attempt')}"
@@ -253,8 +281,9 @@ class Pool:
         deadline = time.monotonic() + 5
         for worker in list(self.workers):
             if worker.job is not None or wait_for(worker.pid, max(0.0, deadline - time.monotonic())) is None:
-                worker.watch.kill()
-                wait_for(worker.pid, 5)
+                worker.end()
+            elif worker.cap is not None:
+                worker.cap.remove()
         self.workers.clear()
 
 

@@ -9,10 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from autograder.grading.results import CRASHED, GRADED, MEMORY, STATUSES, TIMEOUT, StudentResult, write_atomic
+from autograder.grading.results import (
+    CRASHED,
+    DISK,
+    GRADED,
+    MEMORY,
+    PROCESSES,
+    STATUSES,
+    TIMEOUT,
+    StudentResult,
+    write_atomic,
+)
 
 CSV_HEADER = ("student", "assignment", "score", "max_score", "status", "detail", "flags")
-RAN = (GRADED, TIMEOUT, MEMORY, CRASHED)
+RAN = (GRADED, TIMEOUT, MEMORY, PROCESSES, DISK, CRASHED)
 
 
 def number(value: float) -> str:
@@ -132,7 +142,7 @@ table {{ border-collapse: collapse; margin: 1em 0; }} td, th {{ border-bottom: 1
 text-align: left; vertical-align: top; }} td.n {{ text-align: right; white-space: nowrap; }}
 .bar {{ display: inline-block; width: 8em; height: 0.8em; background: #eee; }}
 .bar span {{ display: block; height: 100%; background: #55a868; }}
-tr.timeout td, tr.memory td, tr.crashed td {{ background: #fff4e5; }}
+tr.timeout td, tr.memory td, tr.processes td, tr.disk td, tr.crashed td {{ background: #fff4e5; }}
 tr.invalid td, tr.missing td {{ background: #fdecea; }}
 tr.flagged td {{ background: #fce4ec; }} td ul {{ margin: 0; padding-left: 1.2em; }}
 </style></head><body>

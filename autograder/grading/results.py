@@ -10,7 +10,8 @@ from pathlib import Path
 GRADER_VERSION = "2"
 
 GRADED, TIMEOUT, MEMORY, CRASHED, INVALID, MISSING = "graded", "timeout", "memory", "crashed", "invalid", "missing"
-STATUSES = (GRADED, TIMEOUT, MEMORY, CRASHED, INVALID, MISSING)
+PROCESSES, DISK = "processes", "disk"
+STATUSES = (GRADED, TIMEOUT, MEMORY, PROCESSES, DISK, CRASHED, INVALID, MISSING)
 
 
 @dataclass

@@ -4,14 +4,17 @@ Three setups, best first (`--sandbox auto` picks the best that works on this mac
 
 - `bwrap` (bubblewrap): the kernel runs in new PID, network, IPC, UTS and mount namespaces, with no network
   at all, the whole file system read-only, the course, the submissions, the output folder and home folders
-  hidden, and only its own scratch folder writable. It cannot see or signal any process outside.
+  hidden, and only its own scratch folder writable (its /tmp too). It cannot see or signal any process outside.
 - `unshare`: new PID and network namespaces (no network; cannot see or signal the grader's processes),
   but the file system is shared: student code can read and write whatever the grading user can.
 - `none`: an ordinary process in its own session, with the limits below and nothing else.
 
 In every setup the kernel gets an address-space limit (RLIMIT_AS, so a huge allocation fails inside the
 cell with MemoryError), a per-file size limit and no core dumps; the grader also adds up the resident memory
-of each worker's whole process tree a few times a second and kills the tree past `--memory`.
+of each worker's whole process tree a few times a second and kills the tree past `--memory`, and counts
+what the student's scratch folder holds (past MAX_DISK_MB or MAX_FILES the tree is killed too). Processes
+and threads are capped at MAX_TASKS by a cgroup (new ones are refused) where the machine allows one, else
+counted with the memory and the tree killed past the cap.
 """
 
 import argparse
@@ -32,6 +35,11 @@ MODES = ("bwrap", "unshare", "none")
 ADDRESS_SPACE_HEADROOM_MB = 4096
 MAX_FILE_MB = 1024
 TMPFS_MB = 512
+# Per student: processes and threads (a fork storm is refused past it), and what it may write to disk.
+MAX_TASKS = 512
+MAX_DISK_MB = 2048
+MAX_FILES = 10_000
+CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1's pids hierarchy, then v2's
 
 
 class SandboxError(RuntimeError):
@@ -62,24 +70,30 @@ class Isolation:
         """Return one line saying what this isolation gives."""
         return DESCRIPTIONS[self.mode]
 
-    def prefix(self, writable: list[Path], cwd: Path) -> list[str]:
-        """Return the command prefix that runs a program inside this sandbox."""
+    def prefix(self, writable: list[Path], cwd: Path, tmp: Path | None = None) -> list[str]:
+        """Return the command prefix that runs a program inside this sandbox (`tmp` becomes its /tmp)."""
         if self.mode == "bwrap":
-            return bwrap_prefix(writable, cwd, self.hidden, self.visible, self.bwrap_size_option)
+            return bwrap_prefix(writable, cwd, self.hidden, self.visible, self.bwrap_size_option, tmp)
         if self.mode == "unshare":
             return unshare_prefix()
         return []
 
 
 def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visible: tuple[str, ...],
-                 size_option: bool = True) -> list[str]:
-    """Return a bubblewrap command line: everything read-only, `hidden` emptied, `writable` writable."""
+                 size_option: bool = True, tmp: Path | None = None) -> list[str]:
+    """Return a bubblewrap command line: everything read-only, `hidden` emptied, `writable` writable.
+
+    /tmp and /var/tmp are `tmp` (on disk, where the grader counts what is written) or else small tmpfs.
+    """
     args = ["bwrap", "--die-with-parent", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev",
             "--proc", "/proc"]
     if os.geteuid() == 0:
         args[1:1] = ["--cap-drop", "ALL"]
-    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
-        args += (["--size", str(TMPFS_MB << 20)] if size_option else []) + ["--tmpfs", tmp]
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        if tmp is not None and folder != "/dev/shm":
+            args += ["--bind", str(tmp), folder]
+        else:
+            args += (["--size", str(TMPFS_MB << 20)] if size_option else []) + ["--tmpfs", folder]
     covered = ("/tmp", "/var/tmp", "/dev/shm")
     for path in sorted(set(hidden), key=lambda p: (len(Path(p).parts), p)):
         if Path(path).is_dir() and not _under(path, covered):
@@ -168,11 +182,11 @@ def limits_prefix(memory_mb: int, forget_parent: bool) -> list[str]:
 
 
 def kernel_command(isolation: Isolation, writable: list[Path], cwd: Path, memory_mb: int,
-                   kernel: list[str] | None = None) -> list[str]:
+                   kernel: list[str] | None = None, tmp: Path | None = None) -> list[str]:
     """Return the kernelspec argv that starts a kernel (by default IPython's) with the limits, in the sandbox."""
     # A kernel in a PID namespace cannot see its parent, so it must not watch for it (JPY_PARENT_PID).
     kernel = kernel or ["-m", "ipykernel_launcher"]
-    return [*limits_prefix(memory_mb, isolation.mode != "none"), *isolation.prefix(writable, cwd),
+    return [*limits_prefix(memory_mb, isolation.mode != "none"), *isolation.prefix(writable, cwd, tmp),
             sys.executable, *kernel, "-f", "{connection_file}"]
 
 
@@ -187,6 +201,93 @@ def apply_limits(address_space_mb: int, file_mb: int) -> None:
             resource.setrlimit(limit, (value, hard if hard != resource.RLIM_INFINITY else value))
         except (ValueError, OSError):  # e.g. macOS refuses an address-space limit: run without it
             pass
+
+
+# --- caps on processes and disk ---------------------------------------------------------------------------
+
+
+class TaskCap:
+    """A cgroup whose pids controller refuses new processes and threads past a limit (Linux, when permitted).
+
+    A worker joins its own cap before it starts any kernel, so the kernel and everything it forks are
+    inside. Where no cgroup can be made (no permission, no pids controller), the pool counts a worker's
+    processes instead and stops the tree past the limit.
+    """
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+
+    @classmethod
+    def create(cls, name: str, limit: int = MAX_TASKS) -> "TaskCap | None":
+        """Make a capped cgroup, or return None where this machine does not allow it."""
+        for root in map(Path, CGROUP_ROOTS):
+            controllers = root / "cgroup.controllers"
+            if root.name != "pids" and not (controllers.exists() and "pids" in controllers.read_text().split()):
+                continue
+            path = root / name
+            try:
+                path.mkdir(exist_ok=True)
+                (path / "pids.max").write_text(str(limit))
+            except OSError:
+                _remove_dir(path)
+                continue
+            return cls(path, limit)
+        return None
+
+    def join(self, pid: int = 0) -> None:
+        """Move a process (by default this one) into the cap; its future children are in it too."""
+        (self.path / "cgroup.procs").write_text(str(pid or os.getpid()))
+
+    @property
+    def events_file(self) -> str:
+        """Return the file that counts refused forks."""
+        return str(self.path / "pids.events")
+
+    def remove(self) -> None:
+        """Delete the cgroup (once its processes are gone)."""
+        _remove_dir(self.path)
+
+
+def refused_tasks(events_file: str) -> int:
+    """Return how many forks a cap has refused so far (0 when its file cannot be read)."""
+    try:
+        with open(events_file, encoding="ascii") as handle:
+            fields = handle.read().split()
+    except OSError:
+        return 0
+    return int(fields[fields.index("max") + 1]) if "max" in fields else 0
+
+
+def _remove_dir(path: Path) -> None:
+    for _ in range(50):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def disk_usage(folder: Path, max_files: int = MAX_FILES) -> tuple[float, int]:
+    """Return (MB, files) written under a folder; stops counting a little past `max_files`."""
+    total, files, stack = 0, 0, [str(folder)]
+    while stack and files <= max_files:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
+            except OSError:
+                continue
+            files += 1
+    return total / 2**20, files
 
 
 # --- watching a worker's processes --------------------------------------------------------------------

@@ -26,10 +26,12 @@ from autograder.grading import gradebook as gbook
 from autograder.grading.report import write_reports
 from autograder.grading.results import (
     CRASHED,
+    DISK,
     GRADED,
     INVALID,
     MEMORY,
     MISSING,
+    PROCESSES,
     TIMEOUT,
     CellScore,
     StudentResult,
@@ -54,7 +56,7 @@ DEFAULT_MEMORY_MB = 4096
 MAX_ATTEMPTS = 3
 STUDENT_PACKAGES = ("devicelab",)  # imported by assignment notebooks; visible inside the sandbox
 FAILURE_STATUS = {"kernel-died": CRASHED, "crashed": CRASHED, "grader-error": CRASHED, "unresponsive": TIMEOUT,
-                  "timeout": TIMEOUT, "memory": MEMORY, "invalid": INVALID}
+                  "timeout": TIMEOUT, "memory": MEMORY, "processes": PROCESSES, "disk": DISK, "invalid": INVALID}
 
 
 class GradingError(RuntimeError):
@@ -132,6 +134,9 @@ def combine(student: str, assignment: str, attempts: list[dict], notes: list[str
         elif event["kind"] == "memory":
             result.status = MEMORY if result.status == GRADED else result.status
             details.append(f"{where}: ran out of memory ({event['message']})")
+        elif event["kind"] in ("processes", "disk"):
+            result.status = FAILURE_STATUS[event["kind"]] if result.status == GRADED else result.status
+            details.append(f"{where}: {event['message']}")
         elif event["kind"] in ("sys-exit", "truncated"):
             details.append(f"{where}: {event['message']}")
     result.flags = list(dict.fromkeys(
@@ -366,7 +371,8 @@ def _blamed(report: dict) -> tuple | None:
 def _reason(failure: dict) -> str:
     return {"kernel-died": "crashed the kernel", "crashed": "crashed the grading process",
             "unresponsive": "ran past the time limit", "timeout": "ran past the time limit",
-            "memory": "used more than the memory cap"}.get(failure["kind"], "failed")
+            "memory": "used more than the memory cap", "processes": "started too many processes",
+            "disk": "wrote too much to disk"}.get(failure["kind"], "failed")
 
 
 def _drop(report: dict) -> None:

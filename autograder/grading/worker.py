@@ -77,8 +77,9 @@ def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
 class Worker:
     """Grades students one after another; keeps what every student shares (the instructor's notebooks)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, task_events: str = "") -> None:
         self.settings = settings
+        self.task_events = task_events  # the worker's cap on processes counts refused forks here
         release = settings.template / "release" / settings.assignment
         self.instructor = {p.name: nbformat.read(p, as_version=4) for p in sorted(release.glob("*.ipynb"))}
         self.feedback: FeedbackWriter | None = None
@@ -154,6 +155,7 @@ class Worker:
         config.GraderExecute.skip = skip
         config.GraderExecute.shutdown_kernel = "immediate"
         config.GraderExecute.guard_channel = str(scratch / "rt" / GUARD_CHANNEL)
+        config.GraderExecute.task_events = self.task_events
         config.KernelManager.transport = "ipc"
         config.KernelManager.ip = str(scratch / "rt" / "k")
         config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")
@@ -166,7 +168,8 @@ class Worker:
         program = scratch / "rt" / GUARD_SCRIPT
         shutil.copyfile(guard_kernel.__file__, program)
         argv = kernel_command(s.isolation, [cwd, scratch / "rt", scratch / "home"], cwd, s.memory_mb,
-                              [str(program), "--channel", str(scratch / "rt" / GUARD_CHANNEL)])
+                              [str(program), "--channel", str(scratch / "rt" / GUARD_CHANNEL)],
+                              tmp=scratch / "home" / "tmp")
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
                 "interrupt_mode": "message", "metadata": {"debugger": False}}
         (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
