@@ -1,0 +1,103 @@
+"""No false flags on the course's own answers: graded by `python -m autograder grade` in the guarded kernel,
+every assignment's solved notebook and every other correct answer the assignment tests know get full marks and
+no flag.
+
+Student k of an assignment answers every exercise with that exercise's k-th other correct answer (the
+reference solution where an exercise has fewer), so each assignment is one small class, graded in one run.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from autograder import COURSE_ROOT
+from autograder.build import with_venv_on_path
+from autograder.grading import gradebook
+from autograder.grading.demo import solved
+from tests import test_ps01_tensors_and_devices as ps01
+from tests import test_ps02_moving_tensors as ps02
+from tests import test_ps03_device_mismatch as ps03
+from tests import test_ps04_async_timing as ps04
+from tests import test_ps05_pinned_memory as ps05
+from tests.test_grading_end_to_end import _locked
+
+pytestmark = pytest.mark.notebook
+
+
+def _by_exercise(cases) -> dict[str, dict[str, str]]:
+    """Return {exercise: {case id: cell source}} from pytest params of (exercise, source)."""
+    found: dict[str, dict[str, str]] = {}
+    for case in cases:
+        exercise, source = case.values
+        found.setdefault(exercise, {})[case.id] = source
+    return found
+
+
+ALTERNATIVES = {
+    "ps01-tensors-and-devices": {"describe": ps01.CORRECT_DESCRIBE, "pick-device": ps01.CORRECT_PICK_DEVICE},
+    "ps02-moving-tensors": _by_exercise(ps02.CORRECT_CASES),
+    "ps03-device-mismatch": _by_exercise(ps03.CORRECT_CASES),
+    "ps04-async-timing": {"measure": ps04.CORRECT_MEASURE, "bandwidth-gbps": ps04.CORRECT_BANDWIDTH},
+    "ps05-pinned-memory": {"make-loader": ps05.CORRECT_MAKE_LOADER, "train-epoch": ps05.CORRECT_TRAIN_EPOCH},
+}
+
+
+def class_of(release: nbformat.NotebookNode, source: nbformat.NotebookNode,
+             alternatives: dict[str, dict[str, str]]) -> dict[str, nbformat.NotebookNode]:
+    """Return student -> notebook: 'solved', then one student per rank of other correct answers."""
+    right = solved(release, source)
+    students = {"solved": right}
+    for k in range(max(len(a) for a in alternatives.values())):
+        nb = nbformat.from_dict(json.loads(nbformat.writes(right)))
+        for cell in nb.cells:
+            answers = list(alternatives.get(cell.metadata.get("nbgrader", {}).get("grade_id"), {}).values())
+            if cell.metadata.get("nbgrader", {}).get("solution") and k < len(answers):
+                cell.source = answers[k]
+        students[f"other-{k + 1}"] = nb
+    return students
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade every assignment's class once (once per test run, even across xdist workers)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    course = shared / "honest-answers"
+    with _locked(shared / "honest-answers.lock"):
+        if not (course / "runs.json").exists():
+            course.mkdir(exist_ok=True)
+            shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+            runs = {}
+            for assignment, alternatives in ALTERNATIVES.items():
+                shutil.copytree(COURSE_ROOT / "source" / assignment, course / "source" / assignment)
+                generated = gradebook.generate(course, assignment, shared / f"generated-{assignment}")
+                name = f"{assignment}.ipynb"
+                release = nbformat.read(generated / "release" / assignment / name, as_version=4)
+                source = nbformat.read(course / "source" / assignment / name, as_version=4)
+                for student, nb in class_of(release, source, alternatives).items():
+                    (course / "incoming" / assignment / student).mkdir(parents=True)
+                    nbformat.write(nb, course / "incoming" / assignment / student / name)
+                cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(course / "incoming" / assignment),
+                       "--course", str(course), "--jobs", "2", "--timeout", "240", "--quiet"]
+                done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True,
+                                      text=True, timeout=900, check=False)
+                runs[assignment] = {"returncode": done.returncode, "stderr": done.stderr[-3000:]}
+            (course / "runs.json").write_text(json.dumps(runs))
+    return course, json.loads((course / "runs.json").read_text())
+
+
+@pytest.mark.parametrize("assignment", sorted(ALTERNATIVES))
+def test_every_correct_answer_gets_full_marks_and_no_flag(graded, assignment):
+    course, runs = graded
+    assert runs[assignment]["returncode"] == 0, runs[assignment]["stderr"]
+    with (course / "graded" / assignment / "grades.csv").open(encoding="utf-8") as handle:
+        table = list(csv.DictReader(handle))
+    assert len(table) == 1 + max(len(a) for a in ALTERNATIVES[assignment].values())
+    for row in table:
+        assert (row["status"], row["score"], row["flags"]) == ("graded", row["max_score"], ""), row
