@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import sys
+import threading
 import types
 from dataclasses import dataclass, field
 
@@ -230,7 +231,8 @@ def _reachable(roots) -> list:
                 values += list(traits.values())
             for value in values:
                 kind = type(value)
-                if (not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType))
+                if (not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
+                                           threading.Thread))
                         and _in_path(kind.__module__) and not _transport(kind.__module__)
                         and kind.__name__ not in RESULT_TYPES):
                     found.append(value)
