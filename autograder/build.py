@@ -25,12 +25,25 @@ class BuildError(RuntimeError):
 
 
 def course_config(root: Path, scratch: Path | None = None) -> Config:
-    """Load the course's nbgrader_config.py, optionally pointed at a scratch course root."""
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    """Load the course's nbgrader_config.py (none is fine, as for nbgrader), optionally pointed at a scratch root.
+
+    The course root is the folder given, as nbgrader's is the folder it runs in, unless the file says otherwise.
+    """
+    config = (PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+              if (root / "nbgrader_config.py").is_file() else Config())
+    if "root" not in config.CourseDirectory:
+        config.CourseDirectory.root = str(root)
     if scratch is not None:
         config.CourseDirectory.root = str(scratch)
         config.CourseDirectory.db_url = f"sqlite:///{scratch / 'gradebook.db'}"
     return config
+
+
+def course_directory(root: Path, scratch: Path | None = None):
+    """Return nbgrader's CourseDirectory for the course: its settings with nbgrader's own defaults filled in."""
+    from nbgrader.coursedir import CourseDirectory
+
+    return CourseDirectory(config=course_config(root, scratch))
 
 
 def with_venv_on_path() -> dict[str, str]:

@@ -22,9 +22,19 @@ def test_numbers_are_written_as_people_write_them():
 def test_grades_csv_has_the_header_one_sorted_row_per_student_and_one_line_details():
     text = csv_text([result("bob", detail="line one\nline two, with a comma"), result("ada")])
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["student", "assignment", "score", "max_score", "status", "detail", "flags"]
+    assert rows[0] == ["student", "assignment", "score", "max_score", "late_penalty", "status", "detail", "flags"]
     assert [r[0] for r in rows[1:]] == ["ada", "bob"]
-    assert rows[2] == ["bob", "tiny", "3", "3", "graded", "line one line two, with a comma", ""]
+    assert rows[2] == ["bob", "tiny", "3", "3", "0", "graded", "line one line two, with a comma", ""]
+
+
+def test_grades_csv_gives_the_score_after_the_late_penalty_and_the_penalty_apart():
+    late = result("cy")
+    late.late_penalties = {"tiny.ipynb": 1.0}
+    very_late = result("dee", scores=(0, 1))
+    very_late.late_penalties = {"tiny.ipynb": 5.0}
+    rows = {r[0]: r for r in csv.reader(io.StringIO(csv_text([late, very_late])))}
+    assert rows["cy"][2:5] == ["2", "3", "1"]
+    assert rows["dee"][2:5] == ["0", "3", "5"]  # never below zero, as `nbgrader export`
 
 
 def test_flags_are_one_cell_of_grades_csv_and_flagged_students_lead_the_summary():

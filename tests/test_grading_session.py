@@ -68,3 +68,13 @@ def test_a_cell_blamed_after_the_real_culprit_runs_again():
     skip = [["tiny", 4, "not run"], ["other", 9, "not run"]]
     keep, cleared = next_skip(skip, {"notebook": "tiny", "cell": 2})
     assert keep == [["other", 9, "not run"]] and cleared == {("tiny", 4)}
+
+
+def test_the_detail_counts_tests_only_and_says_what_awaits_a_person():
+    report = completed(double=0)
+    report["cells"] += [{"notebook": "tiny.ipynb", "grade_id": "essay", "score": 0.0, "max_score": 3.0,
+                         "needs_manual_grade": True, "error": "", "kind": "answer"},
+                        {"notebook": "tiny.ipynb", "grade_id": "plot-task", "score": 0.0, "max_score": 2.0,
+                         "needs_manual_grade": True, "error": "", "kind": "task"}]
+    result = combine("ada", "tiny", [report], [], POINTS, multi=False)
+    assert result.detail == "failed 1 of 2 tests: double-tests; 2 cells await manual grading: essay, plot-task"

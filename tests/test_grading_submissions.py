@@ -132,3 +132,11 @@ def test_a_zipped_class_of_one_is_not_mistaken_for_a_wrapper(tmp_path):
 def test_submissions_that_cannot_be_read_raise_a_clear_error(tmp_path, make):
     with pytest.raises(SubmissionsError):
         open_submissions(make(tmp_path), tmp_path / "scratch", "tiny")
+
+
+def test_in_nbgrader_layout_a_student_with_only_other_assignments_has_nothing_of_this_one(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    (tmp_path / "baz" / "ps2").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "baz" / "ps2" / "p1.ipynb")
+    sub = match_submission("baz", tmp_path / "baz", {"p1.ipynb": set()}, "ps1", frozenset({"ps2"}))
+    assert (sub.status, sub.detail) == ("missing", "no submission of ps1; found ps2/")

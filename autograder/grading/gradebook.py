@@ -14,8 +14,10 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from autograder.build import course_config, venv_on_path
+from autograder.build import course_config, course_directory, venv_on_path
 from autograder.grading.results import MISSING, StudentResult
+
+AUTOTESTS = "autotests.yml"
 
 
 class GradebookError(RuntimeError):
@@ -24,15 +26,12 @@ class GradebookError(RuntimeError):
 
 def course_db_url(root: Path) -> str:
     """Return the course gradebook's database URL (nbgrader's default: gradebook.db in the course root)."""
-    config = course_config(root)
-    url = config.CourseDirectory.get("db_url") if "CourseDirectory" in config else None
-    return url or f"sqlite:///{root / 'gradebook.db'}"
+    return course_directory(root).db_url
 
 
 def course_id(root: Path) -> str:
-    """Return the course id from nbgrader_config.py."""
-    config = course_config(root)
-    return config.CourseDirectory.get("course_id", "default_course") if "CourseDirectory" in config else ""
+    """Return the course id as nbgrader reads it (empty when nbgrader_config.py does not set one)."""
+    return course_directory(root).course_id
 
 
 @contextlib.contextmanager
@@ -93,6 +92,15 @@ def backup(db_url: str, dest: Path) -> None:
         shutil.copyfile(path, dest)
 
 
+def generate_apart(root: Path, assignment: str, scratch: Path, db_url: str | None = None) -> Path:
+    """Run `generate` in a child process, so that what it starts (kernels for AUTOTEST directives, their
+    event loop and sockets) never lives in the grader, whose workers are forked from it."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        return pool.apply(generate, (root, assignment, scratch, db_url))
+
+
 def generate(root: Path, assignment: str, scratch: Path, db_url: str | None = None) -> Path:
     """Run nbgrader generate_assignment on a copy of source/<assignment> in `scratch`; return `scratch`.
 
@@ -106,6 +114,8 @@ def generate(root: Path, assignment: str, scratch: Path, db_url: str | None = No
         shutil.rmtree(target)
     shutil.copytree(root / "source" / assignment, target,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    if (root / AUTOTESTS).is_file():  # nbgrader looks in the assignment folder, then in the course root
+        shutil.copyfile(root / AUTOTESTS, scratch / AUTOTESTS)
     config = course_config(root, scratch)
     if db_url is not None:
         config.CourseDirectory.db_url = db_url

@@ -21,7 +21,7 @@ from autograder.grading.results import (
     write_atomic,
 )
 
-CSV_HEADER = ("student", "assignment", "score", "max_score", "status", "detail", "flags")
+CSV_HEADER = ("student", "assignment", "score", "max_score", "late_penalty", "status", "detail", "flags")
 RAN = (GRADED, TIMEOUT, MEMORY, PROCESSES, DISK, CRASHED)
 
 
@@ -38,7 +38,8 @@ def csv_text(results: list[StudentResult]) -> str:
     for r in sorted(results, key=lambda r: r.student):
         detail = " ".join(r.detail.split())
         flags = "; ".join(" ".join(f.split()) for f in r.flags)
-        writer.writerow([r.student, r.assignment, number(r.score), number(r.max_score), r.status, detail, flags])
+        writer.writerow([r.student, r.assignment, number(r.final_score), number(r.max_score), number(r.late_penalty),
+                         r.status, detail, flags])
     return out.getvalue()
 
 
@@ -65,7 +66,8 @@ def exercises(results: list[StudentResult]) -> list[Exercise]:
     order: dict[tuple[str, str], float] = {}
     for r in results:
         for c in r.cells:
-            order.setdefault((c.notebook, c.grade_id), c.max_score)
+            if c.kind == "test":
+                order.setdefault((c.notebook, c.grade_id), c.max_score)
     found = []
     for (notebook, gid), points in order.items():
         cells = [c for r in ran for c in r.cells if (c.notebook, c.grade_id) == (notebook, gid)]
@@ -116,7 +118,7 @@ def summary_html(assignment: str, results: list[StudentResult], isolation: str, 
     counts = Counter(r.status for r in results)
     ran = [r for r in results if r.status in RAN]
     max_score = max((r.max_score for r in results), default=0)
-    scores = [r.score for r in results]
+    scores = [r.final_score for r in results]
     mean = number(round(statistics.mean(scores), 2)) if scores else "-"
     median = number(round(statistics.median(scores), 2)) if scores else "-"
     rows_ex = "".join(
@@ -131,7 +133,7 @@ def summary_html(assignment: str, results: list[StudentResult], isolation: str, 
                          for p in sorted(folder.glob("*.html"))) if folder.is_dir() else ""
         flags = "".join(f"<li>{esc(f)}</li>" for f in r.flags)
         rows_st.append(f"<tr class='{r.status}{' flagged' if r.flags else ''}'><td>{esc(r.student)}</td>"
-                       f"<td class=n>{number(r.score)} / {number(r.max_score)}</td><td>{r.status}</td>"
+                       f"<td class=n>{number(r.final_score)} / {number(r.max_score)}</td><td>{r.status}</td>"
                        f"<td>{esc(r.detail)}</td><td>{f'<ul>{flags}</ul>' if flags else ''}</td><td>{links}</td></tr>")
     status_line = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
     return f"""<!doctype html>

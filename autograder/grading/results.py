@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # Bump when a change to the grader can change grades: cached results from older versions are then regraded.
-GRADER_VERSION = "2"
+GRADER_VERSION = "3"
 
 GRADED, TIMEOUT, MEMORY, CRASHED, INVALID, MISSING = "graded", "timeout", "memory", "crashed", "invalid", "missing"
 PROCESSES, DISK = "processes", "disk"
@@ -24,6 +24,7 @@ class CellScore:
     max_score: float
     needs_manual_grade: bool = False
     error: str = ""  # first line of the error when the test failed
+    kind: str = "test"  # "test" (autograded), "answer" (an answer graded by hand) or "task" (graded by hand)
 
     @property
     def passed(self) -> bool:
@@ -58,6 +59,16 @@ class StudentResult:
     def max_score(self) -> float:
         """Return the points possible."""
         return sum(c.max_score for c in self.cells)
+
+    @property
+    def late_penalty(self) -> float:
+        """Return the points taken off for lateness (nbgrader's late submission penalty, all notebooks)."""
+        return sum(self.late_penalties.values())
+
+    @property
+    def final_score(self) -> float:
+        """Return the score after the late penalty, as `nbgrader export` reports it."""
+        return max(0.0, self.score - self.late_penalty)
 
     def to_json(self) -> str:
         """Return the record as JSON text."""

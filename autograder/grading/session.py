@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -148,10 +149,15 @@ def combine(student: str, assignment: str, attempts: list[dict], notes: list[str
         result.late_penalties = final.get("late_penalties", {})
         result.timestamp = final.get("timestamp")
         result.ran = True
-        failed = [c for c in result.cells if not c.passed and c.max_score > 0]
+        tests = [c for c in result.cells if c.kind == "test"]
+        failed = [c for c in tests if not c.passed and c.max_score > 0]
         if failed and result.status == GRADED:
             shown = ", ".join(c.grade_id for c in failed[:4]) + (", ..." if len(failed) > 4 else "")
-            details.append(f"failed {len(failed)} of {len(result.cells)} tests: {shown}")
+            details.append(f"failed {len(failed)} of {len(tests)} tests: {shown}")
+        waiting = [c for c in result.cells if c.needs_manual_grade]
+        if waiting:
+            details.append(f"{len(waiting)} {'cell awaits' if len(waiting) == 1 else 'cells await'} manual grading: "
+                           + ", ".join(c.grade_id for c in waiting[:4]) + (", ..." if len(waiting) > 4 else ""))
     else:
         result.cells = zero_cells(max_points)
     details += final.get("notes", []) + notes
@@ -164,6 +170,8 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
                 sandbox: str = "auto", force: bool = False, progress: bool = True, echo=print) -> RunSummary:
     """Grade every student folder in `submissions`; write grades, feedback, summary; fill the gradebook."""
     root = root.resolve()
+    if str(root) not in sys.path:  # as nbgrader does: plugins (late penalties, exporters) live beside the config
+        sys.path.insert(0, str(root))
     source = root / "source" / assignment
     if not source.is_dir() or not any(source.glob("*.ipynb")):
         have = sorted(p.name for p in (root / "source").iterdir() if p.is_dir()) if (root / "source").is_dir() else []
@@ -215,7 +223,8 @@ class ClassRun:
         students, ignored = student_folders(folder)
         template = self.prepare()
         self.isolation = self.isolate(sandbox, folder)
-        subs = [match_submission(f.name, f, self.expected, self.assignment) for f in students]
+        others = frozenset(p.name for p in (self.root / "source").iterdir() if p.is_dir()) - {self.assignment}
+        subs = [match_submission(f.name, f, self.expected, self.assignment, others) for f in students]
         todo = self.plan(subs, force)
         self.echo(f"{self.assignment}: {len(subs)} students in {self.submissions}"
                   + (f" ({len(self.reused)} unchanged since the last run)" if self.reused else ""))
@@ -246,8 +255,8 @@ class ClassRun:
         """Back up the gradebook, generate the template course, define the assignment; return the template."""
         self.out.mkdir(parents=True, exist_ok=True)
         gbook.backup(self.db_url, self.backup)
-        template = gbook.generate(self.root, self.assignment, self.run_root / "template")
-        gbook.generate(self.root, self.assignment, self.run_root / "register", db_url=self.db_url)
+        template = gbook.generate_apart(self.root, self.assignment, self.run_root / "template")
+        gbook.generate_apart(self.root, self.assignment, self.run_root / "register", db_url=self.db_url)
         gbook.copy_due_date(self.db_url, f"sqlite:///{template / 'gradebook.db'}", self.course, self.assignment)
         self.expected: dict[str, set[str]] = {}
         self.max_points: dict[tuple[str, str], float] = {}

@@ -184,10 +184,19 @@ def _listing(paths: list[Path], base: Path, limit: int = 5) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def match_submission(student: str, folder: Path, expected: dict[str, set[str]], assignment: str) -> Submission:
-    """Match a student's files to the assignment's notebooks (file name -> grade_ids of that notebook)."""
+def match_submission(student: str, folder: Path, expected: dict[str, set[str]], assignment: str,
+                     other_assignments: frozenset[str] = frozenset()) -> Submission:
+    """Match a student's files to the assignment's notebooks (file name -> grade_ids of that notebook).
+
+    In nbgrader's layout, a folder that holds only other assignments of the course has nothing of this one.
+    """
     base = work_folder(folder, assignment)
     sub = Submission(student, base)
+    elsewhere = sorted(a for a in other_assignments if (folder / a).is_dir()) if base == folder else []
+    if elsewhere:
+        sub.status = MISSING
+        sub.detail = f"no submission of {assignment}; found {', '.join(a + '/' for a in elsewhere[:5])}"
+        return sub
     stamp = base / "timestamp.txt"
     if stamp.is_file() and stamp.stat().st_size < 200:
         sub.timestamp = stamp.read_text(encoding="utf-8", errors="replace").strip() or None

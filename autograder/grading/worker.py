@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.build import course_config
+from autograder.build import course_config, course_directory
 from autograder.grading import guard_kernel
 from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
 from autograder.grading.feedback import FeedbackWriter
@@ -72,6 +72,18 @@ def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
         total += size
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest / rel)
+
+
+def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, str]:
+    """Return grade_id -> "test", "answer" (graded by hand) or "task" for the graded cells of a notebook."""
+    kinds = {}
+    for cell in nb.cells if nb is not None else []:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("task"):
+            kinds[meta.get("grade_id")] = "task"
+        elif meta.get("grade"):
+            kinds[meta.get("grade_id")] = "answer" if meta.get("solution") else "test"
+    return kinds
 
 
 class Worker:
@@ -242,20 +254,21 @@ class Worker:
 
         s = self.settings
         errors = self._errors(scratch / "autograded" / job["student"] / s.assignment)
-        config = course_config(s.root, scratch)
-        with Gradebook(config.CourseDirectory.db_url, config.CourseDirectory.course_id) as gb:
+        course = course_directory(s.root, scratch)
+        with Gradebook(course.db_url, course.course_id) as gb:
             submission = gb.find_submission(s.assignment, job["student"])
             report["timestamp"] = submission.timestamp.isoformat() if submission.timestamp else None
             for notebook in submission.notebooks:
                 nb_name = notebook.name + ".ipynb"
                 report["late_penalties"][nb_name] = float(notebook.late_submission_penalty or 0)
                 report["comments"][nb_name] = {c.name: c.auto_comment for c in notebook.comments}
+                kinds = cell_kinds(self.instructor.get(nb_name))
                 for grade in notebook.grades:
                     report["cells"].append({
                         "notebook": nb_name, "grade_id": grade.name,
                         "score": float(grade.auto_score or 0), "max_score": float(grade.max_score or 0),
                         "needs_manual_grade": bool(grade.needs_manual_grade),
-                        "error": errors.get((nb_name, grade.name), "")})
+                        "error": errors.get((nb_name, grade.name), ""), "kind": kinds.get(grade.name, "test")})
 
     @staticmethod
     def _errors(folder: Path) -> dict[tuple[str, str], str]:

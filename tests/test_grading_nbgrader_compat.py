@@ -1,0 +1,263 @@
+"""`python -m autograder grade --course` agrees with plain `nbgrader autograde` on nbgrader's own scenarios.
+
+The scenarios are those of nbgrader's autograde tests (nbgrader/tests/apps/test_nbgrader_autograde.py) that
+apply to grading a folder of submissions, built from the fixture notebooks nbgrader installs with itself
+(nbgrader/tests/apps/files), plus the course of nbgrader's user guide. Each course is built twice; one copy
+is graded by `nbgrader autograde`, the other by our grader, and their gradebooks are compared student by
+student: scores, max scores, what needs manual grading, late penalties. Nothing is hard-coded: whatever
+nbgrader gives is the expected answer.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbgrader
+import pytest
+
+from autograder import COURSE_ROOT
+from autograder.build import with_venv_on_path
+from tests.test_grading_end_to_end import _locked
+
+pytestmark = pytest.mark.notebook
+
+FILES = Path(nbgrader.__file__).parent / "tests" / "apps" / "files"
+USER_GUIDE = Path(nbgrader.__file__).parent / "docs" / "source" / "user_guide"
+DUE = "2015-02-02 14:58:23.948203 America/Los_Angeles"
+ON_TIME, HOUR_LATE, FOUR_HOURS_LATE = DUE, DUE.replace("14:58", "15:58"), DUE.replace("14:58", "18:58")
+LATE_PLUGIN = '''from nbgrader.plugins import BasePlugin
+
+
+class Blarg(BasePlugin):
+    def late_submission_penalty(self, student_id, score, total_seconds_late):
+        return int(total_seconds_late / 3600)  # one point per hour late
+'''
+
+
+@dataclass
+class Course:
+    """A course to grade both ways: config lines, course-root files, sources and submissions."""
+
+    config: str | None = ""  # nbgrader_config.py body ("c = get_config()" is added); None: no file at all
+    root_files: dict[str, str] = field(default_factory=dict)  # name -> text, in the course root
+    sources: dict[str, dict[str, Path]] = field(default_factory=dict)  # assignment -> notebook -> file
+    source_files: dict[str, dict[str, str]] = field(default_factory=dict)  # assignment -> name -> text
+    submitted: dict[str, dict[str, dict[str, Path | str]]] = field(default_factory=dict)
+    # assignment -> student -> {name: file to copy, or text (timestamp.txt)}
+    duedate: str | None = DUE
+
+    def write(self, folder: Path) -> None:
+        """Write the course into `folder`."""
+        folder.mkdir(parents=True)
+        if self.config is not None:
+            (folder / "nbgrader_config.py").write_text(f"c = get_config()\n{self.config}\n", encoding="utf-8")
+        for name, text in self.root_files.items():
+            (folder / name).write_text(text, encoding="utf-8")
+        for assignment, notebooks in self.sources.items():
+            (folder / "source" / assignment).mkdir(parents=True)
+            for name, path in notebooks.items():
+                shutil.copyfile(path, folder / "source" / assignment / name)
+            for name, text in self.source_files.get(assignment, {}).items():
+                (folder / "source" / assignment / name).write_text(text, encoding="utf-8")
+        for assignment, students in self.submitted.items():
+            for student, files in students.items():
+                target = folder / "submitted" / student / assignment
+                target.mkdir(parents=True)
+                for name, content in files.items():
+                    if isinstance(content, Path):
+                        shutil.copyfile(content, target / name)
+                    else:
+                        (target / name).write_text(content, encoding="utf-8")
+
+
+def f(name: str) -> Path:
+    """Return one of nbgrader's fixture files."""
+    return FILES / name
+
+
+def basic(extra: dict | None = None) -> dict:
+    """Return ps1 submissions of nbgrader's test_grade and test_showtraceback_exploit, with lateness."""
+    return {"foo": {"p1.ipynb": f("submitted-unchanged.ipynb")},
+            "bar": {"p1.ipynb": f("submitted-changed.ipynb")},
+            "spam": {"p1.ipynb": f("submitted-cheat-attempt.ipynb")},
+            "eggs": {"p1.ipynb": f("submitted-cheat-attempt-alternative.ipynb")},
+            "grade-cell-changed": {"p1.ipynb": f("submitted-grade-cell-changed.ipynb")},
+            "locked-cell-changed": {"p1.ipynb": f("submitted-locked-cell-changed.ipynb")},
+            "on-time": {"p1.ipynb": f("submitted-unchanged.ipynb"), "timestamp.txt": ON_TIME},
+            "hour-late": {"p1.ipynb": f("submitted-changed.ipynb"), "timestamp.txt": HOUR_LATE},
+            "empty-timestamp": {"p1.ipynb": f("submitted-unchanged.ipynb"), "timestamp.txt": ""},
+            "extra-notebook": {"p1.ipynb": f("submitted-changed.ipynb"),
+                               "p1 copy.ipynb": f("submitted-unchanged.ipynb")},
+            **(extra or {})}
+
+
+def user_guide() -> Course:
+    """Return the course of nbgrader's user guide (no nbgrader_config.py, autotests.yml in the root)."""
+    course = Course(config=None, root_files={"autotests.yml": (USER_GUIDE / "autotests.yml").read_text()})
+    for assignment in ("ps1", "ps1_autotest"):
+        course.sources[assignment] = {p.name: p for p in sorted((USER_GUIDE / "source" / assignment).glob("*.ipynb"))}
+    course.submitted["ps1"] = {
+        student.name: {p.name: (p if p.suffix != ".txt" else p.read_text()) for p in sorted((student / "ps1").iterdir())}
+        for student in sorted((USER_GUIDE / "submitted").iterdir())}
+    return course
+
+
+COURSES = {
+    # test_grade, test_showtraceback_exploit, test_grade_timestamp, test_grade_empty_timestamp,
+    # test_late_submission_penalty_none, test_skip_extra_notebooks; no course_id set; and test_grade_autotest
+    # with autotests.yml in the assignment folder
+    "basic": Course(sources={"ps1": {"p1.ipynb": f("submitted-unchanged.ipynb")},
+                             "simple": {"p1.ipynb": f("autotest-simple.ipynb")}},
+                    source_files={"simple": {"autotests.yml": f("autotests.yml").read_text()}},
+                    submitted={"ps1": basic(),
+                               "simple": {"foo": {"p1.ipynb": f("autotest-simple-unchanged.ipynb")},
+                                          "bar": {"p1.ipynb": f("autotest-simple-changed.ipynb")}}}),
+    # test_late_submission_penalty_zero, with a course_id
+    "zero-penalty": Course(config="c.CourseDirectory.course_id = 'course101'\n"
+                                  "c.LateSubmissionPlugin.penalty_method = 'zero'",
+                           sources={"ps1": {"p1.ipynb": f("submitted-unchanged.ipynb")}},
+                           submitted={"ps1": {"on-time": basic()["on-time"], "hour-late": basic()["hour-late"]}}),
+    # test_late_submission_penalty_plugin: the plugin lives beside nbgrader_config.py
+    "plugin": Course(config="c.AssignLatePenalties.plugin_class = 'late_plugin.Blarg'",
+                     root_files={"late_plugin.py": LATE_PLUGIN},
+                     sources={"ps1": {"p1.ipynb": f("submitted-unchanged.ipynb")}},
+                     submitted={"ps1": {"foo": {"p1.ipynb": f("submitted-unchanged.ipynb"),
+                                                "timestamp.txt": FOUR_HOURS_LATE},
+                                        "bar": {"p1.ipynb": f("submitted-changed.ipynb"), "timestamp.txt": HOUR_LATE}}}),
+    # test_grade_autotest, test_grade_hashed_autotest, test_grade_complex_autotest, test_hidden_tests_autotest:
+    # autotests.yml in the course root
+    "autotest-root": Course(
+        config="c.ClearSolutions.code_stub = dict(python='# YOUR CODE HERE')",
+        root_files={"autotests.yml": f("autotests.yml").read_text()},
+        sources={"simple": {"p1.ipynb": f("autotest-simple.ipynb")}, "hashed": {"p1.ipynb": f("autotest-hashed.ipynb")},
+                 "multi": {"p1.ipynb": f("autotest-multi.ipynb")}, "hidden": {"p1.ipynb": f("autotest-hidden.ipynb")}},
+        submitted={kind: {"foo": {"p1.ipynb": f(f"autotest-{kind}-unchanged.ipynb")},
+                          "bar": {"p1.ipynb": f(f"autotest-{kind}-changed.ipynb")}}
+                   for kind in ("simple", "hashed", "multi")}
+        | {"hidden": {"foo": {"p1.ipynb": f("autotest-hidden-unchanged.ipynb")},
+                      "bar": {"p1.ipynb": f("autotest-hidden-changed-wrong.ipynb")},
+                      "baz": {"p1.ipynb": f("autotest-hidden-changed-right.ipynb")}}}),
+    # test_hidden_tests_single_notebook, test_grade_missing_notebook, test_side_effects,
+    # test_grade_with_validating_envvar, test_infinite_loop and test_autograde_timeout (a 1 s cell limit)
+    "hidden-and-missing": Course(
+        config="c.ClearSolutions.code_stub = dict(python='# YOUR CODE HERE')\nc.Execute.timeout = 1",
+        sources={"hidden": {"p1.ipynb": f("test-hidden-tests.ipynb")},
+                 "two": {"p1.ipynb": f("submitted-unchanged.ipynb"), "p2.ipynb": f("submitted-unchanged.ipynb")},
+                 "effects": {"p1.ipynb": f("side-effects.ipynb")},
+                 "envvar": {"p1.ipynb": f("validating-environment-variable.ipynb")},
+                 "loop": {"p1.ipynb": f("infinite-loop.ipynb")}, "slow": {"p1.ipynb": f("timeout.ipynb")}},
+        submitted={"two": {"foo": {"p1.ipynb": f("submitted-changed.ipynb")}},
+                   "effects": {"foo": {"p1.ipynb": f("side-effects.ipynb")}},
+                   "envvar": {"foo": {"p1.ipynb": f("validating-environment-variable.ipynb")}},
+                   "loop": {"foo": {"p1.ipynb": f("infinite-loop.ipynb")}},
+                   "slow": {"foo": {"p1.ipynb": f("timeout.ipynb")}}}),
+    "user-guide": user_guide(),
+}
+# test_hidden_tests_single_notebook: the student hands in the released notebook (made by generate_assignment)
+RELEASED = {("hidden-and-missing", "hidden"): ("foo", "p1.ipynb")}
+
+
+def nbgrader_cli(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run `nbgrader ARGS` in a course folder."""
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=folder, env=with_venv_on_path(),
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def prepare(name: str, folder: Path) -> None:
+    """Write a course and define its assignments (with the due date) in its gradebook."""
+    course = COURSES[name]
+    course.write(folder)
+    for assignment in course.sources:
+        args = ["db", "assignment", "add", assignment] + (["--duedate", course.duedate] if course.duedate else [])
+        done = nbgrader_cli(folder, *args)
+        assert done.returncode == 0, done.stderr[-2000:]
+    for (course_name, assignment), (student, notebook) in RELEASED.items():
+        if course_name == name:
+            done = nbgrader_cli(folder, "generate_assignment", assignment, "--force")
+            assert done.returncode == 0, done.stderr[-2000:]
+            target = folder / "submitted" / student / assignment
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(folder / "release" / assignment / notebook, target / notebook)
+            shutil.rmtree(folder / "release")
+
+
+def gradebook_view(folder: Path, assignments: list[str]) -> dict:
+    """Return (assignment, student) -> what the gradebook says of that submission."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from autograder.build import course_directory
+
+    course = course_directory(folder)
+    view = {}
+    with Gradebook(course.db_url, course.course_id) as gb:
+        for assignment in assignments:
+            for student in gb.students:
+                try:
+                    sub = gb.find_submission(assignment, student.id)
+                except MissingEntry:
+                    continue
+                view[f"{assignment}/{student.id}"] = {
+                    "score": sub.score, "max_score": sub.max_score, "needs_manual_grade": sub.needs_manual_grade,
+                    "late": sub.total_seconds_late > 0, "penalty": sub.late_submission_penalty,
+                    "notebooks": {nb.name: [nb.score, nb.needs_manual_grade] for nb in sub.notebooks}}
+    return view
+
+
+def grade_both(name: str, base: Path) -> dict:
+    """Grade one course with nbgrader and with our grader; return both views and each command's outcome."""
+    plain, ours = base / "plain", base / "ours"
+    prepare(name, plain)
+    prepare(name, ours)
+    assignments = list(COURSES[name].sources)
+    outcome = {"plain": [], "ours": []}
+    for assignment in assignments:
+        for args in (["generate_assignment", assignment, "--force"], ["autograde", assignment]):
+            done = nbgrader_cli(plain, *args)
+            outcome["plain"].append([args[0], assignment, done.returncode, done.stderr[-1500:]])
+        if (ours / "submitted").is_dir():
+            cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(ours / "submitted"), "--course",
+                   str(ours), "--jobs", "1", "--timeout", "120", "--quiet"]
+            done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
+                                  timeout=900, check=False)
+            outcome["ours"].append(["grade", assignment, done.returncode, done.stderr[-1500:]])
+    return {"plain": gradebook_view(plain, assignments), "ours": gradebook_view(ours, assignments),
+            "outcome": outcome, "csv": {a: (ours / "graded" / a / "grades.csv").read_text()
+                                        for a in assignments if (ours / "graded" / a / "grades.csv").exists()}}
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """Grade every course both ways (once per test run, even across xdist workers)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    record = shared / "nbgrader-compat.json"
+    with _locked(shared / "nbgrader-compat.lock"):
+        if not record.exists():  # two courses at a time: most of the time goes into starting programs
+            with ThreadPoolExecutor(2) as pool:
+                done = pool.map(lambda name: grade_both(name, shared / "nbgrader-compat" / name), COURSES)
+                results = dict(zip(COURSES, done, strict=True))
+            record.write_text(json.dumps(results))
+    return json.loads(record.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(COURSES))
+def test_the_grader_agrees_with_nbgrader(compared, name):
+    result = compared[name]
+    for command, assignment, code, err in result["outcome"]["ours"]:
+        assert code == 0, f"{command} {assignment}: {err}"
+    assert result["plain"], "nbgrader graded nobody: the scenario is broken"
+    assert result["ours"] == result["plain"]
+
+
+def test_grades_csv_shows_the_score_after_the_late_penalty(compared):
+    rows = {line.split(",")[0]: line.split(",") for line in compared["plugin"]["csv"]["ps1"].splitlines()[1:]}
+    plain = compared["plugin"]["plain"]
+    for student in ("foo", "bar"):
+        view = plain[f"ps1/{student}"]
+        assert float(rows[student][2]) == max(0.0, view["score"] - view["penalty"])
+        assert float(rows[student][4]) == view["penalty"] > 0
