@@ -356,3 +356,19 @@ def test_unknown_assignment_or_unreadable_submissions_exit_2(tmp_path):
     unknown = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
                              check=False)
     assert unknown.returncode == 2 and "no assignment 'nope'" in unknown.stderr
+
+
+def test_a_course_the_grader_cannot_handle_is_refused_before_anyone_is_graded(tmp_path):
+    course = make_course(tmp_path)
+    write_class(course / "incoming", {"correct": CLASS["correct"]}, course)
+    r_notebook = assignment()
+    r_notebook.metadata["kernelspec"] = {"name": "ir", "language": "R", "display_name": "R"}
+    nbformat.write(r_notebook, course / "source" / "tiny" / "tiny.ipynb")
+    refused = grade(course, course / "incoming")
+    assert refused.returncode == 2 and "tiny.ipynb is a R notebook" in refused.stderr, refused.stderr
+    nbformat.write(assignment(), course / "source" / "tiny" / "tiny.ipynb")
+    with (course / "nbgrader_config.py").open("a") as handle:
+        handle.write("\nc.CourseDirectory.submitted_directory = 'handed-in'\n")
+    refused = grade(course, course / "incoming")
+    assert refused.returncode == 2 and "submitted_directory is 'handed-in'" in refused.stderr, refused.stderr
+    assert not (course / "graded").exists() and not (course / "gradebook.db").exists()

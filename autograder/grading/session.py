@@ -176,6 +176,10 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
     if not source.is_dir() or not any(source.glob("*.ipynb")):
         have = sorted(p.name for p in (root / "source").iterdir() if p.is_dir()) if (root / "source").is_dir() else []
         raise GradingError(f"no assignment {assignment!r} in {root / 'source'} (have: {', '.join(have) or 'none'})")
+    problems = unsupported(root, assignment)
+    if problems:
+        raise GradingError("this course cannot be graded here: " + "; ".join(problems)
+                           + ". Use plain `nbgrader autograde` for it (README, 'Grading a class').")
     run_root = Path(tempfile.mkdtemp(prefix="dlg-", dir=_short_tmp()))
     run = ClassRun(root, assignment, Path(submissions).resolve(), (out or root / "graded" / assignment).resolve(),
                    run_root, jobs or default_jobs(), timeout, memory_mb, echo)
@@ -194,6 +198,28 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
             echo(f"scratch kept in {run_root}")
         else:
             shutil.rmtree(run_root, ignore_errors=True)
+
+
+# nbgrader's own folder layout, which the grader's scratch courses and the course's results follow
+DEFAULT_LAYOUT = {"source_directory": "source", "submitted_directory": "submitted",
+                  "autograded_directory": "autograded", "feedback_directory": "feedback",
+                  "directory_structure": os.path.join("{nbgrader_step}", "{student_id}", "{assignment_id}")}
+
+
+def unsupported(root: Path, assignment: str) -> list[str]:
+    """Return what in this course the grader cannot do as nbgrader would (empty: it can grade it)."""
+    from autograder.build import course_directory
+
+    course = course_directory(root)
+    problems = [f"CourseDirectory.{name} is {getattr(course, name)!r}, not nbgrader's default {value!r}"
+                for name, value in DEFAULT_LAYOUT.items() if getattr(course, name) != value]
+    for path in sorted((root / "source" / assignment).glob("*.ipynb")):
+        raw, _ = read_notebook_json(path)
+        meta = (raw or {}).get("metadata", {})
+        language = (meta.get("kernelspec") or {}).get("language") or (meta.get("language_info") or {}).get("name")
+        if language and str(language).lower() != "python":
+            problems.append(f"{path.name} is a {language} notebook (the grading kernel runs Python only)")
+    return problems
 
 
 class ClassRun:
