@@ -5,6 +5,7 @@ three functions a notebook imports. Checks run visible-level expectations only: 
 solutions never ship with this package. Under nbgrader (`NBGRADER_EXECUTION` set) they do nothing.
 """
 
+import dis
 import inspect
 import os
 import sys
@@ -70,6 +71,21 @@ def _show(obj) -> None:
     print(obj)
 
 
+def is_stub(error: NotImplementedError, fn: Callable) -> bool:
+    """Return True when the error is the exercise's stub itself: a `raise` statement in the body of `fn`.
+
+    PyTorch raises NotImplementedError too (`.item()` on a meta tensor): there the last instruction run in
+    `fn` is the call that failed, not a raise, and the student sees a bug, not "not attempted".
+    """
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    last = error.__traceback__
+    while last is not None and last.tb_next is not None:
+        last = last.tb_next
+    if last is None or last.tb_frame.f_code is not code or not 0 <= last.tb_lasti < len(code.co_code):
+        return False
+    return dis.opname[code.co_code[last.tb_lasti]] == "RAISE_VARARGS"
+
+
 def evaluate(exercise: Exercise, namespace: dict) -> Feedback:
     """Run an exercise's expectations against the function of that name in `namespace`."""
     fn = namespace.get(exercise.name)
@@ -81,9 +97,13 @@ def evaluate(exercise: Exercise, namespace: dict) -> Feedback:
                         f"`{exercise.name}` should be a function, but it is a {type(fn).__name__}.")
     try:
         exercise.expectations(fn)
-    except NotImplementedError:
-        return Feedback(exercise.name, Outcome.NOT_ATTEMPTED,
-                        "It still raises NotImplementedError: replace that line with your code.")
+    except NotImplementedError as error:
+        if is_stub(error, fn):
+            return Feedback(exercise.name, Outcome.NOT_ATTEMPTED,
+                            "It still raises NotImplementedError: replace that line with your code.")
+        return Feedback(exercise.name, Outcome.INCORRECT,
+                        f"Calling it raised NotImplementedError: {error} (PyTorch raises this when a tensor's device "
+                        "cannot do what was asked, for example reading the values of a meta tensor).")
     except AssertionError as failure:
         return Feedback(exercise.name, Outcome.INCORRECT, str(failure) or "An expectation failed.")
     except Exception as error:  # noqa: BLE001  (the student's code may raise anything; say what and where)

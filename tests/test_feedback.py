@@ -150,3 +150,15 @@ def test_assignment_checks_agree_with_the_solution_and_the_stub(source_path):
         assert len(exercise.hints) >= 2, f"{name} needs hints in levels"
         assert evaluate(exercise, solved).outcome is Outcome.CORRECT, evaluate(exercise, solved)
         assert evaluate(exercise, stub).outcome is Outcome.NOT_ATTEMPTED
+
+
+def test_a_stub_is_not_attempted_but_pytorchs_own_not_implemented_error_is_a_bug():
+    exercise = _toy().exercises["double"]
+    for stub in ("def double(x):\n    raise NotImplementedError()",
+                 "def double(x):\n    # YOUR CODE HERE\n    raise NotImplementedError('replace me')"):
+        assert evaluate(exercise, _namespace(stub)).outcome is Outcome.NOT_ATTEMPTED
+    meta_bug = "def double(x):\n    return torch.full((), 2 * x, device='meta').cpu()"
+    found = evaluate(exercise, _namespace(meta_bug))
+    assert found.outcome is Outcome.INCORRECT and "NotImplementedError" in found.message and "meta" in found.message
+    deeper = "def helper():\n    raise NotImplementedError('not written')\n\ndef double(x):\n    return helper()"
+    assert evaluate(exercise, _namespace(deeper)).outcome is Outcome.INCORRECT

@@ -285,3 +285,17 @@ def test_spies_and_fakes_do_not_leak_out_of_the_notebook():
     after = {name: torch.Tensor.__dict__.get(name) for name in before}
     assert after == before
     assert torch.cuda.is_available is available
+
+
+def test_check_and_the_graded_test_watch_the_same_syncs():
+    """A loop that compares the loss with `if loss < best:` reads it (Tensor.__bool__): both say so."""
+    from devicelab.exercises import ps05
+    from devicelab.feedback import Outcome, evaluate
+
+    source = epoch_with(start="total = torch.zeros((), device=device)\nbatches = 0\nbest = float('inf')",
+                        add="total += loss.detach()\nbatches += 1\nif loss < best:\n    best = loss.detach()")
+    namespace: dict = {}
+    exec("import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader\n" + source, namespace)
+    feedback = evaluate(ps05._exercises.exercises["train_epoch"], namespace)
+    assert feedback.outcome is Outcome.INCORRECT and "__bool__" in feedback.message, feedback
+    assert not results_for({"train-epoch": source})["train-epoch-tests-no-sync"].passed

@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from devicelab.feedback import Exercise, checker
 
-_SYNCS = ("item", "cpu", "tolist", "__float__")
+# Tensor methods that read a value on the host: on a GPU each one makes the host wait for the device.
+SYNCS = ("item", "cpu", "tolist", "numpy", "__float__", "__int__", "__bool__", "__format__", "__repr__")
 
 
 def _make_loader(make_loader) -> None:
@@ -28,23 +29,38 @@ def _make_loader(make_loader) -> None:
             f"A loader for {device!r} should pin memory (pin_memory=True), whether or not this machine has a GPU.")
 
 
-class _Watcher:
-    """Wrap a loader; record the sync methods called while the loop body runs (not inside the DataLoader)."""
+class LoopWatcher:
+    """Wrap a DataLoader; while the training loop's body runs (not while the DataLoader makes a batch), record
+    every tensor method in SYNCS that is called, and every .to() call on a batch tensor.
+
+    The one watcher of ps05: `check("train_epoch")` and the graded test cells both use it.
+    """
 
     def __init__(self, loader):
-        self.loader, self.watching, self.syncs = loader, False, []
+        self.loader = loader
+        self.watching = False
+        self.syncs = []
+        self.batches = []
+        self.moves = {}  # id of a batch tensor -> [(device, non_blocking), ...]
 
     def __len__(self):
         return len(self.loader)
 
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
     def __iter__(self):
-        for batch in self.loader:
+        self.watching = False
+        for batch in self.loader:  # the DataLoader's own work (it calls .item() itself) is not watched
+            self.batches.append(batch)
+            self.moves.update({id(t): [] for t in batch})
             self.watching = True
             yield batch
             self.watching = False
 
     @contextlib.contextmanager
     def patched(self):
+        """Spy on the sync methods and .to() of every tensor while the block runs."""
         def spy(name):
             original = getattr(torch.Tensor, name)
 
@@ -54,9 +70,19 @@ class _Watcher:
                 return original(tensor, *args, **kwargs)
             return method
 
+        original_to = torch.Tensor.to
+
+        def to(tensor, *args, **kwargs):
+            if self.watching and id(tensor) in self.moves:
+                target = kwargs.get("device", args[0] if args else None)
+                blocking = kwargs.get("non_blocking", next((a for a in args if isinstance(a, bool)), False))
+                self.moves[id(tensor)].append((target, blocking))
+            return original_to(tensor, *args, **kwargs)
+
         with contextlib.ExitStack() as stack:
-            for name in _SYNCS:
+            for name in SYNCS:
                 stack.enter_context(mock.patch.object(torch.Tensor, name, spy(name)))
+            stack.enter_context(mock.patch.object(torch.Tensor, "to", to))
             yield self
 
 
@@ -65,7 +91,7 @@ def _train_epoch(train_epoch) -> None:
     data = TensorDataset(torch.randn(12, 3), torch.randn(12, 1))
     model = nn.Linear(3, 1)
     twin = copy.deepcopy(model)
-    watcher = _Watcher(DataLoader(data, batch_size=4))
+    watcher = LoopWatcher(DataLoader(data, batch_size=4))
     with watcher.patched():
         result = train_epoch(model, watcher, nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1), "cpu")
     assert not watcher.syncs, (
