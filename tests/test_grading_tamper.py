@@ -203,7 +203,7 @@ def test_flags_column_and_summary_list_flagged_students_first(graded):
     with (course / "graded" / "tiny" / "grades.csv").open(encoding="utf-8") as handle:
         assert csv.DictReader(handle).fieldnames[-1] == "flags"
     page = (course / "graded" / "tiny" / "summary.html").read_text(encoding="utf-8")
-    students = re.findall(r"<tr class='[a-z ]+'><td>([^<]+)</td>", page)
+    students = re.findall(r'<tr class="[a-z ]+"><td>([^<]+)</td>', page)
     flagged = {s for s, r in table.items() if r["flags"]}
     assert flagged and set(students[:len(flagged)]) == flagged
     assert "input transformer" in page

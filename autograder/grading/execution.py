@@ -164,11 +164,18 @@ class GraderExecute(Execute):
         if channel is None:
             return
         channel.close()
+        background: dict[str, list[str]] = {}
         for msg_id, index in self._sent.items():
             records = channel.records.get(msg_id, CellRecords())
             for change in records.changes("before"):
-                self._flag(index, f"(before it ran) found that code left running in the background "
-                                  f"{describe_change(change)}")
+                cells = background.setdefault(describe_change(change), [])
+                if (name := self._cell_name(index)) not in cells:
+                    cells.append(name)
+        for words, cells in background.items():
+            shown = ", ".join(cells[:3]) + (f" and {len(cells) - 3} more" if len(cells) > 3 else "")
+            self._flag(None, f"code left running in the background {words} (found before {shown})")
+        for msg_id, index in self._sent.items():
+            records = channel.records.get(msg_id, CellRecords())
             for change in records.changes("after"):
                 self._flag(index, describe_change(change))
             for finding in records.findings():

@@ -55,6 +55,7 @@ from autograder.grading.submissions import (
 DEFAULT_TIMEOUT = 300
 DEFAULT_MEMORY_MB = 4096
 MAX_ATTEMPTS = 3
+MAX_FLAGS = 8  # per student, in grades.csv and the summary
 STUDENT_PACKAGES = ("devicelab",)  # imported by assignment notebooks; visible inside the sandbox
 FAILURE_STATUS = {"kernel-died": CRASHED, "crashed": CRASHED, "grader-error": CRASHED, "unresponsive": TIMEOUT,
                   "timeout": TIMEOUT, "memory": MEMORY, "processes": PROCESSES, "disk": DISK, "invalid": INVALID}
@@ -140,9 +141,11 @@ def combine(student: str, assignment: str, attempts: list[dict], notes: list[str
             details.append(f"{where}: {event['message']}")
         elif event["kind"] in ("sys-exit", "truncated"):
             details.append(f"{where}: {event['message']}")
-    result.flags = list(dict.fromkeys(
+    flags = list(dict.fromkeys(
         (f"{e['notebook']}: " if multi and e.get("notebook") else "") + e["message"]
         for attempt in attempts for e in attempt.get("events", []) if e.get("kind") == "tamper"))
+    result.flags = flags[:MAX_FLAGS] + ([f"and {len(flags) - MAX_FLAGS} more findings"]
+                                        if len(flags) > MAX_FLAGS else [])
     if final["outcome"] == "completed":
         result.cells = [CellScore(**c) for c in final["cells"]]
         result.comments = final.get("comments", {})
