@@ -1,6 +1,16 @@
 """How a student's grading attempts become one row: status, score and a detail a person can read."""
 
-from autograder.grading.session import combine, describe_failure, next_skip
+from autograder.grading.attempt import (
+    AttemptReport,
+    Failure,
+    FailureKind,
+    Job,
+    Skip,
+    next_attempt,
+    wrongly_blamed,
+)
+from autograder.grading.results import CellScore
+from autograder.grading.session import combine, describe_failure
 
 POINTS = {("tiny.ipynb", "double-tests"): 2.0, ("tiny.ipynb", "square-tests"): 1.0}
 
@@ -10,13 +20,13 @@ def completed(double=2.0, square=1.0, events=(), notes=()):
               "needs_manual_grade": False, "error": ""},
              {"notebook": "tiny.ipynb", "grade_id": "square-tests", "score": square, "max_score": 1.0,
               "needs_manual_grade": False, "error": ""}]
-    return {"outcome": "completed", "cells": cells, "events": list(events), "notes": list(notes),
-            "comments": {}, "late_penalties": {}, "timestamp": None, "failure": None}
+    return AttemptReport.from_json({"outcome": "completed", "cells": cells, "events": list(events),
+                                    "notes": list(notes), "comments": {}, "late_penalties": {}, "timestamp": None,
+                                    "failure": None})
 
 
 def failed(kind, cell=2, grade_id=None, message="the kernel died (SIGSEGV)"):
-    return {"outcome": "failed", "events": [], "notes": [],
-            "failure": {"kind": kind, "notebook": "tiny", "cell": cell, "grade_id": grade_id, "message": message}}
+    return AttemptReport("failed", Failure(FailureKind(kind), message, "tiny", cell, grade_id))
 
 
 def test_a_clean_run_is_graded_with_an_empty_detail():
@@ -59,22 +69,40 @@ def test_events_inside_a_finished_run_set_the_status_once_and_explain_themselves
 
 
 def test_notebook_names_appear_only_for_assignments_with_several_notebooks():
-    failure = {"kind": "kernel-died", "notebook": "part2", "cell": 0, "grade_id": "a-tests", "message": "died"}
+    failure = Failure(FailureKind.KERNEL_DIED, "died", "part2", 0, "a-tests")
     assert describe_failure(failure, multi=True) == "cell 1 (a-tests) of part2: died"
     assert describe_failure(failure, multi=False) == "cell 1 (a-tests): died"
 
 
 def test_a_cell_blamed_after_the_real_culprit_runs_again():
-    skip = [["tiny", 4, "not run"], ["other", 9, "not run"]]
-    keep, cleared = next_skip(skip, {"notebook": "tiny", "cell": 2})
-    assert keep == [["other", 9, "not run"]] and cleared == {("tiny", 4)}
+    job = Job(0, "ada", {}, attempt=2, skip=(Skip("tiny", 4, "not run"), Skip("other", 9, "not run")))
+    retry = next_attempt(job, failed("kernel-died", cell=2))
+    assert [(s.notebook, s.cell) for s in retry.skip] == [("other", 9), ("tiny", 2)]
+    assert retry.skip[-1].why == "not run: in an earlier attempt this cell crashed the kernel"
+    assert wrongly_blamed(job, retry) == {("tiny", 4)} and retry.scratch_name == "0-3"
+
+
+def test_the_next_attempt_skips_the_guilty_cell_until_the_attempts_run_out():
+    job = Job(3, "ada", {"tiny.ipynb": "/x/tiny.ipynb"})
+    second = next_attempt(job, failed("memory", cell=5))
+    assert (second.attempt, second.skip[0].cell, second.notebooks) == (2, 5, job.notebooks)
+    assert next_attempt(second, failed("memory", cell=5)) is None  # the same cell again: stop
+    assert next_attempt(Job(3, "ada", {}, attempt=3), failed("memory", cell=1)) is None
+    assert next_attempt(job, failed("invalid", cell=1)) is None and next_attempt(job, completed()) is None
+    assert next_attempt(job, failed("kernel-died", cell=None)) is None  # no cell to blame
+    assert Job.from_json(second.to_json()) == second
+
+
+def test_reports_cross_the_pipe_unchanged():
+    report = completed(double=1, events=[{"kind": "tamper", "notebook": "tiny", "cell": 1, "message": "m"}])
+    report.failure = Failure(FailureKind.DISK, "wrote too much", "tiny", 4, "x")
+    assert AttemptReport.from_json(report.to_json()) == report
+    assert FailureKind.UNRESPONSIVE.status == "timeout" and not FailureKind.GRADER_ERROR.retried
 
 
 def test_the_detail_counts_tests_only_and_says_what_awaits_a_person():
     report = completed(double=0)
-    report["cells"] += [{"notebook": "tiny.ipynb", "grade_id": "essay", "score": 0.0, "max_score": 3.0,
-                         "needs_manual_grade": True, "error": "", "kind": "answer"},
-                        {"notebook": "tiny.ipynb", "grade_id": "plot-task", "score": 0.0, "max_score": 2.0,
-                         "needs_manual_grade": True, "error": "", "kind": "task"}]
+    report.cells += [CellScore("tiny.ipynb", "essay", 0.0, 3.0, True, "", "answer"),
+                     CellScore("tiny.ipynb", "plot-task", 0.0, 2.0, True, "", "task")]
     result = combine("ada", "tiny", [report], [], POINTS, multi=False)
     assert result.detail == "failed 1 of 2 tests: double-tests; 2 cells await manual grading: essay, plot-task"

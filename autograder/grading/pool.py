@@ -9,7 +9,6 @@ code killed it) is noticed the same way. The grader itself is never a target: st
 sessions (and, with a sandbox, in other PID namespaces).
 """
 
-import json
 import os
 import select
 import signal
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.grading.attempt import FAILED, AttemptReport, Failure, FailureKind, Job, progress_events
 from autograder.grading.execution import read_progress
 from autograder.grading.sandbox import (
     MAX_DISK_MB,
@@ -60,15 +60,14 @@ def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path,
     jobs = os.fdopen(job_fd, "r", encoding="utf-8")
     reports = os.fdopen(report_fd, "w", encoding="utf-8")
     for line in jobs:
-        job = json.loads(line)
+        job = Job.from_json(line)
         try:
             report = worker.grade(job)
         except Exception as exc:  # noqa: BLE001  (a bug here must not lose the student: report it)
             traceback.print_exc()
-            report = {"outcome": "failed", "events": [], "notes": [],
-                      "failure": {"kind": "grader-error", "message": f"{type(exc).__name__}: {exc}"[:300]}}
+            report = AttemptReport(FAILED, Failure(FailureKind.GRADER_ERROR, f"{type(exc).__name__}: {exc}"[:300]))
         _kill_leftovers()
-        reports.write(json.dumps(report) + "\n")
+        reports.write(report.to_json() + "\n")
         reports.flush()
 
 
@@ -94,7 +93,7 @@ class WorkerProcess:
     reports: int  # raw fd: the read end of the report pipe
     watch: ProcessWatch
     buffer: bytes = b""
-    job: dict | None = None
+    job: Job | None = None
     deadline: float = 0.0
     baseline_mb: float | None = None
     peak_mb: float = 0.0
@@ -119,15 +118,15 @@ class WorkerProcess:
         os.set_blocking(report_r, False)
         return cls(pid, os.fdopen(job_w, "w", encoding="utf-8"), report_r, ProcessWatch(pid), cap=cap)
 
-    def send(self, job: dict, seconds: float) -> None:
+    def send(self, job: Job, seconds: float) -> None:
         """Hand the worker a job with a wall-clock deadline."""
         self.job = job
         self.deadline = time.monotonic() + seconds
         self.peak_mb = 0.0
-        self.jobs.write(json.dumps(job) + "\n")
+        self.jobs.write(job.to_json() + "\n")
         self.jobs.flush()
 
-    def read(self) -> dict | None:
+    def read(self) -> AttemptReport | None:
         """Return the worker's report once a whole line has arrived, else None."""
         try:
             chunk = os.read(self.reports, 1 << 20)
@@ -139,7 +138,7 @@ class WorkerProcess:
         if b"\n" not in self.buffer:
             return None
         line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
+        return AttemptReport.from_json(line.decode())
 
     def close(self) -> None:
         """Close the grader's ends of the pipes."""
@@ -176,8 +175,8 @@ class Pool:
         self.workers.append(worker)
         return worker
 
-    def run(self, jobs: Iterable[dict], seconds_for: Callable[[dict], float],
-            on_report: Callable[[dict, dict], list[dict]]) -> None:
+    def run(self, jobs: Iterable[Job], seconds_for: Callable[[Job], float],
+            on_report: Callable[[Job, AttemptReport], list[Job]]) -> None:
         """Grade every job; `on_report(job, report)` may return follow-up jobs (retries), run next."""
         queue = deque(jobs)
         last_watch = 0.0
@@ -194,7 +193,7 @@ class Pool:
                     queue.appendleft(job)
             busy = [w for w in self.workers if w.job is not None]
             ready, _, _ = select.select([w.reports for w in busy], [], [], TICK)
-            finished: list[tuple[WorkerProcess, dict]] = []
+            finished: list[tuple[WorkerProcess, AttemptReport]] = []
             for worker in busy:
                 if worker.reports in ready:
                     report = worker.read()
@@ -206,10 +205,10 @@ class Pool:
                 finished += self._watch([w for w in busy if all(w is not f for f, _ in finished)])
             for worker, report in finished:
                 job, worker.job = worker.job, None
-                report.setdefault("peak_mb", round(worker.peak_mb))
+                report.peak_mb = report.peak_mb or round(worker.peak_mb)
                 queue.extendleft(reversed(on_report(job, report) or []))
 
-    def _watch(self, busy: list[WorkerProcess]) -> list[tuple[WorkerProcess, dict]]:
+    def _watch(self, busy: list[WorkerProcess]) -> list[tuple[WorkerProcess, AttemptReport]]:
         """Check the busy workers' deadlines, memory and lives; return reports for those that had to go."""
         if not busy:
             return []
@@ -218,9 +217,9 @@ class Pool:
         for worker in busy:
             status = _exited(worker.pid)
             if status is not None:
-                report = self._lost(worker, "crashed", _death(status))
+                report = self._lost(worker, FailureKind.CRASHED, _death(status))
             elif time.monotonic() > worker.deadline:
-                report = self._lost(worker, "timeout", "still running when the time limit ran out; stopped",
+                report = self._lost(worker, FailureKind.TIMEOUT, "still running when the time limit ran out; stopped",
                                     children_of)
             else:
                 why = self._over_a_cap(worker, children_of)
@@ -230,20 +229,22 @@ class Pool:
             done.append((worker, report))
         return done
 
-    def _over_a_cap(self, worker: WorkerProcess, children_of: dict[int, list[int]]) -> tuple[str, str] | None:
+    def _over_a_cap(self, worker: WorkerProcess, children_of: dict[int, list[int]]
+                    ) -> tuple[FailureKind, str] | None:
         """Return (kind, message) when a busy worker's job is over its memory, process or disk cap."""
         used = self._used_mb(worker, children_of)
         worker.peak_mb = max(worker.peak_mb, used)
         if used > self.memory_mb:
-            return "memory", f"used more than the {self.memory_mb} MB memory cap ({used:.0f} MB); stopped"
+            return FailureKind.MEMORY, f"used more than the {self.memory_mb} MB memory cap ({used:.0f} MB); stopped"
         if worker.cap is None and (count := len(worker.watch.members(children_of))) > MAX_TASKS:
-            return "processes", f"started more than {MAX_TASKS} processes ({count}); stopped"
-        job = worker.job or {}
-        mb, files = disk_usage(self.settings.run_root / f"{job.get('index')}-{job.get('attempt')}")
+            return FailureKind.PROCESSES, f"started more than {MAX_TASKS} processes ({count}); stopped"
+        if worker.job is None:
+            return None
+        mb, files = disk_usage(self.settings.run_root / worker.job.scratch_name)
         if files > MAX_FILES:
-            return "disk", f"wrote more than {MAX_FILES:,} files; stopped"
+            return FailureKind.DISK, f"wrote more than {MAX_FILES:,} files; stopped"
         if mb > MAX_DISK_MB:
-            return "disk", f"wrote more than {MAX_DISK_MB} MB to disk ({mb:.0f} MB); stopped"
+            return FailureKind.DISK, f"wrote more than {MAX_DISK_MB} MB to disk ({mb:.0f} MB); stopped"
         return None
 
     def _used_mb(self, worker: WorkerProcess, children_of: dict[int, list[int]]) -> float:
@@ -259,20 +260,18 @@ class Pool:
         total = worker.watch.resident_mb(children_of)
         return total - own + max(0.0, own - worker.baseline_mb)
 
-    def _lost(self, worker: WorkerProcess, kind: str, message: str,
-              children_of: dict[int, list[int]] | None = None) -> dict:
+    def _lost(self, worker: WorkerProcess, kind: FailureKind, message: str,
+              children_of: dict[int, list[int]] | None = None) -> AttemptReport:
         """Kill a worker and its processes; return the report of the attempt it was running."""
         worker.watch.kill(children_of)
         worker.end()
         self.workers.remove(worker)
-        job = worker.job or {}
-        scratch = self.settings.run_root / f"{job.get('index')}-{job.get('attempt')}"
-        progress = read_progress(scratch / "progress.json")
+        progress = read_progress(self.settings.run_root / worker.job.scratch_name / "progress.json") \
+            if worker.job is not None else {}
         where = progress.get("cell") if progress.get("state") == "running" else None
-        return {"outcome": "failed", "events": progress.get("events", []), "notes": [],
-                "failure": {"kind": kind, "notebook": progress.get("notebook"), "cell": where,
-                            "grade_id": progress.get("grade_id") if where is not None else None,
-                            "message": message}}
+        failure = Failure(kind, message, progress.get("notebook"), where,
+                          progress.get("grade_id") if where is not None else None)
+        return AttemptReport(FAILED, failure, progress_events(progress))
 
     def shutdown(self) -> None:
         """Stop every worker: politely when idle, by force when busy."""

@@ -7,7 +7,8 @@ gradebook, then save their result (so an interrupted run picks up where it stopp
 grades.csv and summary.html.
 
 A notebook that crashes the kernel, hangs it past the time limit or is killed for memory is graded again
-without the cell that did it (that cell fails, everything else counts), at most MAX_ATTEMPTS times.
+without the cell that did it (that cell fails, everything else counts), at most MAX_ATTEMPTS times
+(attempt.py).
 """
 
 import importlib.util
@@ -24,17 +25,24 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 
 from autograder.grading import gradebook as gbook
+from autograder.grading.attempt import (
+    COMPLETED,
+    AttemptReport,
+    Event,
+    Failure,
+    FailureKind,
+    Job,
+    next_attempt,
+    wrongly_blamed,
+)
 from autograder.grading.report import write_reports
 from autograder.grading.results import (
-    CRASHED,
     DISK,
     GRADED,
-    INVALID,
     MEMORY,
     MISSING,
     PROCESSES,
     TIMEOUT,
-    CellScore,
     StudentResult,
     fingerprint,
     hash_tree,
@@ -54,11 +62,12 @@ from autograder.grading.submissions import (
 
 DEFAULT_TIMEOUT = 300
 DEFAULT_MEMORY_MB = 4096
-MAX_ATTEMPTS = 3
 MAX_FLAGS = 8  # per student, in grades.csv and the summary
+# A student's wall-clock budget: each notebook's --timeout, plus starting and stopping its kernel, plus
+# making the scratch course, feedback and report; past it the worker is stopped (pool.py).
+KERNEL_START_STOP_S = 20
+ATTEMPT_OVERHEAD_S = 40
 STUDENT_PACKAGES = ("devicelab",)  # imported by assignment notebooks; visible inside the sandbox
-FAILURE_STATUS = {"kernel-died": CRASHED, "crashed": CRASHED, "grader-error": CRASHED, "unresponsive": TIMEOUT,
-                  "timeout": TIMEOUT, "memory": MEMORY, "processes": PROCESSES, "disk": DISK, "invalid": INVALID}
 
 
 class GradingError(RuntimeError):
@@ -91,66 +100,67 @@ def _short_tmp() -> str | None:
     return "/tmp" if os.access("/tmp", os.W_OK) else None
 
 
-def _where(failure: dict, multi: bool) -> str:
-    cell = failure.get("cell")
-    if cell is None:
-        return "before the first cell ran" if failure.get("kind") != "invalid" else ""
-    text = f"cell {cell + 1}"
-    if failure.get("grade_id"):
-        text += f" ({failure['grade_id']})"
-    if multi and failure.get("notebook"):
-        text += f" of {failure['notebook']}"
+def _where(failure: Failure | Event, multi: bool) -> str:
+    if failure.cell is None:
+        return "before the first cell ran" if failure.kind != FailureKind.INVALID else ""
+    text = f"cell {failure.cell + 1}"
+    if failure.grade_id:
+        text += f" ({failure.grade_id})"
+    if multi and failure.notebook:
+        text += f" of {failure.notebook}"
     return text
 
 
-def describe_failure(failure: dict, multi: bool) -> str:
+def describe_failure(failure: Failure, multi: bool) -> str:
     """Return one readable clause for a failed attempt."""
     where = _where(failure, multi)
-    message = failure.get("message") or failure.get("kind", "failed")
-    if failure.get("kind") == "unresponsive":
+    message = failure.message or failure.kind.value
+    if failure.kind == FailureKind.UNRESPONSIVE:
         message = "ran past the time limit and ignored the interrupt; stopped"
     return f"{where}: {message}" if where else message
 
 
-def combine(student: str, assignment: str, attempts: list[dict], notes: list[str],
+# Events of a completed attempt that change the status (when it is still `graded`), and how they read
+EVENT_STATUS = {"timeout": TIMEOUT, "memory": MEMORY, "processes": PROCESSES, "disk": DISK}
+
+
+def _event_detail(event: Event, where: str) -> str:
+    if event.kind == "timeout":
+        return f"{where}: {event.message}; the cell was interrupted"
+    if event.kind == "memory":
+        return f"{where}: ran out of memory ({event.message})"
+    return f"{where}: {event.message}"
+
+
+def combine(student: str, assignment: str, attempts: list[AttemptReport], notes: list[str],
             max_points: dict[tuple[str, str], float], multi: bool) -> StudentResult:
     """Turn a student's attempts (worker reports, last one final) into their result."""
     result = StudentResult(student, assignment, GRADED)
-    failures = [a["failure"] for a in attempts if a.get("failure")]
+    failures = [a.failure for a in attempts if a.failure is not None]
     final = attempts[-1]
     details = [describe_failure(f, multi) for f in failures]
-    if failures and final["outcome"] == "completed":
+    if failures and final.outcome == COMPLETED:
         details[-1] += "; graded again without running that cell"
     if failures:
-        result.status = FAILURE_STATUS.get(failures[0]["kind"], CRASHED)
+        result.status = failures[0].kind.status
     seen = set()
-    for event in final.get("events", []) if final["outcome"] == "completed" else []:
-        key = (event["kind"], event.get("notebook"), event.get("cell"))
-        if key in seen or event["kind"] == "skipped":
+    for event in final.events if final.outcome == COMPLETED else []:
+        key = (event.kind, event.notebook, event.cell)
+        if key in seen or event.kind not in (*EVENT_STATUS, "sys-exit", "truncated"):
             continue
         seen.add(key)
-        where = _where(event, multi)
-        if event["kind"] == "timeout":
-            result.status = TIMEOUT if result.status == GRADED else result.status
-            details.append(f"{where}: {event['message']}; the cell was interrupted")
-        elif event["kind"] == "memory":
-            result.status = MEMORY if result.status == GRADED else result.status
-            details.append(f"{where}: ran out of memory ({event['message']})")
-        elif event["kind"] in ("processes", "disk"):
-            result.status = FAILURE_STATUS[event["kind"]] if result.status == GRADED else result.status
-            details.append(f"{where}: {event['message']}")
-        elif event["kind"] in ("sys-exit", "truncated"):
-            details.append(f"{where}: {event['message']}")
-    flags = list(dict.fromkeys(
-        (f"{e['notebook']}: " if multi and e.get("notebook") else "") + e["message"]
-        for attempt in attempts for e in attempt.get("events", []) if e.get("kind") == "tamper"))
+        if event.kind in EVENT_STATUS and result.status == GRADED:
+            result.status = EVENT_STATUS[event.kind]
+        details.append(_event_detail(event, _where(event, multi)))
+    flags = list(dict.fromkeys((f"{e.notebook}: " if multi and e.notebook else "") + e.message
+                               for attempt in attempts for e in attempt.events if e.kind == "tamper"))
     result.flags = flags[:MAX_FLAGS] + ([f"and {len(flags) - MAX_FLAGS} more findings"]
                                         if len(flags) > MAX_FLAGS else [])
-    if final["outcome"] == "completed":
-        result.cells = [CellScore(**c) for c in final["cells"]]
-        result.comments = final.get("comments", {})
-        result.late_penalties = final.get("late_penalties", {})
-        result.timestamp = final.get("timestamp")
+    if final.outcome == COMPLETED:
+        result.cells = list(final.cells)
+        result.comments = final.comments
+        result.late_penalties = final.late_penalties
+        result.timestamp = final.timestamp
         result.ran = True
         tests = [c for c in result.cells if c.kind == "test"]
         failed = [c for c in tests if not c.passed and c.max_score > 0]
@@ -163,7 +173,7 @@ def combine(student: str, assignment: str, attempts: list[dict], notes: list[str
                            + ", ".join(c.grade_id for c in waiting[:4]) + (", ..." if len(waiting) > 4 else ""))
     else:
         result.cells = zero_cells(max_points)
-    details += final.get("notes", []) + notes
+    details += final.notes + notes
     result.detail = "; ".join(d for d in details if d)
     return result
 
@@ -238,9 +248,15 @@ class ClassRun:
         self.results: dict[str, StudentResult] = {}
         self.subs: dict[str, Submission] = {}
         self.prints: dict[str, str] = {}
-        self.attempts: dict[str, list[dict]] = {}
+        self.attempts: dict[str, list[AttemptReport]] = {}
         self.in_course = submissions == (root / "submitted").resolve()
         self.bar = None
+        # Set by prepare(): the assignment's notebooks (name -> grade_ids), points per graded cell, several notebooks?
+        self.expected: dict[str, set[str]] = {}
+        self.max_points: dict[tuple[str, str], float] = {}
+        self.multi = False
+        self.isolation: Isolation | None = None  # set by isolate()
+        self.reused: set[str] = set()  # students whose saved result was reused (plan())
 
     def grade(self, folder: Path, sandbox: str, force: bool, progress: bool) -> RunSummary:
         """Prepare, reuse what is unchanged, grade the rest in parallel, write the reports."""
@@ -254,7 +270,7 @@ class ClassRun:
         self.isolation = self.isolate(sandbox, folder)
         others = frozenset(p.name for p in (self.root / "source").iterdir() if p.is_dir()) - {self.assignment}
         subs = [match_submission(f.name, f, self.expected, self.assignment, others) for f in students]
-        todo = self.plan(subs, force)
+        todo = self.plan(subs, force, self.isolation)
         self.echo(f"{self.assignment}: {len(subs)} students in {self.submissions}"
                   + (f" ({len(self.reused)} unchanged since the last run)" if self.reused else ""))
         if ignored:
@@ -271,7 +287,7 @@ class ClassRun:
                         desc=f"grading {self.assignment}", disable=not progress)
         pool = Pool(settings, workers, self.memory_mb, self.run_root)
         try:
-            pool.run(todo, lambda job: len(job["notebooks"]) * (self.timeout + 20) + 40, self.on_report)
+            pool.run(todo, self.seconds_for, self.on_report)
         finally:
             pool.shutdown()
             self.bar.close()
@@ -287,8 +303,7 @@ class ClassRun:
         template = gbook.generate_apart(self.root, self.assignment, self.run_root / "template")
         gbook.generate_apart(self.root, self.assignment, self.run_root / "register", db_url=self.db_url)
         gbook.copy_due_date(self.db_url, f"sqlite:///{template / 'gradebook.db'}", self.course, self.assignment)
-        self.expected: dict[str, set[str]] = {}
-        self.max_points: dict[tuple[str, str], float] = {}
+        self.expected, self.max_points = {}, {}
         for nb in sorted((template / "release" / self.assignment).glob("*.ipynb")):
             raw, _ = read_notebook_json(nb)
             self.expected[nb.name] = set()
@@ -315,16 +330,20 @@ class ClassRun:
             self.echo(f"note: {note}")
         return isolation
 
-    def plan(self, subs: list[Submission], force: bool) -> list[dict]:
+    def seconds_for(self, job: Job) -> float:
+        """Return the wall-clock budget of one attempt (past it, its worker is stopped)."""
+        return len(job.notebooks) * (self.timeout + KERNEL_START_STOP_S) + ATTEMPT_OVERHEAD_S
+
+    def plan(self, subs: list[Submission], force: bool, isolation: Isolation) -> list[Job]:
         """Reuse unchanged results, settle missing and invalid students, and return the jobs for the rest."""
         digest = hash_tree(regular_files(self.root / "source" / self.assignment),
                            self.root / "source" / self.assignment)
-        self.reused: set[str] = set()
+        self.reused = set()
         todo = []
         for index, sub in enumerate(subs):
             self.subs[sub.student] = sub
             self.prints[sub.student] = fingerprint(digest, hash_tree(regular_files(sub.folder), sub.folder),
-                                                   float(self.timeout), int(self.memory_mb), self.isolation.mode)
+                                                   float(self.timeout), int(self.memory_mb), isolation.mode)
             cached = None if force else _cached(self.out, self.root, self.assignment, sub.student,
                                                  self.prints[sub.student])
             if cached is not None:
@@ -337,29 +356,23 @@ class ClassRun:
                 self.finish(sub, StudentResult(sub.student, self.assignment, sub.status,
                                                "; ".join([sub.detail, *sub.notes]), zero_cells(self.max_points)))
             else:
-                todo.append({"index": index, "attempt": 1, "student": sub.student, "skip": [],
-                             "notebooks": {k: str(v) for k, v in sub.notebooks.items()},
-                             "folder": str(sub.folder), "timestamp": sub.timestamp})
+                todo.append(Job(index, sub.student, {k: str(v) for k, v in sub.notebooks.items()},
+                                str(sub.folder), sub.timestamp))
         return todo
 
-    def on_report(self, job: dict, report: dict) -> list[dict]:
+    def on_report(self, job: Job, report: AttemptReport) -> list[Job]:
         """Take one attempt's report: grade again without the guilty cell, or finish the student."""
-        history = self.attempts.setdefault(job["student"], [])
+        history = self.attempts.setdefault(job.student, [])
         history.append(report)
-        failure = report.get("failure")
-        skipped = {(n, i) for n, i, _ in job["skip"]}
-        if (report["outcome"] == "failed" and failure and failure.get("cell") is not None
-                and failure["kind"] not in ("invalid", "grader-error") and job["attempt"] < MAX_ATTEMPTS
-                and (failure.get("notebook"), failure["cell"]) not in skipped):
-            why = f"not run: in an earlier attempt this cell {_reason(failure)}"
+        retry = next_attempt(job, report)
+        if retry is not None:
             _drop(report)
-            skip, wrongly_blamed = next_skip(job["skip"], failure)
-            history[:] = [r for r in history if _blamed(r) not in wrongly_blamed]
-            return [{**job, "attempt": job["attempt"] + 1, "skip": [*skip, [failure.get("notebook"),
-                                                                             failure["cell"], why]]}]
-        sub = self.subs[job["student"]]
+            cleared = wrongly_blamed(job, retry)
+            history[:] = [r for r in history if r.blamed not in cleared]
+            return [retry]
+        sub = self.subs[job.student]
         result = combine(sub.student, self.assignment, history, sub.notes, self.max_points, self.multi)
-        self.finish(sub, result, Path(report["scratch"]) if report.get("scratch") else None)
+        self.finish(sub, result, Path(report.scratch) if report.scratch else None)
         for old in history:
             _drop(old)
         self.bar.update(1)
@@ -390,33 +403,10 @@ class ClassRun:
         self.results[sub.student] = result
 
 
-def next_skip(skip: list, failure: dict) -> tuple[list, set]:
-    """Return the cells to keep skipping after a new failure, and those no longer blamed.
-
-    A dead kernel is noticed up to a second late, so a failure can be blamed on a cell after the culprit.
-    When a later attempt fails earlier in the same notebook, the cells skipped after that point were
-    blamed wrongly: they run again.
-    """
-    keep = [s for s in skip if not (s[0] == failure.get("notebook") and s[1] > failure["cell"])]
-    return keep, {(s[0], s[1]) for s in skip} - {(s[0], s[1]) for s in keep}
-
-
-def _blamed(report: dict) -> tuple | None:
-    failure = report.get("failure") or {}
-    return (failure.get("notebook"), failure.get("cell")) if failure.get("cell") is not None else None
-
-
-def _reason(failure: dict) -> str:
-    return {"kernel-died": "crashed the kernel", "crashed": "crashed the grading process",
-            "unresponsive": "ran past the time limit", "timeout": "ran past the time limit",
-            "memory": "used more than the memory cap", "processes": "started too many processes",
-            "disk": "wrote too much to disk"}.get(failure["kind"], "failed")
-
-
-def _drop(report: dict) -> None:
+def _drop(report: AttemptReport) -> None:
     """Remove an attempt's scratch course once it is no longer needed."""
-    if report.get("scratch"):
-        shutil.rmtree(report["scratch"], ignore_errors=True)
+    if report.scratch:
+        shutil.rmtree(report.scratch, ignore_errors=True)
 
 
 def _cached(out: Path, root: Path, assignment: str, student: str, print_: str) -> StudentResult | None:

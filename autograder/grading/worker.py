@@ -16,9 +16,20 @@ import nbformat
 
 from autograder.build import course_config, course_directory
 from autograder.grading import guard_kernel
+from autograder.grading.attempt import (
+    COMPLETED,
+    FAILED,
+    UNREADABLE,
+    AttemptReport,
+    Failure,
+    FailureKind,
+    Job,
+    progress_events,
+)
 from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
 from autograder.grading.feedback import FeedbackWriter
 from autograder.grading.restore import restore_cells
+from autograder.grading.results import CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
 
 GUARD_SCRIPT = "grading_kernel.py"
@@ -96,11 +107,11 @@ class Worker:
         self.instructor = {p.name: nbformat.read(p, as_version=4) for p in sorted(release.glob("*.ipynb"))}
         self.feedback: FeedbackWriter | None = None
 
-    def scratch_for(self, job: dict) -> Path:
+    def scratch_for(self, job: Job) -> Path:
         """Return the scratch course folder of one grading attempt."""
-        return self.settings.run_root / f"{job['index']}-{job['attempt']}"
+        return self.settings.run_root / job.scratch_name
 
-    def prepare(self, job: dict, scratch: Path) -> tuple[list[str], list[str]]:
+    def prepare(self, job: Job, scratch: Path) -> tuple[list[str], list[str]]:
         """Build the scratch course; return (notes about the submission, notebooks that could not be read)."""
         s = self.settings
         if scratch.exists():
@@ -108,15 +119,15 @@ class Worker:
         (scratch / "source").mkdir(parents=True)
         shutil.copytree(s.template / "source" / s.assignment, scratch / "source" / s.assignment)
         shutil.copyfile(s.template / "gradebook.db", scratch / "gradebook.db")
-        submitted = scratch / "submitted" / job["student"] / s.assignment
+        submitted = scratch / "submitted" / job.student / s.assignment
         submitted.mkdir(parents=True)
         notes: list[str] = []
         unreadable: list[str] = []
-        if job.get("folder"):
-            _copy_extras(Path(job["folder"]), submitted, notes)
-        if job.get("timestamp"):
-            (submitted / "timestamp.txt").write_text(job["timestamp"], encoding="utf-8")
-        for name, path in sorted(job["notebooks"].items()):
+        if job.folder:
+            _copy_extras(Path(job.folder), submitted, notes)
+        if job.timestamp:
+            (submitted / "timestamp.txt").write_text(job.timestamp, encoding="utf-8")
+        for name, path in sorted(job.notebooks.items()):
             try:
                 nb = nbformat.reader.reads(Path(path).read_text(encoding="utf-8"))
                 nb = repair_notebook(nbformat.convert(nb, 4))
@@ -150,7 +161,7 @@ class Worker:
         env.setdefault("LANG", "C.UTF-8")
         return env
 
-    def config(self, job: dict, scratch: Path):
+    def config(self, job: Job, scratch: Path):
         """Return the nbgrader configuration of one attempt: the course's, pointed at the scratch course."""
         from nbgrader.converters import Autograde
         from nbgrader.preprocessors import Execute
@@ -162,8 +173,8 @@ class Worker:
         config.GraderExecute.budget = float(s.timeout)
         config.GraderExecute.progress_file = str(scratch / "progress.json")
         skip: dict[str, dict[str, str]] = {}
-        for notebook, index, reason in job.get("skip", []):
-            skip.setdefault(notebook, {})[str(index)] = reason
+        for cell in job.skip:
+            skip.setdefault(cell.notebook, {})[str(cell.cell)] = cell.why
         config.GraderExecute.skip = skip
         config.GraderExecute.shutdown_kernel = "immediate"
         config.GraderExecute.guard_channel = str(scratch / "rt" / GUARD_CHANNEL)
@@ -173,10 +184,10 @@ class Worker:
         config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")
         return config
 
-    def write_kernelspec(self, job: dict, scratch: Path) -> None:
+    def write_kernelspec(self, job: Job, scratch: Path) -> None:
         """Make `python3` mean: the grading kernel, with the limits, inside the sandbox, in the scratch course."""
         s = self.settings
-        cwd = scratch / "autograded" / job["student"] / s.assignment
+        cwd = scratch / "autograded" / job.student / s.assignment
         program = scratch / "rt" / GUARD_SCRIPT
         shutil.copyfile(guard_kernel.__file__, program)
         argv = kernel_command(s.isolation, [cwd, scratch / "rt", scratch / "home"], cwd, s.memory_mb,
@@ -186,18 +197,18 @@ class Worker:
                 "interrupt_mode": "message", "metadata": {"debugger": False}}
         (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
 
-    def grade(self, job: dict) -> dict:
-        """Grade one attempt at one student; return a report (see pool.py for how reports are combined)."""
+    def grade(self, job: Job) -> AttemptReport:
+        """Grade one attempt at one student; return its report (session.py combines a student's reports)."""
         from nbgrader.apps import NbGraderAPI
 
         started = time.monotonic()
         s = self.settings
         scratch = self.scratch_for(job)
         notes, unreadable = self.prepare(job, scratch)
-        report = {"outcome": "completed", "events": [], "failure": None, "cells": [], "comments": {},
-                  "late_penalties": {}, "timestamp": None, "notes": notes + unreadable, "scratch": str(scratch)}
-        if not any((scratch / "submitted" / job["student"] / s.assignment).glob("*.ipynb")):
-            report.update(outcome="invalid", notes=notes, failure={"kind": "invalid", "message": "; ".join(unreadable)})
+        report = AttemptReport(COMPLETED, notes=notes + unreadable, scratch=str(scratch))
+        if not any((scratch / "submitted" / job.student / s.assignment).glob("*.ipynb")):
+            report.outcome, report.notes = UNREADABLE, notes
+            report.failure = Failure(FailureKind.INVALID, "; ".join(unreadable))
             return report
         self.write_kernelspec(job, scratch)
         saved_env, env = dict(os.environ), self.environment(scratch)
@@ -205,70 +216,68 @@ class Worker:
         os.environ.update(env)
         try:
             api = NbGraderAPI(config=self.config(job, scratch))
-            result = api.autograde(s.assignment, job["student"], force=True, create=True)
+            result = api.autograde(s.assignment, job.student, force=True, create=True)
             progress = read_progress(scratch / "progress.json")
-            report["events"] = progress.get("events", [])
+            report.events = progress_events(progress)
             if result.get("success"):
                 self.write_feedback(api, job, scratch, report)
                 self.collect(job, scratch, report)
             else:
-                report["outcome"] = "failed"
-                report["failure"] = self.failure(progress, result)
+                report.outcome = FAILED
+                report.failure = self.failure(progress, result)
         finally:
             os.environ.clear()
             os.environ.update(saved_env)
-        report["seconds"] = round(time.monotonic() - started, 2)
+        report.seconds = round(time.monotonic() - started, 2)
         return report
 
-    def write_feedback(self, api, job: dict, scratch: Path, report: dict) -> None:
+    def write_feedback(self, api, job: Job, scratch: Path, report: AttemptReport) -> None:
         """Write the student's feedback pages into scratch/feedback/<student>/<assignment>/."""
         s = self.settings
-        dest = scratch / "feedback" / job["student"] / s.assignment
+        dest = scratch / "feedback" / job.student / s.assignment
         try:
             if self.feedback is None:
                 self.feedback = FeedbackWriter(course_config(s.root))
-            self.feedback.write(scratch / "autograded" / job["student"] / s.assignment, dest, job["student"],
+            self.feedback.write(scratch / "autograded" / job.student / s.assignment, dest, job.student,
                                 s.assignment, course_config(s.root, scratch).CourseDirectory.db_url)
         except Exception:  # noqa: BLE001  (fall back to nbgrader's own, slower, generate_feedback)
             traceback.print_exc()
-            if not api.generate_feedback(s.assignment, job["student"], force=True).get("success"):
-                report["notes"].append("feedback could not be generated")
+            if not api.generate_feedback(s.assignment, job.student, force=True).get("success"):
+                report.notes.append("feedback could not be generated")
 
-    def failure(self, progress: dict, result: dict) -> dict:
+    def failure(self, progress: dict, result: dict) -> Failure:
         """Say why nbgrader could not finish: a dead or hung kernel (with the cell), or a broken notebook."""
-        for event in reversed(progress.get("events", [])):
-            if event["kind"] in ("kernel-died", "unresponsive"):
-                return dict(event)
+        for event in reversed(progress_events(progress)):
+            if event.kind in (FailureKind.KERNEL_DIED, FailureKind.UNRESPONSIVE):
+                return Failure(FailureKind(event.kind), event.message, event.notebook, event.cell, event.grade_id)
         text = (result.get("error") or "") + "\n" + (result.get("log") or "")
         lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("[INFO]")]
         message = next((ln for ln in reversed(lines) if "Error" in ln and not ln.startswith("File ")),
                        lines[-1] if lines else "nbgrader could not grade the notebook")
         if progress.get("state") == "running" and progress.get("cell") is not None:
-            return {"kind": "kernel-died", "notebook": progress.get("notebook"), "cell": progress["cell"],
-                    "grade_id": progress.get("grade_id"), "message": message[:300]}
-        return {"kind": "invalid", "message": f"nbgrader could not grade it: {message[:300]}"}
+            return Failure(FailureKind.KERNEL_DIED, message[:300], progress.get("notebook"), progress["cell"],
+                           progress.get("grade_id"))
+        return Failure(FailureKind.INVALID, f"nbgrader could not grade it: {message[:300]}")
 
-    def collect(self, job: dict, scratch: Path, report: dict) -> None:
+    def collect(self, job: Job, scratch: Path, report: AttemptReport) -> None:
         """Read the scores, comments and first error lines of a finished attempt into the report."""
         from nbgrader.api import Gradebook
 
         s = self.settings
-        errors = self._errors(scratch / "autograded" / job["student"] / s.assignment)
+        errors = self._errors(scratch / "autograded" / job.student / s.assignment)
         course = course_directory(s.root, scratch)
         with Gradebook(course.db_url, course.course_id) as gb:
-            submission = gb.find_submission(s.assignment, job["student"])
-            report["timestamp"] = submission.timestamp.isoformat() if submission.timestamp else None
+            submission = gb.find_submission(s.assignment, job.student)
+            report.timestamp = submission.timestamp.isoformat() if submission.timestamp else None
             for notebook in submission.notebooks:
                 nb_name = notebook.name + ".ipynb"
-                report["late_penalties"][nb_name] = float(notebook.late_submission_penalty or 0)
-                report["comments"][nb_name] = {c.name: c.auto_comment for c in notebook.comments}
+                report.late_penalties[nb_name] = float(notebook.late_submission_penalty or 0)
+                report.comments[nb_name] = {c.name: c.auto_comment for c in notebook.comments}
                 kinds = cell_kinds(self.instructor.get(nb_name))
-                for grade in notebook.grades:
-                    report["cells"].append({
-                        "notebook": nb_name, "grade_id": grade.name,
-                        "score": float(grade.auto_score or 0), "max_score": float(grade.max_score or 0),
-                        "needs_manual_grade": bool(grade.needs_manual_grade),
-                        "error": errors.get((nb_name, grade.name), ""), "kind": kinds.get(grade.name, "test")})
+                report.cells += [CellScore(nb_name, grade.name, float(grade.auto_score or 0),
+                                           float(grade.max_score or 0), bool(grade.needs_manual_grade),
+                                           errors.get((nb_name, grade.name), ""), kinds.get(grade.name, "test"))
+                                 for grade in notebook.grades]
 
     @staticmethod
     def _errors(folder: Path) -> dict[tuple[str, str], str]:
