@@ -1,6 +1,5 @@
 """Device Lab's instructor tooling: tidy notebooks, build release/, validate and grade assignments."""
 
-from pathlib import Path
+from autograder.course import COURSE_ROOT, NOTEBOOK_DIRS
 
-COURSE_ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK_DIRS = ("notebooks", "source", "release")
+__all__ = ["COURSE_ROOT", "NOTEBOOK_DIRS"]

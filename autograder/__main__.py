@@ -8,7 +8,7 @@ from autograder import COURSE_ROOT
 
 
 def _tidy(args) -> int:
-    from autograder.notebooks import course_notebooks
+    from autograder.course import course_notebooks
     from autograder.tidy import is_tidy, tidy_file
 
     paths = [Path(p) for p in args.paths] or course_notebooks()

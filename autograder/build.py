@@ -1,21 +1,14 @@
 """Generate release/ from source/ with nbgrader, in a scratch course, so a failure leaves release/ untouched."""
 
-import contextlib
-import os
 import shutil
-import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
-
-from traitlets.config import Config
-from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.checks import source_problems
-from autograder.colab import decorate_file, load_repository, update_readme
-from autograder.notebooks import assignment_notebooks, lessons
-from autograder.notebooks import assignments as all_assignments
+from autograder.colab_cells import decorate_file, load_repository, update_readme
+from autograder.course import assignment_notebooks, lessons
+from autograder.course import assignments as all_assignments
+from autograder.grading import gradebook
 from autograder.rescue import rescue_worked_notebooks
 from autograder.tidy import tidy_file
 
@@ -24,53 +17,12 @@ class BuildError(RuntimeError):
     """The release could not be built; the message names the file and cell."""
 
 
-def course_config(root: Path, scratch: Path | None = None) -> Config:
-    """Load the course's nbgrader_config.py (none is fine, as for nbgrader), optionally pointed at a scratch root.
-
-    The course root is the folder given, as nbgrader's is the folder it runs in, unless the file says otherwise.
-    """
-    config = (PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-              if (root / "nbgrader_config.py").is_file() else Config())
-    if "root" not in config.CourseDirectory:
-        config.CourseDirectory.root = str(root)
-    if scratch is not None:
-        config.CourseDirectory.root = str(scratch)
-        config.CourseDirectory.db_url = f"sqlite:///{scratch / 'gradebook.db'}"
-    return config
-
-
-def course_directory(root: Path, scratch: Path | None = None):
-    """Return nbgrader's CourseDirectory for the course: its settings with nbgrader's own defaults filled in."""
-    from nbgrader.coursedir import CourseDirectory
-
-    return CourseDirectory(config=course_config(root, scratch))
-
-
-def with_venv_on_path() -> dict[str, str]:
-    """Return os.environ with this interpreter's bin/ first on PATH (nbgrader runs `alembic`)."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-@contextlib.contextmanager
-def venv_on_path() -> Iterator[None]:
-    """Put this interpreter's bin/ first on PATH for the duration of the block (nbgrader runs `alembic`)."""
-    with mock.patch.dict(os.environ, {"PATH": with_venv_on_path()["PATH"]}):
-        yield
-
-
 def generate(root: Path, scratch: Path, assignment: str) -> Path:
-    """Run nbgrader's generate_assignment for one assignment in `scratch`; return its release folder."""
-    from nbgrader.apps import NbGraderAPI
-
-    shutil.copytree(root / "source" / assignment, scratch / "source" / assignment)
-    with venv_on_path():
-        api = NbGraderAPI(config=course_config(root, scratch))
-        result = api.generate_assignment(assignment, force=True, create=True)
-    if not result.get("success"):
-        detail = (result.get("error") or "") + (result.get("log") or "")
-        raise BuildError(f"nbgrader could not generate {assignment}:\n{detail.strip()}")
+    """Run nbgrader's generate_assignment for one assignment in `scratch`; return its tidied release folder."""
+    try:
+        gradebook.generate(root, assignment, scratch)
+    except gradebook.GradebookError as exc:
+        raise BuildError(str(exc)) from exc
     release = scratch / "release" / assignment
     for notebook in release.glob("*.ipynb"):
         tidy_file(notebook)

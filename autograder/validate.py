@@ -6,9 +6,8 @@ from pathlib import Path
 import nbformat
 from tqdm import tqdm
 
-from autograder.build import course_config, venv_on_path
-from autograder.notebooks import assignment_notebooks
-from autograder.notebooks import assignments as all_assignments
+from autograder.course import assignment_notebooks, course_config, error_line, venv_on_path
+from autograder.course import assignments as all_assignments
 
 
 @dataclass
@@ -48,14 +47,6 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
-def _error_line(raw_error: str) -> str:
-    """Return the exception line of a traceback ("AssertionError: ..."), without terminal colours."""
-    from nbconvert.filters import strip_ansi
-
-    lines = [line for line in strip_ansi(raw_error).splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "failed"
-
-
 def validate_notebook(path: Path, direction: str, root: Path) -> NotebookCheck:
     """Run nbgrader's Validator on one notebook: direction 'solution' or 'release' (inverted)."""
     from nbgrader.validator import Validator
@@ -71,7 +62,7 @@ def validate_notebook(path: Path, direction: str, root: Path) -> NotebookCheck:
         for cell in results.get(key, []):
             check.problems.append(f"{key.replace('_', ' ')} cell: {_first_line(cell['source'])}")
     for cell in results.get("failed", []):
-        error = _error_line(cell.get("raw_error", ""))
+        error = error_line(cell.get("raw_error", ""))
         check.problems.append(f"test cell fails on the solution: {_first_line(cell['source'])} -> {error}")
     for cell in results.get("passed", []):
         check.problems.append(f"test cell passes on the student stub: {_first_line(cell['source'])}")

@@ -25,9 +25,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.build import with_venv_on_path
+from autograder.course import assignments, with_venv_on_path
 from autograder.grading.demo import solved
-from autograder.notebooks import assignments
 
 
 def scratch_course(base: Path, assignment: str) -> Path:

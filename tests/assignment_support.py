@@ -14,7 +14,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from autograder.checks import source_problems
-from autograder.harness import run_graded_cells, score, solution_ids
+from tests.harness import run_graded_cells, score, solution_ids
 
 CellsOf = Mapping[str, Sequence[str]]
 IMPORTS_METADATA = {"grade": False, "grade_id": "imports", "locked": True, "schema_version": 3,

@@ -3,8 +3,8 @@
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.harness import run_graded_cells, score, solution_ids
-from autograder.notebooks import assignment_notebooks, assignments
+from autograder.course import assignment_notebooks, assignments
+from tests.harness import run_graded_cells, score, solution_ids
 
 SOURCES = [nb for a in assignments() for nb in assignment_notebooks(a)]
 

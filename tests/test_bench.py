@@ -2,8 +2,8 @@
 
 import pytest
 
-from autograder.execute import cuda_present, execute_notebook
-from autograder.notebooks import assignment_notebooks, assignments, lessons
+from autograder.course import assignment_notebooks, assignments, lessons
+from tests.notebook_runner import cuda_present, execute_notebook
 
 pytestmark = pytest.mark.bench
 

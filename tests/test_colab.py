@@ -10,9 +10,9 @@ import nbformat
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.colab import BADGE_TAG, COLAB_METADATA, SETUP_TAG, load_repository, setup_source
-from autograder.execute import execute_notebook
-from autograder.notebooks import assignment_notebooks, assignments, lessons
+from autograder.colab_cells import BADGE_TAG, COLAB_METADATA, SETUP_TAG, load_repository, setup_source
+from autograder.course import assignment_notebooks, assignments, lessons
+from tests.notebook_runner import execute_notebook
 
 REPO = load_repository(COURSE_ROOT)
 RELEASES = [nb for a in assignments() for nb in assignment_notebooks(a, folder="release")]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autograder import COURSE_ROOT
-from autograder.notebooks import lessons
+from autograder.course import lessons
 from devicelab.feedback import Exercise, Outcome, checker, evaluate
 
 LESSON_MODULES = sorted(p.stem for p in (COURSE_ROOT / "devicelab" / "exercises").glob("lesson*.py"))

@@ -4,7 +4,7 @@ import nbformat
 
 from autograder.grading import gradebook
 from autograder.grading.demo import PLAN, build_class, class_notebooks, solved
-from autograder.harness import run_graded_cells, score
+from tests.harness import run_graded_cells, score
 
 
 def release_and_source(course):

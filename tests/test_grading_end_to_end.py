@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.build import with_venv_on_path
+from autograder.course import with_venv_on_path
 from tests.factories import graded_cell_meta, solution_cell_meta, tiny_assignment
 
 pytestmark = pytest.mark.notebook

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.build import with_venv_on_path
+from autograder.course import with_venv_on_path
 from autograder.grading import gradebook
 from autograder.grading.demo import solved
 from tests import test_ps01_tensors_and_devices as ps01

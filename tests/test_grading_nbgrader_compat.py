@@ -21,7 +21,7 @@ import nbgrader
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.build import with_venv_on_path
+from autograder.course import with_venv_on_path
 from tests.test_grading_end_to_end import _locked
 
 pytestmark = pytest.mark.notebook
@@ -190,7 +190,7 @@ def gradebook_view(folder: Path, assignments: list[str]) -> dict:
     """Return (assignment, student) -> what the gradebook says of that submission."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from autograder.build import course_directory
+    from autograder.course import course_directory
 
     course = course_directory(folder)
     view = {}

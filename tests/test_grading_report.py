@@ -4,7 +4,7 @@ import csv
 import io
 from pathlib import Path
 
-from autograder.grading.feedback import accessible
+from autograder.grading.feedback_pages import accessible
 from autograder.grading.report import csv_text, exercises, histogram_svg, number, summary_html
 from autograder.grading.results import CellScore, StudentResult, zero_cells
 

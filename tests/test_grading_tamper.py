@@ -226,7 +226,7 @@ def test_without_the_guard_plain_nbgrader_gives_these_full_marks(tmp_path, stude
 
     from nbgrader.api import Gradebook
 
-    from autograder.build import with_venv_on_path
+    from autograder.course import with_venv_on_path
 
     course = make_course(tmp_path)
     submitted = course / "submitted" / student / "tiny"

@@ -3,8 +3,8 @@
 import nbformat
 import pytest
 
-from autograder.execute import REQUIRES_CUDA, cuda_present, execute_notebook
-from autograder.notebooks import lessons
+from autograder.course import lessons
+from tests.notebook_runner import REQUIRES_CUDA, cuda_present, execute_notebook
 
 LESSONS = lessons()
 EXPECTED = ["00-start-here", "01-tensors", "02-devices"]

@@ -6,8 +6,8 @@ from functools import partial
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.harness import run_graded_cells
 from tests import assignment_support as support
+from tests.harness import run_graded_cells
 
 NOTEBOOK = COURSE_ROOT / "source" / "ps01-tensors-and-devices" / "ps01-tensors-and-devices.ipynb"
 CELLS_OF = {

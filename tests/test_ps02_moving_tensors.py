@@ -5,8 +5,8 @@ from functools import partial
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.harness import run_graded_cells
 from tests import assignment_support as support
+from tests.harness import run_graded_cells
 
 NOTEBOOK = COURSE_ROOT / "source" / "ps02-moving-tensors" / "ps02-moving-tensors.ipynb"
 CELLS_OF = {

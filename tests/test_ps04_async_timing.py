@@ -6,10 +6,10 @@ from functools import partial
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.harness import run_graded_cells
 from devicelab.exercises import ps04
 from devicelab.feedback import Outcome, evaluate
 from tests import assignment_support as support
+from tests.harness import run_graded_cells
 
 NOTEBOOK = COURSE_ROOT / "source" / "ps04-async-timing" / "ps04-async-timing.ipynb"
 CELLS_OF = {

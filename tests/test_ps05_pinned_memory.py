@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from autograder import COURSE_ROOT
-from autograder.harness import run_graded_cells
 from tests import assignment_support as support
+from tests.harness import run_graded_cells
 
 NOTEBOOK = COURSE_ROOT / "source" / "ps05-pinned-memory" / "ps05-pinned-memory.ipynb"
 CELLS_OF = {

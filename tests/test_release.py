@@ -8,7 +8,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from autograder.build import build_release
-from autograder.notebooks import assignment_notebooks, assignments
+from autograder.course import assignment_notebooks, assignments
 
 ASSIGNMENTS = assignments()
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN MARK SCHEME")

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.notebooks import course_notebooks
+from autograder.course import course_notebooks
 from autograder.tidy import is_tidy, tidy_file, tidy_text
 
 NOTEBOOKS = course_notebooks()

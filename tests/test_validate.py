@@ -5,7 +5,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from autograder.build import build_release
-from autograder.notebooks import assignment_notebooks, assignments
+from autograder.course import assignment_notebooks, assignments
 from autograder.validate import validate_course, validate_notebook
 from tests.factories import tiny_assignment
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.course import assignments
 from autograder.grading import gradebook as gbook
 from autograder.grading.session import GradingError, RunSummary, grade_class
-from autograder.notebooks import assignments
 
 MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 PLAN = {

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from autograder.build import course_config, course_directory, venv_on_path
+from autograder.course import course_config, course_directory, error_line, venv_on_path
 from autograder.grading.results import MISSING, StudentResult
 
 AUTOTESTS = "autotests.yml"
@@ -123,9 +123,8 @@ def generate(root: Path, assignment: str, scratch: Path, db_url: str | None = No
     with venv_on_path():
         result = NbGraderAPI(config=config).generate_assignment(assignment, force=True, create=True)
     if not result.get("success"):
-        text = ((result.get("error") or "") + (result.get("log") or "")).strip().splitlines()
-        hint = next((ln for ln in reversed(text) if "Cannot" in ln or "Error" in ln), text[-1] if text else "")
-        raise GradebookError(f"nbgrader could not generate {assignment}: {hint.strip()}")
+        text = (result.get("error") or "") + "\n" + (result.get("log") or "")
+        raise GradebookError(f"nbgrader could not generate {assignment}: {error_line(text, 'no reason given')}")
     return scratch
 
 

@@ -221,7 +221,7 @@ DEFAULT_LAYOUT = {"source_directory": "source", "submitted_directory": "submitte
 
 def unsupported(root: Path, assignment: str) -> list[str]:
     """Return what in this course the grader cannot do as nbgrader would (empty: it can grade it)."""
-    from autograder.build import course_directory
+    from autograder.course import course_directory
 
     course = course_directory(root)
     problems = [f"CourseDirectory.{name} is {getattr(course, name)!r}, not nbgrader's default {value!r}"

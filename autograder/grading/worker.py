@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.build import course_config, course_directory
+from autograder.course import course_config, course_directory, error_line
 from autograder.grading import guard_kernel
 from autograder.grading.attempt import (
     COMPLETED,
@@ -27,7 +27,7 @@ from autograder.grading.attempt import (
     progress_events,
 )
 from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
-from autograder.grading.feedback import FeedbackWriter
+from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.restore import restore_cells
 from autograder.grading.results import CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
@@ -145,7 +145,7 @@ class Worker:
 
     def environment(self, scratch: Path) -> dict[str, str]:
         """Return the environment a student's kernel gets: nothing of the grader's own but PATH and locale."""
-        from autograder.build import with_venv_on_path
+        from autograder.course import with_venv_on_path
 
         home = scratch / "home"
         env = {key: os.environ[key] for key in self.settings.keep_env if key in os.environ}
@@ -251,9 +251,7 @@ class Worker:
             if event.kind in (FailureKind.KERNEL_DIED, FailureKind.UNRESPONSIVE):
                 return Failure(FailureKind(event.kind), event.message, event.notebook, event.cell, event.grade_id)
         text = (result.get("error") or "") + "\n" + (result.get("log") or "")
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("[INFO]")]
-        message = next((ln for ln in reversed(lines) if "Error" in ln and not ln.startswith("File ")),
-                       lines[-1] if lines else "nbgrader could not grade the notebook")
+        message = error_line(text, "nbgrader could not grade the notebook")
         if progress.get("state") == "running" and progress.get("cell") is not None:
             return Failure(FailureKind.KERNEL_DIED, message[:300], progress.get("notebook"), progress["cell"],
                            progress.get("grade_id"))

@@ -4,7 +4,7 @@ import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
 
-from autograder.execute import execute_notebook, without_gpu_cells
+from tests.notebook_runner import execute_notebook, without_gpu_cells
 
 pytestmark = pytest.mark.notebook
 

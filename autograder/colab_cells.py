@@ -114,7 +114,7 @@ README_END = "<!-- colab-badges:end -->"
 
 def readme_badges(root: Path, repo: Repository) -> str:
     """Return the README's table of Open-in-Colab badges for every lesson and released assignment."""
-    from autograder.notebooks import lessons
+    from autograder.course import lessons
 
     released = sorted((root / "release").glob("*/*.ipynb"))
     rows = ["| notebook | open it on Colab |", "| --- | --- |"]
