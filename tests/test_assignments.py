@@ -4,7 +4,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from autograder.course import assignment_notebooks, assignments
-from tests.harness import run_graded_cells, score, solution_ids
+from tests.harness import run_graded_cells, score
 
 SOURCES = [nb for a in assignments() for nb in assignment_notebooks(a)]
 
@@ -28,9 +28,3 @@ def test_release_stub_fails_every_graded_cell(source):
     passing = [gid for gid, r in results.items() if r.passed]
     assert not passing, f"these test cells pass on the untouched student version: {passing}"
     assert score(results)[0] == 0
-
-
-@pytest.mark.parametrize("source", SOURCES, ids=_id)
-def test_every_solution_cell_is_a_contract_function(source):
-    for grade_id in solution_ids(source):
-        assert grade_id.replace("_", "-") == grade_id, "grade_ids are kebab-case"

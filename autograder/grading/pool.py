@@ -12,6 +12,7 @@ sessions (and, with a sandbox, in other PID namespaces).
 import os
 import select
 import signal
+import sys
 import time
 import traceback
 from collections import deque
@@ -56,6 +57,9 @@ def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path,
     keep = sorted({0, 1, 2, job_fd, report_fd})
     for low, high in zip(keep, [*keep[1:], 65536], strict=True):
         os.closerange(low + 1, high)  # other workers' pipes and the grader's files stay the grader's
+    # Python's own streams may have written to a file just closed (a test runner's capture): point them at the log.
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)  # noqa: SIM115
     worker = Worker(settings, cap.events_file if cap is not None else "")
     jobs = os.fdopen(job_fd, "r", encoding="utf-8")
     reports = os.fdopen(report_fd, "w", encoding="utf-8")

@@ -1,0 +1,46 @@
+"""Merging results into the course gradebook: once per student, updated in place, a person's grade respected."""
+
+from nbgrader.api import Gradebook
+
+from autograder.grading import gradebook
+from autograder.grading.results import CellScore, StudentResult
+
+
+def result(score: float, status: str = "graded") -> StudentResult:
+    return StudentResult("ada", "tiny", status, cells=[CellScore("tiny.ipynb", "double-tests", score, 2.0)],
+                         late_penalties={"tiny.ipynb": 0.5}, timestamp="2026-11-01T10:00:00")
+
+
+def test_recording_twice_updates_the_one_submission(scratch_course):
+    db = f"sqlite:///{scratch_course / 'gradebook.db'}"
+    gradebook.generate(scratch_course, "tiny", scratch_course / "generated", db_url=db)
+    gradebook.record(db, gradebook.course_id(scratch_course), "tiny", result(0.0))
+    gradebook.record(db, gradebook.course_id(scratch_course), "tiny", result(2.0))
+    with Gradebook(db) as gb:
+        assert len(gb.find_assignment("tiny").submissions) == 1
+        submission = gb.find_submission("tiny", "ada")
+        assert submission.score == 2.0 and submission.late_submission_penalty == 0.5
+        assert not submission.needs_manual_grade
+    assert gradebook.has_submission(db, gradebook.course_id(scratch_course), "tiny", "ada")
+
+
+def test_a_grade_a_person_gave_is_kept_and_flagged_for_review(scratch_course):
+    db = f"sqlite:///{scratch_course / 'gradebook.db'}"
+    gradebook.generate(scratch_course, "tiny", scratch_course / "generated", db_url=db)
+    gradebook.record(db, gradebook.course_id(scratch_course), "tiny", result(0.0))
+    with Gradebook(db) as gb:
+        gb.find_grade("double-tests", "tiny", "tiny", "ada").manual_score = 1.0
+        gb.db.commit()
+    gradebook.record(db, gradebook.course_id(scratch_course), "tiny", result(2.0))
+    with Gradebook(db) as gb:
+        grade = gb.find_grade("double-tests", "tiny", "tiny", "ada")
+        assert (grade.manual_score, grade.auto_score, grade.needs_manual_grade) == (1.0, 2.0, True)
+
+
+def test_a_missing_student_is_known_but_has_no_submission(scratch_course):
+    db = f"sqlite:///{scratch_course / 'gradebook.db'}"
+    gradebook.generate(scratch_course, "tiny", scratch_course / "generated", db_url=db)
+    gradebook.record(db, gradebook.course_id(scratch_course), "tiny", StudentResult("ben", "tiny", "missing"))
+    with Gradebook(db) as gb:
+        assert gb.find_student("ben").id == "ben"
+    assert not gradebook.has_submission(db, gradebook.course_id(scratch_course), "tiny", "ben")

@@ -1,0 +1,63 @@
+"""The worker pool on its own: a fake worker (no nbgrader, no kernel) that dies, hangs or answers."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.grading import pool as pool_module
+from autograder.grading.attempt import COMPLETED, AttemptReport, FailureKind, Job
+from autograder.grading.pool import Pool
+from autograder.grading.sandbox import Isolation
+from autograder.grading.worker import Settings
+
+
+class FakeWorker:
+    """Grades by the student's name: 'die' exits the worker, 'hang' never answers, others complete."""
+
+    def __init__(self, settings, task_events=""):
+        self.settings = settings
+
+    def grade(self, job: Job) -> AttemptReport:
+        if job.student == "die":
+            os._exit(3)
+        if job.student == "hang":
+            time.sleep(600)
+        if job.student == "bug":
+            raise ValueError("a grader bug")
+        return AttemptReport(COMPLETED, notes=[f"graded {job.student} attempt {job.attempt}"])
+
+
+@pytest.fixture
+def fake_pool(tmp_path, monkeypatch):
+    monkeypatch.setattr(pool_module, "Worker", FakeWorker)  # the forked workers inherit it
+    settings = Settings(tmp_path, "tiny", tmp_path, tmp_path, Isolation("none"), timeout=5, memory_mb=4000)
+    pool = Pool(settings, 2, 4000, tmp_path)
+    yield pool
+    pool.shutdown()
+
+
+def test_every_job_gets_one_report_whatever_its_worker_did(fake_pool):
+    jobs = [Job(i, name, {}) for i, name in enumerate(["ada", "die", "hang", "bug", "ben"])]
+    reports: dict[str, AttemptReport] = {}
+    fake_pool.run(jobs, lambda job: 3.0, lambda job, report: reports.setdefault(job.student, report) and [])
+    assert sorted(reports) == ["ada", "ben", "bug", "die", "hang"]
+    assert reports["ada"].outcome == COMPLETED and reports["ada"].notes == ["graded ada attempt 1"]
+    assert reports["die"].failure.kind is FailureKind.CRASHED and "exited (code 3)" in reports["die"].failure.message
+    assert reports["hang"].failure.kind is FailureKind.TIMEOUT
+    assert reports["bug"].failure.kind is FailureKind.GRADER_ERROR and "a grader bug" in reports["bug"].failure.message
+
+
+def test_follow_up_jobs_run_next_and_no_worker_is_left(fake_pool):
+    seen = []
+
+    def on_report(job, report):
+        seen.append((job.student, job.attempt))
+        return [Job(job.index, job.student, {}, attempt=2)] if job.attempt == 1 else []
+
+    fake_pool.run([Job(0, "ada", {}), Job(1, "ben", {})], lambda job: 5.0, on_report)
+    assert sorted(seen) == [("ada", 1), ("ada", 2), ("ben", 1), ("ben", 2)]
+    pids = [w.pid for w in fake_pool.workers]
+    fake_pool.shutdown()
+    assert not fake_pool.workers and all(not Path(f"/proc/{pid}").exists() for pid in pids)
