@@ -31,6 +31,7 @@ pytestmark = pytest.mark.notebook
 TIMEOUT = 10
 MEMORY_MB = 600
 DAEMON = "4321.5"  # `sleep 4321.5`: a process a student's code detaches, which must not outlive grading
+STORM = "4321.25"  # the fork storm's children, told apart from DAEMON (the two tests may run at once)
 
 
 def assignment(double: str = "return 2 * x", square: str = "return x * x") -> nbformat.NotebookNode:
@@ -130,8 +131,17 @@ def grade(course: Path, submissions: Path, *extra: str) -> subprocess.CompletedP
     """Run `python -m autograder grade tiny SUBMISSIONS` on a scratch course."""
     cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(submissions), "--course", str(course),
            "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MB), "--quiet", *extra]
-    return subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = subprocess.Popen(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=600)
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    done.pid = proc.pid  # its process caps are named after it
+    return done
+
+
+def caps_left(pid: int) -> list[Path]:
+    """Return the process caps (cgroups) a finished grading run left behind."""
+    return list(Path("/sys/fs/cgroup/pids").glob(f"devicelab-grade-{pid}-*"))
 
 
 def rows(course: Path) -> dict[str, dict]:
@@ -183,7 +193,7 @@ def graded(tmp_path_factory):
             started = time.monotonic()
             done = grade(course, course / "incoming")
             record.update(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr[-5000:],
-                          seconds=round(time.monotonic() - started, 1))
+                          seconds=round(time.monotonic() - started, 1), pid=done.pid)
             (course / "run.json").write_text(json.dumps(record))
     record = json.loads((course / "run.json").read_text())
     print(f"\ngraded {len(record['students'])} students in {record['seconds']} s\n{record['stdout']}")
@@ -254,7 +264,7 @@ def test_nothing_outside_the_scratch_folders_changed(graded):
 def test_no_student_process_outlives_grading(graded):
     left = [p for p in psutil.process_iter(["cmdline"]) if DAEMON in " ".join(p.info["cmdline"] or [])]
     assert not left
-    assert not list(Path("/sys/fs/cgroup/pids").glob("devicelab-grade-*"))  # the process caps are removed
+    assert not caps_left(graded[2]["pid"])  # the process caps are removed
 
 
 def test_rerun_changes_nothing_and_an_interrupted_run_finishes_the_rest(graded, tmp_path):
@@ -332,7 +342,7 @@ def test_without_a_sandbox_a_student_who_kills_the_grading_process_costs_only_th
 def test_a_fork_storm_is_stopped_at_the_process_cap_and_other_students_are_graded(tmp_path):
     """A few thousand children: refused past the cap (a cgroup), or, where none can be made, the tree is stopped."""
     course = make_course(tmp_path)
-    storm = with_cell(f"import subprocess\nfor _ in range(3000):\n    subprocess.Popen(['sleep', '{DAEMON}'])")
+    storm = with_cell(f"import subprocess\nfor _ in range(3000):\n    subprocess.Popen(['sleep', '{STORM}'])")
     write_class(course / "incoming", {"correct": CLASS["correct"], "fork-storm": ({"tiny.ipynb": storm},)}, course)
     done = grade(course, course / "incoming", "--memory", "4000")  # 512 sleeping processes hold about 1 GB
     assert done.returncode == 0, done.stderr
@@ -340,8 +350,8 @@ def test_a_fork_storm_is_stopped_at_the_process_cap_and_other_students_are_grade
     assert (table["correct"]["status"], table["correct"]["score"]) == ("graded", "3")
     assert (table["fork-storm"]["status"], table["fork-storm"]["score"]) == ("processes", "3"), table["fork-storm"]
     assert re.search(r"cell 3: (tried to start|started) more than 512 processes", table["fork-storm"]["detail"])
-    assert not [p for p in psutil.process_iter(["cmdline"]) if DAEMON in " ".join(p.info["cmdline"] or [])]
-    assert not list(Path("/sys/fs/cgroup/pids").glob("devicelab-grade-*"))
+    assert not [p for p in psutil.process_iter(["cmdline"]) if STORM in " ".join(p.info["cmdline"] or [])]
+    assert not caps_left(done.pid)
 
 
 def test_unknown_assignment_or_unreadable_submissions_exit_2(tmp_path):

@@ -18,6 +18,7 @@ import time
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
+from nbgrader import utils
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Integer, Unicode
 
@@ -117,17 +118,17 @@ class GraderExecute(Execute):
         kc._grader_marks = True
 
     def _is_test(self, index) -> bool:
-        meta = self.nb.cells[index].get("metadata", {}).get("nbgrader", {}) if index is not None else {}
-        return bool(meta.get("grade")) and not meta.get("solution")
+        cell = self.nb.cells[index] if index is not None else None
+        return cell is not None and bool(utils.is_grade(cell)) and not utils.is_solution(cell)
 
     def _cell_name(self, index) -> str:
         if index is None:
             return "the notebook:"
-        meta = self.nb.cells[index].get("metadata", {}).get("nbgrader", {})
-        gid = meta.get("grade_id")
-        if gid and meta.get("solution"):
+        cell = self.nb.cells[index]
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid and utils.is_solution(cell):
             return f"answer cell '{gid}'"
-        if gid and meta.get("grade"):
+        if gid and utils.is_grade(cell):
             return f"test cell '{gid}'"
         return f"cell {index + 1}" + (f" ('{gid}')" if gid else "")
 
@@ -183,8 +184,7 @@ class GraderExecute(Execute):
         if channel.flooded:
             self._flag(None, "something other than the grading kernel wrote to the grader's channel")
         for index, cell in enumerate(self.nb.cells):
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if cell.cell_type == "code" and not meta.get("locked") and not (meta.get("grade") and not meta.get("solution")):
+            if cell.cell_type == "code" and not utils.is_locked(cell) and not self._is_test(index):
                 for words in suspicious_code(cell.source):
                     if not self._flagged_with(index, words):
                         self._flag(index, f"{words} (in its code)")

@@ -1,9 +1,10 @@
 """Put back graded and locked cells that a student deleted, retyped or stripped of their metadata.
 
-nbgrader leaves such a submission at "needs manual grading". Restoring the instructor's cell first means the
-test simply runs: it passes when the student's code is right and fails (0 points) when it is not. Answer
-cells are never invented: a deleted answer just leaves its tests failing. Every change is reported in
-plain words for the grades.csv `detail` column.
+By default nbgrader leaves such a submission at "needs manual grading" (its OverwriteCells.add_missing_cells
+option re-inserts deleted grade cells, but not retyped or stripped ones, nor read-only cells). Restoring the
+instructor's cell first means the test simply runs: it passes when the student's code is right and fails
+(0 points) when it is not. Answer cells are never invented: a deleted answer just leaves its tests failing.
+Every change is reported in plain words for the grades.csv `detail` column.
 """
 
 import copy

@@ -87,13 +87,14 @@ def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
 
 def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, str]:
     """Return grade_id -> "test", "answer" (graded by hand) or "task" for the graded cells of a notebook."""
+    from nbgrader import utils
+
     kinds = {}
     for cell in nb.cells if nb is not None else []:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("task"):
-            kinds[meta.get("grade_id")] = "task"
-        elif meta.get("grade"):
-            kinds[meta.get("grade_id")] = "answer" if meta.get("solution") else "test"
+        if utils.is_task(cell):
+            kinds[cell.metadata.nbgrader.grade_id] = "task"
+        elif utils.is_grade(cell):
+            kinds[cell.metadata.nbgrader.grade_id] = "answer" if utils.is_solution(cell) else "test"
     return kinds
 
 
