@@ -1,6 +1,6 @@
 """Measure copy bandwidth honestly: host to device, device to host, device to device and host to host.
 
-The rules every measurement here follows (see ../shared/FACTS.md):
+The rules every measurement here follows (see docs/facts.md):
 
 - Buffers are allocated, and their pages touched, *before* the clock starts: allocating inside a timed region
   measures page faults, not copies (`src.clone()` reaches ~2.5 GB/s where `dst.copy_(src)` reaches ~10.9 GB/s

@@ -4,7 +4,7 @@ One host thread queues work onto streams; the device runs it later on two engine
 ("compute") and one for DMA copies ("copy"). Nothing sleeps: the virtual clock moves only through the model,
 so the same calls always give the same numbers.
 
-The rules (each one is a fact the course teaches; figures from ../shared/FACTS.md unless marked):
+The rules (each one is a fact the course teaches; figures from docs/facts.md unless marked):
 
 - Every enqueue (kernel launch or copy) costs the host `launch_s` (5 us; FACTS: a launch costs ~4-6 us).
   The call then returns: the host runs ahead of the device.

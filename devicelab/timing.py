@@ -1,7 +1,7 @@
 """Time a callable honestly: warm up, synchronise the device, report a median.
 
 GPU work is asynchronous: a CUDA call returns once the work is queued, so a host clock read straight after it
-measures the enqueue, not the work (see ../shared/FACTS.md). Every function here except `time_naive` waits for
+measures the enqueue, not the work (see docs/facts.md). Every function here except `time_naive` waits for
 the device before it reads a clock; `time_naive` is kept to show the lie.
 """
 

@@ -20,7 +20,7 @@ from devicelab.explain import (
     explain_errors,
 )
 
-# The CUDA messages of torch 2.14.1, as ../shared/FACTS.md records them (no GPU needed to test the parsing).
+# The CUDA messages of torch 2.14.1, as docs/facts.md records them (no GPU needed to test the parsing).
 CUDA_PLUS_CPU = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 LINEAR_ON_CUDA = ("Expected all tensors to be on the same device, but got mat1 is on cpu, different from other "
                   "tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)")
