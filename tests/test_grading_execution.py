@@ -1,0 +1,51 @@
+"""nbgrader's Execute as the grader runs it (GraderExecute), on its own: skipped cells, capped output, and the
+guard's verification, which fails every graded test cell when the kernel never reports (a kernel without the
+guard, or one whose guard was silenced)."""
+
+import nbformat
+import pytest
+
+from autograder.grading.execution import NOT_RUN, UNCONFIRMED, GraderExecute
+from tests.factories import graded_cell_meta, solution_cell_meta
+
+pytestmark = pytest.mark.notebook
+
+
+def notebook() -> nbformat.NotebookNode:
+    v4 = nbformat.v4
+    nb = v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [v4.new_code_cell("def double(x):\n    return 2 * x", metadata=solution_cell_meta("double")),
+                v4.new_code_cell("print('x' * 300)"),
+                v4.new_code_cell("assert double(2) == 4", metadata=graded_cell_meta("double-tests", 1))]
+    return nb
+
+
+def run(nb, tmp_path, **traits) -> nbformat.NotebookNode:
+    executor = GraderExecute(kernel_name="python3", progress_file=str(tmp_path / "progress.json"), **traits)
+    executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}, "nbgrader": {"notebook": "tiny"}})
+    return nb
+
+
+def errors(cell) -> list[str]:
+    return [o.ename for o in cell.outputs if o.output_type == "error"]
+
+
+def test_a_skipped_cell_fails_without_running_and_the_rest_runs(tmp_path):
+    nb = run(notebook(), tmp_path, skip={"tiny": {"0": "not run: it crashed the kernel before"}})
+    assert errors(nb.cells[0]) == [NOT_RUN]
+    assert errors(nb.cells[2]) == ["NameError"]  # double was never defined
+
+
+def test_output_past_the_cell_allowance_is_cut_and_said_first(tmp_path):
+    nb = run(notebook(), tmp_path, cell_output_chars=100)
+    outputs = nb.cells[1].outputs
+    assert "more characters of output were dropped" in outputs[0].text
+    assert sum(len(o.get("text", "")) for o in outputs[1:]) <= 100
+
+
+def test_without_the_guard_s_records_a_test_cell_earns_nothing(tmp_path):
+    """A plain IPython kernel writes nothing to the channel: the grader cannot confirm the test, so it fails."""
+    nb = run(notebook(), tmp_path, guard_channel=str(tmp_path / "guard.fifo"))
+    assert errors(nb.cells[2]) == [UNCONFIRMED]
+    assert not errors(nb.cells[0]) and not errors(nb.cells[1])  # only graded test cells need the guard's word
