@@ -5,12 +5,9 @@ every student gets the right row, good students get full marks, the gradebook an
 nothing outside the scratch folders changes, no process is left behind, and a rerun changes nothing.
 """
 
-import contextlib
 import csv
-import fcntl
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -25,6 +22,7 @@ import pytest
 from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
 from tests.factories import graded_cell_meta, solution_cell_meta, tiny_assignment
+from tests.once_per_run import once_per_run
 
 pytestmark = pytest.mark.notebook
 
@@ -154,13 +152,6 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def make_course(folder: Path) -> Path:
     """Return a scratch course holding the two-exercise assignment `tiny`."""
     shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", folder / "nbgrader_config.py")
@@ -175,27 +166,23 @@ def graded(tmp_path_factory):
 
     Returns (course, submissions, run record, expected rows, hash of the instructor's notebook).
     """
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    course = shared / "grading-class"
-    with _locked(shared / "grading-class.lock"):
-        if not (course / "run.json").exists():
-            from autograder.grading.sandbox import detect_isolation
 
-            course.mkdir(exist_ok=True)
-            make_course(course)
-            students = dict(CLASS)
-            if detect_isolation("auto").mode == "bwrap":
-                students.update(PROTECTED)
-            write_class(course / "incoming", students, course)
-            (course / "incoming" / "ok").mkdir()
-            record = {"source_hash": digest(course / "source" / "tiny" / "tiny.ipynb"), "students": sorted(students)}
-            started = time.monotonic()
-            done = grade(course, course / "incoming")
-            record.update(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr[-5000:],
-                          seconds=round(time.monotonic() - started, 1), pid=done.pid)
-            (course / "run.json").write_text(json.dumps(record))
-    record = json.loads((course / "run.json").read_text())
+    def grade_the_class(course: Path) -> dict:
+        from autograder.grading.sandbox import detect_isolation
+
+        make_course(course)
+        students = dict(CLASS)
+        if detect_isolation("auto").mode == "bwrap":
+            students.update(PROTECTED)
+        write_class(course / "incoming", students, course)
+        (course / "incoming" / "ok").mkdir()
+        record = {"source_hash": digest(course / "source" / "tiny" / "tiny.ipynb"), "students": sorted(students)}
+        started = time.monotonic()
+        done = grade(course, course / "incoming")
+        return {**record, "returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-5000:],
+                "seconds": round(time.monotonic() - started, 1), "pid": done.pid}
+
+    course, record = once_per_run(tmp_path_factory, "grading-class", grade_the_class)
     print(f"\ngraded {len(record['students'])} students in {record['seconds']} s\n{record['stdout']}")
     students = {k: v for k, v in {**CLASS, **PROTECTED}.items() if k in record["students"]}
     return course, course / "incoming", record, students, record["source_hash"]

@@ -8,10 +8,10 @@ reference solution where an exercise has fewer), so each assignment is one small
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -25,7 +25,7 @@ from tests import test_ps02_moving_tensors as ps02
 from tests import test_ps03_device_mismatch as ps03
 from tests import test_ps04_async_timing as ps04
 from tests import test_ps05_pinned_memory as ps05
-from tests.test_grading_end_to_end import _locked
+from tests.once_per_run import once_per_run
 
 pytestmark = pytest.mark.notebook
 
@@ -66,30 +66,27 @@ def class_of(release: nbformat.NotebookNode, source: nbformat.NotebookNode,
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade every assignment's class once (once per test run, even across xdist workers)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    course = shared / "honest-answers"
-    with _locked(shared / "honest-answers.lock"):
-        if not (course / "runs.json").exists():
-            course.mkdir(exist_ok=True)
-            shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-            runs = {}
-            for assignment, alternatives in ALTERNATIVES.items():
-                shutil.copytree(COURSE_ROOT / "source" / assignment, course / "source" / assignment)
-                generated = gradebook.generate(course, assignment, shared / f"generated-{assignment}")
-                name = f"{assignment}.ipynb"
-                release = nbformat.read(generated / "release" / assignment / name, as_version=4)
-                source = nbformat.read(course / "source" / assignment / name, as_version=4)
-                for student, nb in class_of(release, source, alternatives).items():
-                    (course / "incoming" / assignment / student).mkdir(parents=True)
-                    nbformat.write(nb, course / "incoming" / assignment / student / name)
-                cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(course / "incoming" / assignment),
-                       "--course", str(course), "--jobs", "2", "--timeout", "240", "--quiet"]
-                done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True,
-                                      text=True, timeout=900, check=False)
-                runs[assignment] = {"returncode": done.returncode, "stderr": done.stderr[-3000:]}
-            (course / "runs.json").write_text(json.dumps(runs))
-    return course, json.loads((course / "runs.json").read_text())
+
+    def grade_every_assignment(course: Path) -> dict:
+        shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+        runs = {}
+        for assignment, alternatives in ALTERNATIVES.items():
+            shutil.copytree(COURSE_ROOT / "source" / assignment, course / "source" / assignment)
+            generated = gradebook.generate(course, assignment, course.parent / f"generated-{assignment}")
+            name = f"{assignment}.ipynb"
+            release = nbformat.read(generated / "release" / assignment / name, as_version=4)
+            source = nbformat.read(course / "source" / assignment / name, as_version=4)
+            for student, nb in class_of(release, source, alternatives).items():
+                (course / "incoming" / assignment / student).mkdir(parents=True)
+                nbformat.write(nb, course / "incoming" / assignment / student / name)
+            cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(course / "incoming" / assignment),
+                   "--course", str(course), "--jobs", "2", "--timeout", "240", "--quiet"]
+            done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True,
+                                  text=True, timeout=900, check=False)
+            runs[assignment] = {"returncode": done.returncode, "stderr": done.stderr[-3000:]}
+        return runs
+
+    return once_per_run(tmp_path_factory, "honest-answers", grade_every_assignment)
 
 
 @pytest.mark.parametrize("assignment", sorted(ALTERNATIVES))

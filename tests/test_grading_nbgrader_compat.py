@@ -8,8 +8,6 @@ student: scores, max scores, what needs manual grading, late penalties. Nothing 
 nbgrader gives is the expected answer.
 """
 
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +20,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
-from tests.test_grading_end_to_end import _locked
+from tests.once_per_run import once_per_run
 
 pytestmark = pytest.mark.notebook
 
@@ -233,16 +231,13 @@ def grade_both(name: str, base: Path) -> dict:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     """Grade every course both ways (once per test run, even across xdist workers)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    record = shared / "nbgrader-compat.json"
-    with _locked(shared / "nbgrader-compat.lock"):
-        if not record.exists():  # two courses at a time: most of the time goes into starting programs
-            with ThreadPoolExecutor(2) as pool:
-                done = pool.map(lambda name: grade_both(name, shared / "nbgrader-compat" / name), COURSES)
-                results = dict(zip(COURSES, done, strict=True))
-            record.write_text(json.dumps(results))
-    return json.loads(record.read_text())
+
+    def grade_every_course(base: Path) -> dict:
+        with ThreadPoolExecutor(2) as pool:  # two courses at a time: most of the time goes into starting programs
+            done = pool.map(lambda name: grade_both(name, base / name), COURSES)
+            return dict(zip(COURSES, done, strict=True))
+
+    return once_per_run(tmp_path_factory, "nbgrader-compat", grade_every_course)[1]
 
 
 @pytest.mark.parametrize("name", sorted(COURSES))

@@ -7,14 +7,14 @@ The honest cases are correct answers written in unusual ways; none may be flagge
 """
 
 import csv
-import json
-import os
 import re
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from tests.test_grading_end_to_end import _locked, assignment, grade, make_course, rows, write_class
+from tests.once_per_run import once_per_run
+from tests.test_grading_end_to_end import assignment, grade, make_course, rows, write_class
 
 pytestmark = pytest.mark.notebook
 
@@ -154,18 +154,15 @@ def honest_class() -> dict[str, nbformat.NotebookNode]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade the tampering and the honest students in one run (once per test run, even across xdist)."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    course = shared / "tamper-class"
-    with _locked(shared / "tamper-class.lock"):
-        if not (course / "run.json").exists():
-            course.mkdir(exist_ok=True)
-            make_course(course)
-            students = {name: ({"tiny.ipynb": nb},) for name, nb in {**tamper_class(), **honest_class()}.items()}
-            write_class(course / "incoming", students, course)
-            done = grade(course, course / "incoming")
-            (course / "run.json").write_text(json.dumps({"returncode": done.returncode, "stderr": done.stderr}))
-    record = json.loads((course / "run.json").read_text())
+
+    def grade_the_class(course: Path) -> dict:
+        make_course(course)
+        students = {name: ({"tiny.ipynb": nb},) for name, nb in {**tamper_class(), **honest_class()}.items()}
+        write_class(course / "incoming", students, course)
+        done = grade(course, course / "incoming")
+        return {"returncode": done.returncode, "stderr": done.stderr}
+
+    course, record = once_per_run(tmp_path_factory, "tamper-class", grade_the_class)
     assert record["returncode"] == 0, record["stderr"][-3000:]
     return course, rows(course)
 
