@@ -21,6 +21,7 @@ ipykernel only. In-process defences have limits; README "Grading a class" says w
 """
 
 import builtins
+import fcntl
 import functools
 import json
 import os
@@ -46,8 +47,7 @@ REPORTED = {"gc.get_objects": "walks the garbage collector (gc.get_objects)",
             "gc.get_referents": "walks the garbage collector (gc.get_referents)",
             "ctypes.string_at": "reads raw memory (ctypes.string_at)",
             "ctypes.wstring_at": "reads raw memory (ctypes.wstring_at)",
-            "ctypes.cdata": "reads raw memory (ctypes from_address)",
-            "ctypes.dlsym/handle": "looks up interpreter internals through ctypes"}
+            "ctypes.cdata": "reads raw memory (ctypes from_address)"}
 # Their modules are part of the path, their objects (sockets, loops, threads) are not compared.
 TRANSPORT_PACKAGES = ("zmq", "tornado", "asyncio", "threading")
 # Attributes that hold hooks: their contents are compared and put back, element by element.
@@ -355,9 +355,8 @@ class Channel:
             return cls(None)
         fd = os.open(path, os.O_WRONLY)
         os.unlink(path)
-        high = os.dup2(fd, 700 + os.getpid() % 200)
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 700)  # out of the way of the kernel's own descriptors
         os.close(fd)
-        os.set_inheritable(high, False)
         return cls(high)
 
     def write(self, record: dict) -> None:
