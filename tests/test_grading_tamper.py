@@ -82,6 +82,9 @@ TAMPERING = {
                               "    return skip_asserts\n\n"
                               "sys.settrace(skip_asserts)"),
                               r"sets a tracing hook"),
+    "setprofile": ("import sys\nsys.setprofile(lambda frame, event, arg: None)", r"sets a tracing hook \(sys.setprofile\)"),
+    "threading-settrace": ("import threading\nthreading.settrace(lambda frame, event, arg: None)",
+                           r"threading\._trace_hook"),
     "event-callback": (("def _before(*args):\n"
                        "    get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])\n\n"
                        "get_ipython().events.register('pre_run_cell', _before)"),
