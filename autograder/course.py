@@ -41,13 +41,6 @@ def assignment_notebooks(assignment: str, root: Path = COURSE_ROOT, folder: str 
     return sorted((root / folder / assignment).glob("*.ipynb"))
 
 
-def iter_code_cells(nb) -> Iterator[tuple[int, dict]]:
-    """Yield (index, cell) for every code cell of a notebook node."""
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code":
-            yield index, cell
-
-
 def course_config(root: Path, scratch: Path | None = None) -> Config:
     """Load the course's nbgrader_config.py (none is fine, as for nbgrader), optionally pointed at a scratch root.
 

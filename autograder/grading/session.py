@@ -12,7 +12,6 @@ without the cell that did it (that cell fails, everything else counts), at most 
 """
 
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -422,8 +421,3 @@ def _cached(out: Path, root: Path, assignment: str, student: str, print_: str) -
                            and (out / "feedback" / student).is_dir()):
         return None
     return result
-
-
-def load_results(out: Path) -> list[dict]:
-    """Return the saved per-student results of an output folder (for tools and tests)."""
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((out / "results").glob("*.json"))]
