@@ -146,8 +146,9 @@ class GraderExecute(Execute):
         """Fail a graded test cell that the guard cannot confirm ran as written on the pristine path."""
         if self._channel is None or not self._is_test(cell_index):
             return
-        msg_id = next((m for m, i in reversed(self._sent.items()) if i == cell_index), None)
-        records = self._channel.wait_for(msg_id, RECORD_WAIT) if msg_id else CellRecords()
+        msg_id = next(reversed(self._sent), None)  # the request just sent for this cell
+        records = (self._channel.wait_for(msg_id, RECORD_WAIT) if msg_id and self._sent[msg_id] == cell_index
+                   else CellRecords())
         if records.confirmed:
             return
         cell.outputs.append(_error_output(UNCONFIRMED, "the grader could not run this test as written, "

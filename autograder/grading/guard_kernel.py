@@ -422,6 +422,8 @@ class Guard:
             header = parent.get("header", {}) if isinstance(parent, dict) else {}
             meta = parent.get("metadata") or {} if isinstance(parent, dict) else {}
             msg_id = str(header.get("msg_id", ""))
+            # Restored again here, not only in shell_main: a "before" record must be true of this very request,
+            # even if code reached the handler some other way.
             self.pending += self.restore()
             self.channel.write({"msg_id": msg_id, "phase": "before",
                                 "changes": [c.to_json() for c in self.pending], "findings": self.findings})
@@ -439,7 +441,7 @@ class Guard:
         return guarded_execute_request
 
     def install(self, kernel) -> None:
-        """Route the kernel's shell messages through the guard, then record the pristine path."""
+        """Route the kernel's shell messages through the guard (the pristine path is recorded at the first one)."""
         shell_main = kernel.shell_main
 
         execute_request = kernel.shell_handlers["execute_request"]

@@ -152,9 +152,9 @@ class WorkerProcess:
             except OSError:
                 pass
 
-    def end(self) -> None:
+    def end(self, children_of: dict[int, list[int]] | None = None) -> None:
         """Kill the worker and everything it started, reap it, close the pipes, remove its cap."""
-        self.watch.kill()
+        self.watch.kill(children_of)
         wait_for(self.pid, 5)
         self.close()
         if self.cap is not None:
@@ -267,8 +267,7 @@ class Pool:
     def _lost(self, worker: WorkerProcess, kind: FailureKind, message: str,
               children_of: dict[int, list[int]] | None = None) -> AttemptReport:
         """Kill a worker and its processes; return the report of the attempt it was running."""
-        worker.watch.kill(children_of)
-        worker.end()
+        worker.end(children_of)
         self.workers.remove(worker)
         progress = read_progress(self.settings.run_root / worker.job.scratch_name / "progress.json") \
             if worker.job is not None else {}

@@ -214,9 +214,8 @@ class TaskCap:
     processes instead and stops the tree past the limit.
     """
 
-    def __init__(self, path: Path, limit: int) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.limit = limit
 
     @classmethod
     def create(cls, name: str, limit: int = MAX_TASKS) -> "TaskCap | None":
@@ -232,7 +231,7 @@ class TaskCap:
             except OSError:
                 _remove_dir(path)
                 continue
-            return cls(path, limit)
+            return cls(path)
         return None
 
     def join(self, pid: int = 0) -> None:

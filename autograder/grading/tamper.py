@@ -16,6 +16,7 @@ replaced `sys.excepthook` after each cell) and so leaves nothing for the kernel 
 import json
 import os
 import re
+import select
 import threading
 import time
 from dataclasses import dataclass, field
@@ -92,8 +93,6 @@ class ChannelReader:
         self._thread.start()
 
     def _read(self) -> None:
-        import select
-
         buffer, writer_seen = b"", False
         while not self._stop.is_set():
             ready, _, _ = select.select([self._fd], [], [], 0.1)
