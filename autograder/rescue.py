@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from nbgrader import utils
 
 RESCUE_FOLDER = Path("mywork") / "rescued"
 
@@ -18,8 +19,7 @@ def has_student_work(path: Path) -> bool:
     for cell in nb.cells:
         if cell.cell_type == "code" and (cell.get("outputs") or cell.get("execution_count")):
             return True
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("solution") and "raise NotImplementedError(" not in cell.source:
+        if utils.is_solution(cell) and "raise NotImplementedError(" not in cell.source:
             return True
     return False
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.cells import grade_id
+
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 # Notebook-level metadata the course keeps (Colab reads "colab" and "accelerator").
 KEPT_NOTEBOOK_METADATA = ("colab", "accelerator")
@@ -17,8 +19,7 @@ _VALID_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 
 def _stable_id(cell: dict, taken: set[str]) -> str:
     """Return the cell's id if usable, else one derived from its grade_id or its source."""
-    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-    for candidate in (cell.get("id"), grade_id):
+    for candidate in (cell.get("id"), grade_id(cell)):
         if isinstance(candidate, str) and _VALID_ID.match(candidate) and candidate not in taken:
             return candidate
     source = cell.get("source", "")

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbgrader import utils
 from tqdm import tqdm
 
 from autograder.course import assignment_notebooks, course_config, error_line, venv_on_path
@@ -40,7 +41,7 @@ class ValidationReport:
 def graded_cell_count(path: Path) -> int:
     """Return how many graded (grade: true) code cells a notebook has."""
     nb = nbformat.read(path, as_version=4)
-    return sum(1 for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade"))
+    return sum(1 for c in nb.cells if utils.is_grade(c))
 
 
 def _first_line(text: str) -> str:

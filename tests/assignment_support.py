@@ -11,8 +11,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbgrader import utils
 
 from autograder import COURSE_ROOT
+from autograder.cells import grade_id
 from autograder.checks import source_problems
 from tests.harness import run_graded_cells, score, solution_ids
 
@@ -92,19 +94,14 @@ def code_cells(notebook: Path) -> list:
     return [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
 
 
-def grade_id(cell: nbformat.NotebookNode) -> str:
-    """Return a cell's nbgrader grade_id."""
-    return cell.metadata["nbgrader"]["grade_id"]
-
-
 def solution_sources(code: list) -> dict[str, str]:
     """Return each solution cell's source by grade_id."""
-    return {grade_id(c): c.source for c in code if c.metadata.get("nbgrader", {}).get("solution")}
+    return {grade_id(c): c.source for c in code if utils.is_solution(c)}
 
 
 def graded_cells(code: list) -> list:
     """Return the graded (test) cells, in order."""
-    return [c for c in code if c.metadata.get("nbgrader", {}).get("grade")]
+    return [c for c in code if utils.is_grade(c)]
 
 
 def points_by_cell(graded: list) -> dict[str, float]:
@@ -171,7 +168,7 @@ def student_stubs(notebook: Path) -> dict[str, str]:
     config = PyFileConfigLoader("nbgrader_config.py", path=str(COURSE_ROOT)).load_config()
     nb, _ = ClearSolutions(config=config).preprocess(nbformat.read(notebook, as_version=4), {})
     return {grade_id(c): c.source for c in nb.cells
-            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")}
+            if c.cell_type == "code" and utils.is_solution(c)}
 
 
 def assert_reference_solutions_get_full_marks(notebook: Path, cells_of: CellsOf, total: float) -> None:

@@ -12,6 +12,9 @@ from pathlib import Path
 from unittest import mock
 
 import nbformat
+from nbgrader import utils
+
+from autograder.cells import grade_id
 
 
 @dataclass(frozen=True)
@@ -24,14 +27,10 @@ class CellResult:
     error: str = ""
 
 
-def _nbgrader(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
 def solution_ids(path: Path) -> list[str]:
     """Return the grade_ids of the solution (answer) code cells, in order."""
     nb = nbformat.read(path, as_version=4)
-    return [_nbgrader(c)["grade_id"] for c in nb.cells if c.cell_type == "code" and _nbgrader(c).get("solution")]
+    return [grade_id(c) for c in nb.cells if c.cell_type == "code" and utils.is_solution(c)]
 
 
 def run_graded_cells(path: Path, replace: dict[str, str] | None = None, env: str = "validate") -> dict[str, CellResult]:
@@ -47,12 +46,11 @@ def run_graded_cells(path: Path, replace: dict[str, str] | None = None, env: str
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
-            meta = _nbgrader(cell)
-            source = replace.pop(meta.get("grade_id"), cell.source) if meta.get("solution") else cell.source
+            gid = grade_id(cell)
+            source = replace.pop(gid, cell.source) if utils.is_solution(cell) else cell.source
             error = _execute(source, namespace, f"<{path.name} cell {index}>")
-            if meta.get("grade"):
-                results[meta["grade_id"]] = CellResult(meta["grade_id"], float(meta.get("points", 0)),
-                                                       error == "", error)
+            if utils.is_grade(cell):
+                results[gid] = CellResult(gid, float(cell.metadata.nbgrader.get("points", 0)), error == "", error)
     if replace:
         raise KeyError(f"no solution cell with grade_id {sorted(replace)} in {path.name}")
     return results

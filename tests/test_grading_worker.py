@@ -1,5 +1,5 @@
-"""One attempt's scratch course, as the worker builds it: restored cells, the student's other files (bounded),
-the timestamp, and the grading kernel in the kernelspec."""
+"""One attempt's scratch course, as the worker builds it: the student's notebook and other files (bounded), the
+timestamp, nbgrader's pipeline with RestoreCells and add_missing_cells, and the grading kernel in the kernelspec."""
 
 import json
 
@@ -22,7 +22,7 @@ def make_worker(tmp_path) -> Worker:
     return Worker(settings)
 
 
-def test_the_scratch_course_has_the_restored_notebook_extras_and_timestamp(tmp_path, monkeypatch):
+def test_the_scratch_course_has_the_notebook_extras_and_timestamp(tmp_path, monkeypatch):
     monkeypatch.setattr(worker_module, "MAX_EXTRA_FILE_BYTES", 10)
     student = tmp_path / "ada"
     student.mkdir()
@@ -39,11 +39,26 @@ def test_the_scratch_course_has_the_restored_notebook_extras_and_timestamp(tmp_p
     notes, unreadable = worker.prepare(job, scratch)
     submitted = scratch / "submitted" / "ada" / "tiny"
     assert scratch.name == "4-2" and unreadable == []
-    assert "restored deleted test cell 'double-tests'" in notes and any("big.bin not copied" in n for n in notes)
+    assert any("big.bin not copied" in n for n in notes)
     assert sorted(p.name for p in submitted.iterdir()) == ["data.txt", "timestamp.txt", "tiny.ipynb"]
     graded = nbformat.read(submitted / "tiny.ipynb", as_version=4)
-    assert [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded.cells][-1] == "double-tests"
-    assert worker.config(job, scratch).GraderExecute.skip == {"tiny": {"1": "not run"}}
+    assert [c.source for c in graded.cells] == [c.source for c in nb.cells]  # restored by nbgrader's pipeline
+    config = worker.config(job, scratch)
+    assert config.GraderExecute.skip == {"tiny": {"1": "not run"}}
+
+
+def test_restorecells_runs_just_before_nbgraders_overwritecells_with_add_missing_cells_on(tmp_path):
+    from nbgrader.preprocessors import OverwriteCells
+
+    from autograder.grading.restore import RestoreCells
+
+    worker = make_worker(tmp_path)
+    job = Job(0, "ada", {})
+    config = worker.config(job, worker.scratch_for(job))
+    steps = list(config.Autograde.sanitize_preprocessors)
+    assert steps[steps.index(OverwriteCells) - 1] is RestoreCells and steps.count(RestoreCells) == 1
+    assert config.OverwriteCells.add_missing_cells is True
+    assert config.RestoreCells.release_folder == str(tmp_path / "template" / "release" / "tiny")
 
 
 def test_the_kernelspec_starts_the_grading_kernel_with_its_channel(tmp_path):

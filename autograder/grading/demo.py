@@ -17,7 +17,9 @@ import shutil
 from pathlib import Path
 
 import nbformat
+from nbgrader import utils
 
+from autograder.cells import grade_id
 from autograder.course import assignments
 from autograder.grading import gradebook as gbook
 from autograder.grading.session import GradingError, RunSummary, grade_class
@@ -30,17 +32,13 @@ PLAN = {
 }
 
 
-def _nbgrader(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
 def solved(release: nbformat.NotebookNode, source: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Return the student version with every answer cell filled in from the instructor's solution."""
-    answers = {_nbgrader(c)["grade_id"]: MARKER.sub("", c.source) for c in source.cells if _nbgrader(c).get("solution")}
+    answers = {grade_id(c): MARKER.sub("", c.source) for c in source.cells if utils.is_solution(c)}
     nb = copy.deepcopy(release)
     for cell in nb.cells:
-        gid = _nbgrader(cell).get("grade_id")
-        if _nbgrader(cell).get("solution") and gid in answers:
+        gid = grade_id(cell)
+        if utils.is_solution(cell) and gid in answers:
             cell.source = answers[gid]
     return nb
 
@@ -49,21 +47,21 @@ def class_notebooks(release: nbformat.NotebookNode, source: nbformat.NotebookNod
                     ) -> dict[str, dict[str, nbformat.NotebookNode | str]]:
     """Return student -> {file name: notebook or raw text} for one notebook of an assignment."""
     right = solved(release, source)
-    answer_ids = [_nbgrader(c)["grade_id"] for c in right.cells if _nbgrader(c).get("solution")]
-    test_ids = [_nbgrader(c)["grade_id"] for c in right.cells if _nbgrader(c).get("grade")
-                and not _nbgrader(c).get("solution")]
+    answer_ids = [grade_id(c) for c in right.cells if utils.is_solution(c)]
+    test_ids = [grade_id(c) for c in right.cells if utils.is_grade(c)
+                and not utils.is_solution(c)]
     ben = copy.deepcopy(right)
     if answer_ids:
-        stub = next(c for c in release.cells if _nbgrader(c).get("grade_id") == answer_ids[0])
-        next(c for c in ben.cells if _nbgrader(c).get("grade_id") == answer_ids[0]).source = stub.source
+        stub = next(c for c in release.cells if grade_id(c) == answer_ids[0])
+        next(c for c in ben.cells if grade_id(c) == answer_ids[0]).source = stub.source
     eli = copy.deepcopy(right)
     if test_ids:
-        eli.cells = [c for c in eli.cells if _nbgrader(c).get("grade_id") != test_ids[0]]
+        eli.cells = [c for c in eli.cells if grade_id(c) != test_ids[0]]
     if len(test_ids) > 1:
-        index, cell = next((i, c) for i, c in enumerate(eli.cells) if _nbgrader(c).get("grade_id") == test_ids[1])
+        index, cell = next((i, c) for i, c in enumerate(eli.cells) if grade_id(c) == test_ids[1])
         eli.cells[index] = nbformat.v4.new_markdown_cell(cell.source, metadata=cell.metadata)
     fay = copy.deepcopy(right)
-    first = next((i for i, c in enumerate(fay.cells) if _nbgrader(c).get("solution")), 0)
+    first = next((i for i, c in enumerate(fay.cells) if utils.is_solution(c)), 0)
     fay.cells.insert(first + 1, nbformat.v4.new_code_cell("import os\nos._exit(1)  # a stray experiment"))
     return {"ada": {name: right}, "ben": {name: ben}, "cam": {name: release}, "dia": {f"Copy of {name}": right},
             "eli": {name: eli}, "fay": {name: fay}, "gus": {name: ""}, "hal": {"answers.txt": "see attached\n"}}

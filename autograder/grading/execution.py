@@ -22,6 +22,7 @@ from nbgrader import utils
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Integer, Unicode
 
+from autograder.cells import grade_id
 from autograder.grading.guard_kernel import GRADER_KEY
 from autograder.grading.sandbox import MAX_FILE_MB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
@@ -125,7 +126,7 @@ class GraderExecute(Execute):
         if index is None:
             return "the notebook:"
         cell = self.nb.cells[index]
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = grade_id(cell)
         if gid and utils.is_solution(cell):
             return f"answer cell '{gid}'"
         if gid and utils.is_grade(cell):
@@ -281,7 +282,7 @@ class GraderExecute(Execute):
     def _grade_id(self, index) -> str | None:
         if index is None or index >= len(self.nb.cells):
             return None
-        return self.nb.cells[index].get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        return grade_id(self.nb.cells[index])
 
     def _event(self, kind: str, index, message: str) -> None:
         self._events.append({"kind": kind, "notebook": self._notebook, "cell": index,

@@ -1,40 +1,46 @@
-"""Put back graded and locked cells that a student deleted, retyped or stripped of their metadata.
+"""Put back the graded and read-only cells a student retyped, stripped or deleted, where nbgrader does not.
 
-By default nbgrader leaves such a submission at "needs manual grading" (its OverwriteCells.add_missing_cells
-option re-inserts deleted grade cells, but not retyped or stripped ones, nor read-only cells). Restoring the
-instructor's cell first means the test simply runs: it passes when the student's code is right and fails
-(0 points) when it is not. Answer cells are never invented: a deleted answer just leaves its tests failing.
-Every change is reported in plain words for the grades.csv `detail` column.
+The worker turns on nbgrader's own `OverwriteCells.add_missing_cells` (off by default: then nbgrader leaves a
+submission with a deleted test cell at "needs manual grading"), which re-inserts a deleted test cell after the cell
+before it in the instructor's notebook. `RestoreCells` runs just before `OverwriteCells` in nbgrader's sanitize
+pipeline and does only what that does not:
+
+- a graded or read-only cell whose type or grading flags were changed becomes the instructor's again (nbgrader
+  restores the type, the lock and the points, but fails the whole notebook when `grade` or `solution` changed);
+- a deleted read-only cell (the imports) comes back: nbgrader re-inserts grade and task cells only;
+- a deleted test cell that nbgrader cannot place (the cell before it is gone too, or is not graded: nbgrader would
+  fail the notebook with a KeyError) is put back here;
+- copies of graded cells and cells from other notebooks lose their grading metadata (they still run, ungraded);
+- every change, nbgrader's re-insertions included, is said in plain words for the grades.csv `detail` column.
+
+Answer cells are never invented: a deleted answer just leaves its tests failing (an answer graded by hand comes
+back as released, so that it is graded, as nbgrader does).
 """
 
 import copy
+import json
+from pathlib import Path
 
 import nbformat
+from nbgrader import utils
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
+
+from autograder.cells import grade_id
 
 FLAGS = ("grade", "solution", "locked", "task", "points")
 
 
-def _nbgrader(cell) -> dict | None:
-    meta = cell.get("metadata", {}).get("nbgrader")
-    return meta if isinstance(meta, dict) else None
-
-
-def grade_id(cell) -> str | None:
-    """Return the cell's nbgrader grade_id, or None."""
-    meta = _nbgrader(cell)
-    gid = meta.get("grade_id") if meta else None
-    return gid if isinstance(gid, str) else None
-
-
-def _kind(meta: dict) -> str:
-    if meta.get("solution"):
+def _kind(cell) -> str:
+    if utils.is_solution(cell):
         return "answer"
-    if meta.get("grade"):
+    if utils.is_grade(cell):
         return "test"
     return "locked"  # locked read-only cells (imports, setup) and task cells
 
 
-def _flags(meta: dict) -> tuple:
+def _flags(cell) -> tuple:
+    meta = cell.metadata["nbgrader"]
     return tuple(float(meta.get(k) or 0) if k == "points" else bool(meta.get(k)) for k in FLAGS)
 
 
@@ -54,7 +60,7 @@ def _label(kind: str) -> str:
 
 def restore_cells(student: nbformat.NotebookNode, instructor: nbformat.NotebookNode
                   ) -> tuple[nbformat.NotebookNode, list[str]]:
-    """Return the student's notebook with the instructor's graded and locked cells restored, and what changed."""
+    """Return the student's notebook with what nbgrader will not restore restored, and every change in words."""
     nb = copy.deepcopy(student)
     notes: list[str] = []
     wanted = [(grade_id(c), c) for c in instructor.cells if grade_id(c)]
@@ -67,39 +73,46 @@ def restore_cells(student: nbformat.NotebookNode, instructor: nbformat.NotebookN
             continue
         if gid is not None:
             present[gid] = cell
+    placeable: set[str] = set()  # graded cells nbgrader can anchor a re-inserted test cell after
     for position, (gid, icell) in enumerate(wanted):
-        imeta = _nbgrader(icell)
-        kind = _kind(imeta)
+        kind = _kind(icell)
         scell = present.get(gid)
         if scell is None:
-            if kind == "answer":
+            if kind == "answer" and not utils.is_grade(icell):
+                continue  # never invented; an answer graded by hand comes back as released, as nbgrader does
+            notes.append(f"restored deleted {_label(kind)} '{gid}'")
+            if utils.is_grade(icell) and (position == 0 or wanted[position - 1][0] in placeable):
+                placeable.add(gid)  # nbgrader's add_missing_cells puts it back
                 continue
             new = copy.deepcopy(icell)
             _insert(nb, new, [present.get(g) for g, _ in reversed(wanted[:position])],
                     [present.get(g) for g, _ in wanted[position + 1:]])
             present[gid] = new
-            notes.append(f"restored deleted {_label(kind)} '{gid}'")
-            continue
-        smeta = _nbgrader(scell)
-        retyped = scell.cell_type != icell.cell_type
-        edited = _flags(smeta) != _flags(imeta)
-        if not (retyped or edited):
-            continue
-        index = next(i for i, c in enumerate(nb.cells) if c is scell)
-        if kind == "answer":
-            fixed = _as_type(scell, icell.cell_type) if retyped else scell
-            fixed.metadata["nbgrader"] = copy.deepcopy(imeta)
-            nb.cells[index] = fixed
-            present[gid] = fixed
-            why = f"changed back from {scell.cell_type} to {icell.cell_type}" if retyped else "metadata restored"
-            notes.append(f"{_label(kind)} '{gid}': {why}")
         else:
-            nb.cells[index] = copy.deepcopy(icell)
-            present[gid] = nb.cells[index]
-            why = f"it had been changed to {scell.cell_type}" if retyped else "its grading metadata had been edited"
-            notes.append(f"restored {_label(kind)} '{gid}' ({why})")
+            _restore_changed(nb, scell, icell, kind, gid, present, notes)
+        if kind != "locked" and gid in present:
+            placeable.add(gid)
     _unique_ids(nb)
     return nb, notes
+
+
+def _restore_changed(nb, scell, icell, kind: str, gid: str, present: dict, notes: list[str]) -> None:
+    """Give a retyped or re-flagged cell back its instructor's type and flags (answers keep their code)."""
+    retyped = scell.cell_type != icell.cell_type
+    if not (retyped or _flags(scell) != _flags(icell)):
+        return
+    index = next(i for i, c in enumerate(nb.cells) if c is scell)
+    if kind == "answer":
+        fixed = _as_type(scell, icell.cell_type) if retyped else scell
+        fixed.metadata["nbgrader"] = copy.deepcopy(icell.metadata["nbgrader"])
+        nb.cells[index] = fixed
+        why = f"changed back from {scell.cell_type} to {icell.cell_type}" if retyped else "metadata restored"
+        notes.append(f"{_label(kind)} '{gid}': {why}")
+    else:
+        nb.cells[index] = copy.deepcopy(icell)
+        why = f"it had been changed to {scell.cell_type}" if retyped else "its grading metadata had been edited"
+        notes.append(f"restored {_label(kind)} '{gid}' ({why})")
+    present[gid] = nb.cells[index]
 
 
 def _insert(nb, new, before: list, after: list) -> None:
@@ -130,3 +143,27 @@ def _unique_ids(nb) -> None:
                 suffix += 1000
             cell["id"] = f"cell-{suffix}"
         seen.add(cell["id"])
+
+
+class RestoreCells(NbGraderPreprocessor):
+    """nbgrader sanitize step, just before OverwriteCells: restore what add_missing_cells does not; note changes."""
+
+    release_folder = Unicode("", help="the assignment's released notebooks (the instructor's cells)").tag(config=True)
+    notes_file = Unicode("", help="JSON lines file each change is appended to; empty: none").tag(config=True)
+
+    def preprocess(self, nb: nbformat.NotebookNode, resources: dict) -> tuple[nbformat.NotebookNode, dict]:
+        """Restore the notebook's cells from the released notebook of the same name."""
+        notebook = resources["nbgrader"]["notebook"]
+        instructor = nbformat.read(Path(self.release_folder) / f"{notebook}.ipynb", as_version=4)
+        nb, notes = restore_cells(nb, instructor)
+        if self.notes_file and notes:
+            with open(self.notes_file, "a", encoding="utf-8") as handle:
+                handle.writelines(json.dumps({"notebook": f"{notebook}.ipynb", "note": n}) + "\n" for n in notes)
+        return nb, resources
+
+
+def read_notes(path: Path) -> list[str]:
+    """Return the changes RestoreCells wrote, in order."""
+    if not path.is_file():
+        return []
+    return [json.loads(line)["note"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -21,8 +21,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+from nbgrader import utils
 from sqlalchemy.exc import SQLAlchemyError
 
+from autograder.cells import grade_id
 from autograder.grading import gradebook as gbook
 from autograder.grading.attempt import (
     COMPLETED,
@@ -306,12 +309,12 @@ class ClassRun:
         for nb in sorted((template / "release" / self.assignment).glob("*.ipynb")):
             raw, _ = read_notebook_json(nb)
             self.expected[nb.name] = set()
-            for cell in raw["cells"]:
-                meta = cell.get("metadata", {}).get("nbgrader", {})
-                if meta.get("grade_id"):
-                    self.expected[nb.name].add(meta["grade_id"])
-                    if meta.get("grade"):
-                        self.max_points[(nb.name, meta["grade_id"])] = float(meta.get("points", 0))
+            for cell in nbformat.from_dict(raw["cells"]):
+                gid = grade_id(cell)
+                if gid:
+                    self.expected[nb.name].add(gid)
+                    if utils.is_grade(cell):
+                        self.max_points[(nb.name, gid)] = float(cell.metadata.nbgrader.get("points", 0))
         self.multi = len(self.expected) > 1
         return template
 

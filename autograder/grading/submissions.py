@@ -16,6 +16,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from autograder.cells import grade_id
 from autograder.grading.results import INVALID, MISSING
 
 MAX_NOTEBOOK_BYTES = 64 * 2**20
@@ -169,13 +170,7 @@ def grade_ids(raw: dict) -> set[str]:
     cells = raw.get("cells")
     if cells is None:  # nbformat 3
         cells = [c for ws in raw.get("worksheets", []) if isinstance(ws, dict) for c in ws.get("cells", [])]
-    found = set()
-    for cell in cells:
-        meta = cell.get("metadata") if isinstance(cell, dict) else None
-        nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
-        if isinstance(nbg, dict) and isinstance(nbg.get("grade_id"), str):
-            found.add(nbg["grade_id"])
-    return found
+    return {gid for gid in map(grade_id, cells) if gid is not None}
 
 
 def _listing(paths: list[Path], base: Path, limit: int = 5) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.cells import grade_id
 from autograder.course import course_config, course_directory, error_line
 from autograder.grading import guard_kernel
 from autograder.grading.attempt import (
@@ -28,12 +29,13 @@ from autograder.grading.attempt import (
 )
 from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
 from autograder.grading.feedback_pages import FeedbackWriter
-from autograder.grading.restore import restore_cells
+from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
 
 GUARD_SCRIPT = "grading_kernel.py"
 GUARD_CHANNEL = "guard.fifo"
+RESTORE_NOTES = "restored.jsonl"
 MAX_EXTRA_FILE_BYTES = 50 * 2**20
 MAX_EXTRA_TOTAL_BYTES = 200 * 2**20
 
@@ -132,13 +134,11 @@ class Worker:
             try:
                 nb = nbformat.reader.reads(Path(path).read_text(encoding="utf-8"))
                 nb = repair_notebook(nbformat.convert(nb, 4))
-                nb, restored = restore_cells(nb, self.instructor[name])
                 nbformat.validate(nb)
             except Exception as exc:  # noqa: BLE001  (any unreadable notebook is a finding, not a crash)
                 unreadable.append(f"{Path(path).name}: not a valid notebook ({type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0][:150] if str(exc) else ''})")
                 continue
-            notes += restored
             (submitted / name).write_text(nbformat.v4.writes(nb), encoding="utf-8")  # validated just above
         for sub in ("home/tmp", "rt", "jupyter/kernels/python3"):
             (scratch / sub).mkdir(parents=True)
@@ -165,12 +165,19 @@ class Worker:
     def config(self, job: Job, scratch: Path):
         """Return the nbgrader configuration of one attempt: the course's, pointed at the scratch course."""
         from nbgrader.converters import Autograde
-        from nbgrader.preprocessors import Execute
+        from nbgrader.preprocessors import Execute, OverwriteCells
 
         s = self.settings
         config = course_config(s.root, scratch)
+        defaults = Autograde.class_traits()
+        config.Autograde.sanitize_preprocessors = [
+            q for p in defaults["sanitize_preprocessors"].default() for q in
+            ((RestoreCells, p) if p is OverwriteCells else (p,))]
+        config.OverwriteCells.add_missing_cells = True
+        config.RestoreCells.release_folder = str(s.template / "release" / s.assignment)
+        config.RestoreCells.notes_file = str(scratch / RESTORE_NOTES)
         config.Autograde.autograde_preprocessors = [
-            GraderExecute if p is Execute else p for p in Autograde.class_traits()["autograde_preprocessors"].default()]
+            GraderExecute if p is Execute else p for p in defaults["autograde_preprocessors"].default()]
         config.GraderExecute.budget = float(s.timeout)
         config.GraderExecute.progress_file = str(scratch / "progress.json")
         skip: dict[str, dict[str, str]] = {}
@@ -218,6 +225,7 @@ class Worker:
         try:
             api = NbGraderAPI(config=self.config(job, scratch))
             result = api.autograde(s.assignment, job.student, force=True, create=True)
+            report.notes = notes + read_notes(scratch / RESTORE_NOTES) + unreadable
             progress = read_progress(scratch / "progress.json")
             report.events = progress_events(progress)
             if result.get("success"):
@@ -285,7 +293,7 @@ class Worker:
         for path in sorted(folder.glob("*.ipynb")):
             nb = json.loads(path.read_text(encoding="utf-8"))
             for cell in nb.get("cells", []):
-                gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                gid = grade_id(cell)
                 errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
                 if gid and errors:
                     first = errors[0]
