@@ -31,6 +31,7 @@ venv: $(STAMP)  ## Create or update the virtual environment
 $(COLAB_STAMP): pyproject.toml $(wildcard devicelab/*.py devicelab/*/*.py)
 	@test -x $(COLAB_VENV)/bin/python || $(PYTHON) -m venv $(COLAB_VENV)
 	$(COLAB_VENV)/bin/python -m pip install --quiet --progress-bar off torch numpy matplotlib tqdm "ipywidgets==7.7.1" "ipykernel>=6,<7" "notebook>=6.5,<7"
+	rm -rf build/lib build/bdist.*  # setuptools reuses build/lib: a stale copy would slip old packages into the wheel
 	$(COLAB_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall .
 	$(COLAB_VENV)/bin/python -m ipykernel install --prefix $(COLAB_VENV) --name colab-like --display-name "Colab-like"
 	@touch $(COLAB_STAMP)

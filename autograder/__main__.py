@@ -63,7 +63,7 @@ def _grade(args) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         run = grade_class(Path(args.course), args.assignment, Path(args.submissions), jobs=args.jobs,
-                          timeout=args.timeout, memory_mb=args.memory, out=Path(args.out) if args.out else None,
+                          timeout=args.timeout, memory_mib=args.memory, out=Path(args.out) if args.out else None,
                           sandbox=args.sandbox, force=args.force, progress=not args.quiet)
     except GradingError as exc:
         print(f"grade: {exc}", file=sys.stderr)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--timeout", type=_positive(float), default=300,
                        help="wall-clock seconds per notebook (default: 300)")
     grade.add_argument("--memory", type=_positive(int), default=4096,
-                       help="memory cap per submission in MB (default: 4096)")
+                       help="memory cap per submission in MiB (default: 4096)")
     grade.add_argument("--out", help="output folder (default: graded/<ASSIGNMENT>/)")
     grade.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto",
                        help="isolation for student code (default: the best that works here)")

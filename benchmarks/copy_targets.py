@@ -2,11 +2,11 @@
 
     .venv/bin/python benchmarks/copy_targets.py
 
-1. Host-to-host bandwidth at 256 MB measured by devicelab.copybench, against a plain NumPy copy of the same
+1. Host-to-host bandwidth at 256 MiB measured by devicelab.copybench, against a plain NumPy copy of the same
    buffers in the same process (target: ratio >= 0.9).
-2. How long the default CPU sweep (4 KB to 256 MB) takes (target: within 5 s).
+2. How long the default CPU sweep (4 KiB to 256 MiB) takes (target: within 5 s).
 3. How long after Run the transfer lab shows its first point (target: within 0.5 s).
-4. On a GPU only: pinned host-to-device at 256 MB against raw CUDA events around one copy_ (target: within 5%).
+4. On a GPU only: pinned host-to-device at 256 MiB against raw CUDA events around one copy_ (target: within 5%).
 """
 
 import statistics
@@ -20,9 +20,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devicelab import copybench as cb
-from devicelab.copybench import MB
+from devicelab.units import GB, MiB
 
-SIZE = 256 * MB
+SIZE = 256 * MiB
 REPEATS = 9
 
 
@@ -58,13 +58,13 @@ def host_copy_against_numpy(rounds: int = 5) -> None:
 
         [bench] = cb.sweep([SIZE], "h2h", repeats=REPEATS, link=None, allocate=allocate)
         bench_gbps.append(bench.gbps)
-        numpy_gbps.append(SIZE / median_seconds(lambda: np.copyto(b, a)) / 1e9)
+        numpy_gbps.append(SIZE / median_seconds(lambda: np.copyto(b, a)) / GB)
     ours, theirs = statistics.median(bench_gbps), statistics.median(numpy_gbps)
     ratio = statistics.median(x / y for x, y in zip(bench_gbps, numpy_gbps, strict=True))
-    print(f"1. h2h at 256 MB: devicelab.copybench {ours:.2f} GB/s ({torch.get_num_threads()} threads), NumPy copyto {theirs:.2f} GB/s "
+    print(f"1. h2h at 256 MiB: devicelab.copybench {ours:.2f} GB/s ({torch.get_num_threads()} threads), NumPy copyto {theirs:.2f} GB/s "
           f"(medians of {rounds} interleaved rounds of {REPEATS}): ratio {ratio:.2f} (target >= 0.9)")
-    threaded = SIZE / median_seconds(lambda: dst.copy_(src)) / 1e9
-    clone = SIZE / median_seconds(lambda: src.clone()) / 1e9
+    threaded = SIZE / median_seconds(lambda: dst.copy_(src)) / GB
+    clone = SIZE / median_seconds(lambda: src.clone()) / GB
     print(f"   for comparison: dst.copy_(src) with torch's {torch.get_num_threads()} threads {threaded:.2f} GB/s; "
           f"src.clone() (allocates inside the timing) {clone:.2f} GB/s")
 
@@ -74,7 +74,7 @@ def default_sweep_time() -> None:
     start = time.perf_counter()
     results = list(cb.sweep(direction=direction, link=None))
     seconds = time.perf_counter() - start
-    print(f"2. default {direction} sweep ({len(results)} sizes, 4 KB to 256 MB, 5 repeats): {seconds:.2f} s "
+    print(f"2. default {direction} sweep ({len(results)} sizes, 4 KiB to 256 MiB, 5 repeats): {seconds:.2f} s "
           "(target within 5 s on CPU)")
 
 
@@ -90,7 +90,7 @@ def time_to_first_point() -> None:
     lab = TransferLabWidget(schedule=queue.append)  # built before Run, as in a notebook
     started = time.perf_counter()
     lab.run_button.click()
-    queue.pop(0)()  # the first step: measure 4 KB, redraw the plot and the table
+    queue.pop(0)()  # the first step: measure 4 KiB, redraw the plot and the table
     seconds = time.perf_counter() - started
     lab.stop_button.click()
     while queue:
@@ -101,7 +101,7 @@ def time_to_first_point() -> None:
 
 def pinned_h2d_against_raw_events() -> None:
     if not torch.cuda.is_available():
-        print("4. pinned h2d at 256 MB against raw CUDA events: skipped, no CUDA GPU here")
+        print("4. pinned h2d at 256 MiB against raw CUDA events: skipped, no CUDA GPU here")
         return
     [bench] = cb.sweep([SIZE], "h2d", "pinned", True, repeats=REPEATS)
     src = torch.empty(SIZE, dtype=torch.uint8, pin_memory=True).fill_(1)
@@ -116,9 +116,9 @@ def pinned_h2d_against_raw_events() -> None:
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) / 1e3)
-    raw = SIZE / statistics.median(samples) / 1e9
+    raw = SIZE / statistics.median(samples) / GB
     link = f", {bench.share_of_link:.0%} of the {bench.link_gbps:.2f} GB/s link" if bench.link_gbps else ""
-    print(f"4. pinned h2d at 256 MB: devicelab.copybench {bench.gbps:.2f} GB/s{link}; raw events around one "
+    print(f"4. pinned h2d at 256 MiB: devicelab.copybench {bench.gbps:.2f} GB/s{link}; raw events around one "
           f"copy_ {raw:.2f} GB/s: difference {abs(bench.gbps / raw - 1):.1%} (target within 5%)")
 
 

@@ -45,14 +45,14 @@ async def _sweep(lab, *, stop_after: int | None = None, limit_s: float = 300.0) 
 
 async def transfer_lab_report() -> dict:
     """Run the transfer lab the way a student would, on its real event-loop scheduler."""
-    from devicelab import copybench as cb
     from devicelab.transfer_lab_widget import TransferLabWidget
+    from devicelab.units import MiB
 
     lab = TransferLabWidget(cuda=True)
     report = {"directions": list(lab.direction.options), "backends": [label for label, _ in lab.backend.options],
               "pinned_offered": not lab.host.disabled, "reason": lab.reason.value}
     lab.direction.value, lab.host.value, lab.non_blocking.value = "h2d", "pinned", True
-    lab.largest.value, lab.repeats.value = 256 * cb.MB, 3
+    lab.largest.value, lab.repeats.value = 256 * MiB, 3
     report["h2d_pinned"] = await _sweep(lab)
     lab.direction.value, lab.host.value, lab.non_blocking.value = "h2d", "pageable", False
     report["h2d_pageable"] = await _sweep(lab)

@@ -9,10 +9,11 @@ from typing import TextIO
 BENCH_EPILOG = """\
 examples:
   python -m devicelab bench                                  # h2d with a GPU, h2h without one
-  python -m devicelab bench --direction h2d --host pinned --non-blocking --sizes 4KB,1MB,256MB
+  python -m devicelab bench --direction h2d --host pinned --non-blocking --sizes 4KiB,1MiB,256MiB
   python -m devicelab bench --repeats 10 --csv copies.csv
 
-Sizes are powers of 1024 (4KB = 4096 bytes); bandwidth is in GB/s = 10^9 bytes per second.
+Sizes are binary (4KiB = 4096 bytes, 1MiB = 2^20; K, M, G are short for KiB, MiB, GiB);
+bandwidth is in GB/s = 10^9 bytes per second.
 """
 
 
@@ -29,7 +30,7 @@ def _bench_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--host", choices=HOSTS, default="pageable",
                        help="host memory for h2d, d2h and h2h (pinned needs a CUDA GPU); default: pageable")
     bench.add_argument("--non-blocking", action="store_true", help="copy with non_blocking=True")
-    bench.add_argument("--sizes", help="comma-separated sizes, e.g. 4KB,1MB,256MB; default: 4 KB to 256 MB "
+    bench.add_argument("--sizes", help="comma-separated sizes, e.g. 4KiB,1MiB,256MiB; default: 4 KiB to 256 MiB "
                                        "in powers of two")
     bench.add_argument("--repeats", type=int, default=5, help="timed samples per size (median reported); default 5")
     bench.add_argument("--threads", type=int, default=0,

@@ -9,7 +9,8 @@ The rules every measurement here follows (see docs/facts.md):
 - On a GPU, CUDA events on the copy's stream time the device's own work; on the CPU, a host clock.
 - Tiny copies are repeated inside a sample until it lasts about a millisecond, so that the clock's resolution
   does not decide the result; each figure is per copy.
-- GB/s means 10**9 bytes per second. Sizes (4 KB, 256 MB) are powers of 1024, as memory sizes usually are.
+- Units (devicelab.units): sizes are binary (4 KiB, 256 MiB: powers of 1024); bandwidth is GB/s, 10**9 bytes
+  per second, as PCIe and GPU datasheets quote it.
 - Host-to-host copies run with PyTorch's own number of threads by default, as your code's copies do (on an H100
   host, one thread reached only 0.6x of NumPy's memcpy-based copy, all 16 reached 2.5x); pass `threads=1` for a
   figure that does not depend on what the other cores are doing.
@@ -31,13 +32,14 @@ from dataclasses import dataclass
 
 import torch
 
+from devicelab.units import GB, GiB, KiB, MiB, format_bytes
+
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 HOSTS = ("pageable", "pinned")
 GPU_DIRECTIONS = ("h2d", "d2h", "d2d")
 DIRECTION_NAMES = {"h2d": "host to device", "d2h": "device to host", "d2d": "device to device",
                    "h2h": "host to host"}
-KB, MB, GB = 1024, 1024**2, 1024**3
-DEFAULT_SIZES = tuple(2**k for k in range(12, 29))  # 4 KB, 8 KB, ..., 256 MB
+DEFAULT_SIZES = tuple(2**k for k in range(12, 29))  # 4 KiB, 8 KiB, ..., 256 MiB
 CSV_COLUMNS = ("direction", "host", "non_blocking", "bytes", "median_s", "min_s", "gbps", "link_gbps",
                "share_of_link")
 METHOD_EVENTS = "CUDA events"
@@ -94,12 +96,12 @@ class CopyResult:
     @property
     def gbps(self) -> float:
         """Return the bandwidth at the median time, in GB/s (10**9 bytes per second)."""
-        return self.bytes / self.median_s / 1e9
+        return self.bytes / self.median_s / GB
 
     @property
     def peak_gbps(self) -> float:
         """Return the bandwidth at the fastest sample, in GB/s."""
-        return self.bytes / self.min_s / 1e9
+        return self.bytes / self.min_s / GB
 
     @property
     def share_of_link(self) -> float | None:
@@ -117,24 +119,28 @@ class CopyResult:
 
 # ----- sizes ----------------------------------------------------------------------------------------------
 
-_UNITS = {"": 1, "b": 1, "k": KB, "kb": KB, "kib": KB, "m": MB, "mb": MB, "mib": MB, "g": GB, "gb": GB,
-          "gib": GB}
+_UNITS = {"": 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB}
+_DECIMAL_LABELS = {"kb": "KiB", "mb": "MiB", "gb": "GiB"}
 _SIZE = re.compile(r"^\s*(-?[0-9]*\.?[0-9]+)\s*([a-z]*)\s*$")
 
 
 def parse_size(text: str | int) -> int:
-    """Return the number of bytes in `text` such as "4KB", "1.5 MB", "256MiB" or "4096" (KB = 1024 bytes)."""
+    """Return the number of bytes in `text` such as "4KiB", "1.5 MiB", "256M" or "4096" (K = KiB = 1024 bytes)."""
     if isinstance(text, bool):
-        raise TypeError(f"a size must be a number of bytes or a string such as '4KB', not {text!r}")
+        raise TypeError(f"a size must be a number of bytes or a string such as '4KiB', not {text!r}")
     if isinstance(text, int):
         return check_size(text)
     match = _SIZE.match(str(text).lower().replace("_", ""))
     if match is None:
         raise ValueError(f"cannot read the size {text!r}: write a number of bytes or a number with a unit, "
-                         "for example 4096, 4KB, 1MB, 256MB or 1GB")
+                         "for example 4096, 4KiB, 1MiB, 256MiB or 1GiB")
     number, unit = match.groups()
+    if unit in _DECIMAL_LABELS:
+        raise ValueError(f"{text!r}: sizes in this course are binary, so write {number}{_DECIMAL_LABELS[unit]} "
+                         f"({_DECIMAL_LABELS[unit]} = {_UNITS[_DECIMAL_LABELS[unit].lower()]} bytes) or a number "
+                         "of bytes (the course keeps decimal units for bandwidth: GB/s = 10**9 bytes per second)")
     if unit not in _UNITS:
-        raise ValueError(f"unknown unit {unit!r} in {text!r}: use B, KB, MB or GB (powers of 1024)")
+        raise ValueError(f"unknown unit {unit!r} in {text!r}: use B, KiB, MiB or GiB (powers of 1024)")
     nbytes = float(number) * _UNITS[unit]
     if nbytes <= 0:
         raise ValueError(f"a copy size must be at least 1 byte, got {text!r}")
@@ -144,10 +150,10 @@ def parse_size(text: str | int) -> int:
 
 
 def parse_sizes(text: str) -> list[int]:
-    """Return the sizes in a comma-separated list such as "4KB,1MB,256MB"."""
+    """Return the sizes in a comma-separated list such as "4KiB,1MiB,256MiB"."""
     parts = [part for part in str(text).split(",") if part.strip()]
     if not parts:
-        raise ValueError("no sizes given: write them comma-separated, for example 4KB,1MB,256MB")
+        raise ValueError("no sizes given: write them comma-separated, for example 4KiB,1MiB,256MiB")
     return [parse_size(part) for part in parts]
 
 
@@ -160,23 +166,15 @@ def check_size(nbytes: object) -> int:
     return nbytes
 
 
-def size_range(smallest: int = 4 * KB, largest: int = 256 * MB) -> list[int]:
+def size_range(smallest: int = 4 * KiB, largest: int = 256 * MiB) -> list[int]:
     """Return the powers of two from `smallest` up to `largest` (both rounded into that grid), ascending."""
     smallest, largest = check_size(smallest), check_size(largest)
     if smallest > largest:
-        raise ValueError(f"the smallest size ({format_size(smallest)}) is above the largest "
-                         f"({format_size(largest)})")
+        raise ValueError(f"the smallest size ({format_bytes(smallest)}) is above the largest "
+                         f"({format_bytes(largest)})")
     low, high = math.ceil(math.log2(smallest)), math.floor(math.log2(largest))
     sizes = [2**k for k in range(low, high + 1)]
     return sizes or [smallest]
-
-
-def format_size(nbytes: int) -> str:
-    """Return a byte count as a short string: 512 B, 4 KB, 1.5 MB, 2 GB (powers of 1024)."""
-    for unit, scale in (("GB", GB), ("MB", MB), ("KB", KB)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes} B"
 
 
 # ----- what this machine has ------------------------------------------------------------------------------
@@ -197,7 +195,7 @@ def available_host_bytes() -> int | None:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * KiB  # /proc/meminfo writes "kB" but means KiB
     except OSError:
         pass
     try:
@@ -321,15 +319,15 @@ def check_fits(nbytes: int, direction: str, host: str, device: torch.device | No
         if available is not None and need_host > share * available:
             kind = "pinned (page-locked, never swapped)" if host == "pinned" else "host"
             raise CopyMemoryError(
-                f"a {format_size(nbytes)} {direction} copy needs {format_size(need_host)} of {kind} memory, and "
-                f"this machine has {format_size(available)} available (at most {share:.0%} of it may be used): "
+                f"a {format_bytes(nbytes)} {direction} copy needs {format_bytes(need_host)} of {kind} memory, and "
+                f"this machine has {format_bytes(available)} available (at most {share:.0%} of it may be used): "
                 "choose smaller sizes")
     if need_device and device is not None:
         available = available_device_bytes(device) if device_bytes is None else device_bytes
         if need_device > available:
             raise CopyMemoryError(
-                f"a {format_size(nbytes)} {direction} copy needs {format_size(need_device)} on {device}, and only "
-                f"{format_size(available)} is free there: choose smaller sizes")
+                f"a {format_bytes(nbytes)} {direction} copy needs {format_bytes(need_device)} on {device}, and only "
+                f"{format_bytes(available)} is free there: choose smaller sizes")
 
 
 # ----- buffers --------------------------------------------------------------------------------------------
@@ -369,7 +367,7 @@ def copy_buffers(nbytes: int, direction: str, host: str = "pageable", device: to
                 raise
             buffers.clear()
             _release(device, pinned)
-            raise CopyMemoryError(f"out of memory allocating {format_size(nbytes)} buffers for a {direction} "
+            raise CopyMemoryError(f"out of memory allocating {format_bytes(nbytes)} buffers for a {direction} "
                                   f"copy ({type(error).__name__}): choose smaller sizes. Nothing stays "
                                   "allocated.") from None
         yield buffers[0], buffers[1]
@@ -533,5 +531,5 @@ def table_row(result: CopyResult) -> str:
     link = "" if result.link_gbps is None else f"{result.link_gbps:.2f}"
     share = "" if result.share_of_link is None else f"{result.share_of_link:.0%}"
     return (f"{result.direction:<9} {result.host or '-':<8} {'yes' if result.non_blocking else 'no':<12} "
-            f"{format_size(result.bytes):>8} {format_seconds(result.median_s):>10} "
+            f"{format_bytes(result.bytes):>8} {format_seconds(result.median_s):>10} "
             f"{format_seconds(result.min_s):>10} {result.gbps:>7.2f} {link:>9} {share:>7}")

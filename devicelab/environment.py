@@ -11,6 +11,7 @@ from html import escape
 import torch
 
 from devicelab.devices import best_device
+from devicelab.units import GiB
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def _gpus() -> tuple[GpuInfo, ...]:
     gpus = []
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
-        gpus.append(GpuInfo(index, props.name, props.total_memory / 2**30, (props.major, props.minor)))
+        gpus.append(GpuInfo(index, props.name, props.total_memory / GiB, (props.major, props.minor)))
     return tuple(gpus)
 
 

@@ -7,6 +7,8 @@ from html import escape
 import torch
 from torch import nn
 
+from devicelab.units import format_bytes
+
 # Names IPython puts in a notebook's namespace that hold cell history, not the user's tensors.
 _IPYTHON_HISTORY = frozenset({"In", "Out"})
 _COLUMNS = ("name", "kind", "shape", "dtype", "device", "pinned", "size")
@@ -38,7 +40,7 @@ class TensorRow:
             str(self.dtype).removeprefix("torch."),
             str(self.device),
             {True: "yes", False: "no", None: "n/a"}[self.pinned],
-            "n/a" if self.nbytes is None else human_bytes(self.nbytes),
+            "n/a" if self.nbytes is None else format_bytes(self.nbytes),
         )
 
 
@@ -87,7 +89,7 @@ class TensorTable:
             return "No tensors found."
         parts = []
         for total in self.totals().values():
-            size = human_bytes(total.nbytes)
+            size = format_bytes(total.nbytes)
             if total.unknown_sizes:
                 size += f" + {total.unknown_sizes} of unknown size"
             if total.device.type == "meta":
@@ -123,18 +125,6 @@ class TensorTable:
         table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" if self.rows else ""
         notes = "".join(f"<p>{escape(note)}</p>" for note in self.notes())
         return f"{table}<p>{escape(self.summary())}</p>{notes}"
-
-
-def human_bytes(nbytes: int) -> str:
-    """Format a byte count with decimal units (1 kB = 1000 B), e.g. '1.5 MB'."""
-    if nbytes < 1000:
-        return f"{nbytes} B"
-    value = float(nbytes)
-    for unit in ("kB", "MB", "GB", "TB"):
-        value /= 1000
-        if round(value, 1) < 1000:
-            return f"{value:.1f} {unit}"
-    return f"{value:.1f} TB"
 
 
 def _pinned(t: torch.Tensor) -> bool | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devicelab.simgpu import T4_PCIE3, GPUProfile, SimulatedGPU, TimelineRecord, plot_timeline
+from devicelab.units import MiB
 
 MODES = ("pageable-blocking", "pinned-same-stream", "pinned-side-stream")
 MODE_LABELS = {
@@ -28,7 +29,6 @@ MODE_LABELS = {
 }
 SIMULATED = "simulated T4"
 MEASURED = "measured with CUDA events"
-MB = 1024**2
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,11 @@ def _check(mode: str, steps: int) -> None:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
 
 
-def simulate_steps(mode: str, steps: int = 4, *, batch_bytes: int = 32 * MB, compute_s: float = 3e-3,
+def simulate_steps(mode: str, steps: int = 4, *, batch_bytes: int = 32 * MiB, compute_s: float = 3e-3,
                    host_s: float = 0.2e-3, profile: GPUProfile = T4_PCIE3) -> OverlapRun:
     """Run `steps` training steps (copy a batch, then compute on it) on the simulated GPU; return the timeline.
 
-    `host_s` is the host's own work per step (Python, the optimizer's launches). The default batch (32 MB)
+    `host_s` is the host's own work per step (Python, the optimizer's launches). The default batch (32 MiB)
     takes about 2.7 ms to copy pinned and 6.8 ms pageable on the T4 profile, against 3 ms of compute.
     """
     _check(mode, steps)
@@ -103,7 +103,7 @@ def simulate_steps(mode: str, steps: int = 4, *, batch_bytes: int = 32 * MB, com
     return OverlapRun(mode, steps, tuple(gpu.timeline), SIMULATED)
 
 
-def measure_steps(mode: str, steps: int = 4, *, batch_bytes: int = 32 * MB, matmul_size: int = 2048,
+def measure_steps(mode: str, steps: int = 4, *, batch_bytes: int = 32 * MiB, matmul_size: int = 2048,
                   matmuls: int = 4, device: Any = None) -> OverlapRun:
     """Run `steps` training steps on a CUDA GPU; time every copy and kernel with CUDA events."""
     import torch

@@ -41,7 +41,7 @@ ENGINES = ("host", "compute", "copy")
 
 @dataclass(frozen=True)
 class GPUProfile:
-    """The figures a simulated GPU runs on: costs in seconds, bandwidths in bytes per second (GB = 1e9 B)."""
+    """The figures a simulated GPU runs on: costs in seconds, bandwidths in bytes per second (GB/s = 10**9 B/s)."""
 
     name: str
     launch_s: float = 5e-6
@@ -73,7 +73,8 @@ class GPUProfile:
 
 # NVIDIA T4 on PCIe Gen3 x16, the usual Colab GPU. From FACTS.md: pinned 12.4 GB/s H2D and 13.1 GB/s D2H
 # measured in a notebook (15.75 GB/s per-direction limit); a launch ~4-6 us; CUDA start-up 1-4 s; half of peak
-# at ~32-36 KB per copy, which a 2.7 us fixed latency reproduces (34 KB / 12.4 GB/s). Pageable copies are
+# at ~31-36 KiB per copy (FACTS.md's "32-36" does not say 1000 or 1024 bytes; this range covers both),
+# which a 2.7 us fixed latency reproduces (2.7 us x 12.4 GB/s = 33,480 bytes = 32.7 KiB). Pageable copies are
 # 1.2x to 9x slower than pinned across hosts; the default takes 2.5x, the A100 row of FACTS.md
 # (25.7 -> 10.0 GB/s H2D, 25.8 -> 10.8 GB/s D2H). Not in FACTS.md, from NVIDIA's T4 datasheet: 8.1 TFLOPS FP32
 # peak and 320 GB/s memory, halved for device-to-device copies because a copy reads and writes every byte.

@@ -22,17 +22,18 @@ from html import escape
 from typing import Any
 
 from devicelab import copybench as cb
-from devicelab.copybench import KB, MB, CopyResult, format_size
+from devicelab.copybench import CopyResult
 from devicelab.simgpu import T4_PCIE3, GPUProfile, SimulatedGPU
 from devicelab.timing import format_seconds
+from devicelab.units import GB, KiB, MiB, format_bytes
 
 MACHINE = "machine"
 SIMULATED = "sim-t4"
 SIM_LABEL = "simulated T4"
 METHOD_SIMULATED = "simulated CUDA events (virtual clock)"
-SIZE_CHOICES = tuple(2**k for k in range(12, 29))  # 4 KB ... 256 MB
+SIZE_CHOICES = tuple(2**k for k in range(12, 29))  # 4 KiB ... 256 MiB
 REPEAT_CHOICES = (1, 3, 5, 10)
-QUICK_LARGEST = 16 * MB
+QUICK_LARGEST = 16 * MiB
 
 NO_GPU_REASON = ("No CUDA GPU here, so pinned memory is off: t.pin_memory() raises without one, and h2d, d2h "
                  "and d2d copies need one too. This machine can measure host-to-host copies (h2h); choose the "
@@ -49,8 +50,8 @@ class LabConfig:
     direction: str = "h2h"
     host: str = "pageable"
     non_blocking: bool = False
-    smallest: int = 4 * KB
-    largest: int = 256 * MB
+    smallest: int = 4 * KiB
+    largest: int = 256 * MiB
     repeats: int = 3
 
     def sizes(self) -> list[int]:
@@ -155,7 +156,7 @@ def _simulated(sizes: list[int], direction: str, host: str, non_blocking: bool, 
         yield CopyResult(direction=direction, host="" if direction == "d2d" else host, non_blocking=non_blocking,
                          bytes=nbytes, median_s=samples[len(samples) // 2], min_s=samples[0], repeats=repeats,
                          method=METHOD_SIMULATED, device=SIM_LABEL,
-                         link_gbps=None if direction == "d2d" else profile.link_peak_Bps / 1e9)
+                         link_gbps=None if direction == "d2d" else profile.link_peak_Bps / GB)
 
 
 def start_sweep(config: LabConfig) -> Iterator[CopyResult]:
@@ -230,11 +231,11 @@ def plot_bandwidth(runs: Sequence[Run], ax: Any = None, *, title: str | None = N
                 ax.axhline(run.link_gbps, linestyle=("--", ":", "-.")[len(drawn_links) % 3 - 1], linewidth=1.2,
                            color="black", label=link_label(run))
     ax.set_xscale("log", base=2)
-    ticks = [s for s in SIZE_CHOICES if s in (4 * KB, 64 * KB, MB, 16 * MB, 256 * MB)]
-    ax.set_xticks(ticks, [format_size(s) for s in ticks])
-    ax.set_xlim(3 * KB, 350 * MB)
+    ticks = [s for s in SIZE_CHOICES if s in (4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB)]
+    ax.set_xticks(ticks, [format_bytes(s) for s in ticks])
+    ax.set_xlim(3 * KiB, 350 * MiB)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("copy size")
+    ax.set_xlabel("copy size (1 KiB = 1024 bytes)")
     ax.set_ylabel("GB/s (10^9 bytes/s)")
     ax.grid(True, which="major", alpha=0.3)
     ax.set_title(title or "Copy bandwidth by size")
@@ -270,7 +271,7 @@ def results_table_html(run: Run | None) -> str:
     for r in run.results:
         link = "" if r.link_gbps is None else f"{r.link_gbps:.2f}"
         share = "" if r.share_of_link is None else f"{r.share_of_link:.0%}"
-        rows.append(f"<tr><td>{format_size(r.bytes)}</td><td>{format_seconds(r.median_s)}</td>"
+        rows.append(f"<tr><td>{format_bytes(r.bytes)}</td><td>{format_seconds(r.median_s)}</td>"
                     f"<td>{format_seconds(r.min_s)}</td><td>{r.gbps:.2f}</td><td>{link}</td><td>{share}</td></tr>")
     method = escape(run.results[0].method) if run.results else ""
     caption = f"<b>{escape(run.label)}</b>: {escape(run.status)}" + (f"; timed with {method}" if method else "")

@@ -31,6 +31,7 @@ from devicelab.transfer_lab import (
     start_sweep,
 )
 from devicelab.ui import INERT_MESSAGE, widgets_enabled
+from devicelab.units import KiB, MiB, format_bytes
 
 AUTO = "auto"
 PLOT_INTERVAL_S = 0.25  # redraw the plot at most this often while a sweep runs (a redraw takes ~0.1 s)
@@ -80,7 +81,7 @@ class TransferLabWidget:
         self._first_point_s: float | None = None
         self._plotted_at = 0.0
         wide = {"description_width": "initial"}
-        sizes = [(cb.format_size(s), s) for s in SIZE_CHOICES]
+        sizes = [(format_bytes(s), s) for s in SIZE_CHOICES]
 
         self.backend = w.Dropdown(options=backend_options(self.cuda), value=MACHINE, description="Copies on",
                                   style=wide)
@@ -88,8 +89,8 @@ class TransferLabWidget:
         self.host = w.ToggleButtons(options=list(cb.HOSTS), value="pageable", description="Host memory",
                                     style=wide)
         self.non_blocking = w.Checkbox(value=False, description="non_blocking=True", style=wide)
-        self.smallest = w.Dropdown(options=sizes, value=4 * cb.KB, description="From", style=wide)
-        self.largest = w.Dropdown(options=sizes, value=(256 if self.cuda else 64) * cb.MB, description="to",
+        self.smallest = w.Dropdown(options=sizes, value=4 * KiB, description="From", style=wide)
+        self.largest = w.Dropdown(options=sizes, value=(256 if self.cuda else 64) * MiB, description="to",
                                   style=wide)
         self.repeats = w.Dropdown(options=list(REPEAT_CHOICES), value=3, description="Repeats", style=wide)
         self.run_button = w.Button(description="Run", button_style="primary")

@@ -12,6 +12,7 @@ import pytest
 from autograder import COURSE_ROOT
 from autograder.colab_cells import BADGE_TAG, COLAB_METADATA, SETUP_TAG, load_repository, setup_source
 from autograder.course import assignment_notebooks, assignments, lessons
+from autograder.grading.demo import solved
 from tests.notebook_runner import execute_notebook
 
 REPO = load_repository(COURSE_ROOT)
@@ -105,27 +106,30 @@ def colab_kernel(tmp_path_factory):
         yield {**os.environ, "IPYTHONDIR": str(ipython_dir)}
 
 
-def test_colab_environment_is_shaped_like_colab(colab_kernel):
+def test_colab_environment_is_shaped_like_colab(colab_kernel, tmp_path):
     probe = ("import importlib.util as u, ipywidgets, ipykernel; "
              "print(ipywidgets.__version__, ipykernel.__version__.split('.')[0], "
              "u.find_spec('nbgrader') is None, u.find_spec('jupyterlab') is None)")
-    out = subprocess.run([COLAB_VENV / "bin" / "python", "-c", probe], capture_output=True, text=True, check=True)
+    out = subprocess.run([COLAB_VENV / "bin" / "python", "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)
     assert out.stdout.split() == ["7.7.1", "6", "True", "True"]
+
+
+def test_the_wheel_colab_installs_carries_the_student_package_only(colab_kernel, tmp_path):
+    probe = ("import importlib.metadata as m, importlib.util as u; "
+             "print(sorted({f.parts[0] for f in m.files('devicelab') if f.parts[0] not in ('..',) and not f.parts[0].endswith('-info')}), "
+             "u.find_spec('autograder') is None)")
+    out = subprocess.run([COLAB_VENV / "bin" / "python", "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)  # not the course root, which has autograder/ on the path
+    assert out.stdout.split() == ["['devicelab']", "True"]
 
 
 def _solved(release: Path, tmp_path: Path) -> Path:
     """Return a copy of a release notebook with the instructor's answers filled in."""
     source = COURSE_ROOT / "source" / release.parent.name / release.name
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nbformat.read(source, as_version=4).cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
-    nb = nbformat.read(release, as_version=4)
-    for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell.source = answers[grade_id]
-    solved = tmp_path / release.name
-    nbformat.write(nb, solved)
-    return solved
+    nb = solved(nbformat.read(release, as_version=4), nbformat.read(source, as_version=4))
+    nbformat.write(nb, tmp_path / release.name)
+    return tmp_path / release.name
 
 
 def _errors(nb) -> list[str]:

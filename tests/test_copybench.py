@@ -2,6 +2,7 @@
 
 import csv
 import gc
+import re
 import sys
 import types
 import weakref
@@ -12,21 +13,22 @@ import torch
 
 from devicelab import copybench as cb
 from devicelab.__main__ import main
-from devicelab.copybench import GB, KB, MB, CopyMemoryError, CopyResult, LinkLimit, NoGPUError
+from devicelab.copybench import CopyMemoryError, CopyResult, LinkLimit, NoGPUError
+from devicelab.units import GB, GiB, KiB, MiB
 
 # ----- sizes ----------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("text", "nbytes"), [
-    ("4096", 4096), ("4KB", 4096), ("4 kb", 4096), ("4KiB", 4096), ("1MB", MB), ("1.5MB", 3 * MB // 2),
-    ("256MB", 256 * MB), ("1GB", GB), ("512B", 512), ("64k", 64 * KB), (4096, 4096),
+    ("4096", 4096), ("4KiB", 4096), ("4 kib", 4096), ("4K", 4096), ("1MiB", MiB), ("1.5MiB", 3 * MiB // 2),
+    ("256MiB", 256 * MiB), ("256m", 256 * MiB), ("1GiB", GiB), ("512B", 512), ("64k", 64 * KiB), (4096, 4096),
 ])
 def test_sizes_read_with_powers_of_1024(text, nbytes):
     assert cb.parse_size(text) == nbytes
 
 
 @pytest.mark.parametrize(("text", "words"), [
-    ("0", "at least 1 byte"), ("-4KB", "at least 1 byte"), ("4XB", "unknown unit"), ("abc", "cannot read"),
+    ("0", "at least 1 byte"), ("-4KiB", "at least 1 byte"), ("4XB", "unknown unit"), ("abc", "cannot read"),
     ("0.5", "whole number"), (0, "at least 1 byte"), (-1, "at least 1 byte"),
 ])
 def test_bad_sizes_say_what_is_wrong(text, words):
@@ -34,19 +36,25 @@ def test_bad_sizes_say_what_is_wrong(text, words):
         cb.parse_size(text)
 
 
+@pytest.mark.parametrize(("text", "fix"), [("4KB", "4KiB"), ("4 kb", "4KiB"), ("1MB", "1MiB"), ("1.5GB", "1.5GiB")])
+def test_decimal_labels_are_refused_with_the_binary_spelling(text, fix):
+    with pytest.raises(ValueError, match=f"write {re.escape(fix)} "):
+        cb.parse_size(text)
+
+
 def test_size_lists_and_ranges():
-    assert cb.parse_sizes("4KB,1MB,256MB") == [4 * KB, MB, 256 * MB]
+    assert cb.parse_sizes("4KiB,1MiB,256MiB") == [4 * KiB, MiB, 256 * MiB]
     with pytest.raises(ValueError, match="no sizes"):
         cb.parse_sizes(" , ")
     assert cb.size_range() == list(cb.DEFAULT_SIZES)
-    assert cb.DEFAULT_SIZES[0] == 4 * KB and cb.DEFAULT_SIZES[-1] == 256 * MB and len(cb.DEFAULT_SIZES) == 17
+    assert cb.DEFAULT_SIZES[0] == 4 * KiB and cb.DEFAULT_SIZES[-1] == 256 * MiB and len(cb.DEFAULT_SIZES) == 17
     assert cb.size_range(3000, 20000) == [4096, 8192, 16384]
     with pytest.raises(ValueError, match="above the largest"):
-        cb.size_range(MB, KB)
+        cb.size_range(MiB, KiB)
     with pytest.raises(TypeError):
         cb.check_size(True)
-    assert [cb.format_size(n) for n in (512, 4 * KB, 3 * MB // 2, 256 * MB, 2 * GB)] == [
-        "512 B", "4 KB", "1.5 MB", "256 MB", "2 GB"]
+    row = cb.table_row(CopyResult("h2h", "pageable", False, bytes=3 * MiB // 2, median_s=1e-3, min_s=1e-3, repeats=1))
+    assert " 1.5 MiB " in row and "MB" not in row
 
 
 # ----- the link limit -------------------------------------------------------------------------------------
@@ -132,9 +140,9 @@ def test_link_limit_is_unknown_without_a_gpu(monkeypatch):
 
 
 def test_a_result_reports_gb_per_second_in_powers_of_ten_and_its_share_of_the_link():
-    result = CopyResult("h2d", "pinned", True, bytes=256 * MB, median_s=0.02, min_s=0.019, repeats=5,
+    result = CopyResult("h2d", "pinned", True, bytes=256 * MiB, median_s=0.02, min_s=0.019, repeats=5,
                         link_gbps=15.75)
-    assert result.gbps == pytest.approx(256 * MB / 0.02 / 1e9)
+    assert result.gbps == pytest.approx(256 * MiB / 0.02 / GB)
     assert result.peak_gbps > result.gbps
     assert result.share_of_link == pytest.approx(result.gbps / 15.75)
     row = result.as_row()
@@ -192,14 +200,14 @@ def recorder(monkeypatch):
 def test_without_a_gpu_the_default_is_a_host_copy(monkeypatch):
     monkeypatch.setattr(cb, "cuda_usable", lambda: False)
     assert cb.default_direction() == "h2h"
-    result = cb.measure_copy(64 * KB, repeats=3)
-    assert (result.direction, result.host, result.non_blocking, result.bytes) == ("h2h", "pageable", False, 64 * KB)
+    result = cb.measure_copy(64 * KiB, repeats=3)
+    assert (result.direction, result.host, result.non_blocking, result.bytes) == ("h2h", "pageable", False, 64 * KiB)
     assert result.method == cb.METHOD_CLOCK and result.repeats == 3
     assert 0 < result.min_s <= result.median_s and result.gbps > 0 and result.link_gbps is None
 
 
 def test_buffers_are_made_before_the_clock_starts_and_warmed_up(recorder):
-    list(cb.sweep([4 * KB, MB], "h2h", repeats=3, clock=recorder.clock, allocate=recorder.allocate))
+    list(cb.sweep([4 * KiB, MiB], "h2h", repeats=3, clock=recorder.clock, allocate=recorder.allocate))
     log = [event.split()[0] for event in recorder.log]
     starts = [i for i, event in enumerate(log) if event == "alloc"][::2]
     assert len(starts) == 2, recorder.log
@@ -211,28 +219,28 @@ def test_buffers_are_made_before_the_clock_starts_and_warmed_up(recorder):
 
 
 def test_median_and_min_are_per_copy_and_tiny_copies_are_repeated(recorder):
-    [small, large] = cb.sweep([4 * KB, 64 * MB], "h2h", repeats=5, clock=recorder.clock,
+    [small, large] = cb.sweep([4 * KiB, 64 * MiB], "h2h", repeats=5, clock=recorder.clock,
                               allocate=recorder.allocate)
-    small_copy = recorder.per_copy + 4 * KB * recorder.seconds_per_byte
+    small_copy = recorder.per_copy + 4 * KiB * recorder.seconds_per_byte
     assert small.median_s == pytest.approx(small_copy) and small.min_s == pytest.approx(small_copy)
     assert small.calls_per_sample == round(cb.TARGET_SAMPLE_S / small_copy)
     assert large.calls_per_sample == 1
-    assert large.gbps == pytest.approx(64 * MB / (recorder.per_copy + 64 * MB * 1e-10) / 1e9)
+    assert large.gbps == pytest.approx(64 * MiB / (recorder.per_copy + 64 * MiB * 1e-10) / GB)
 
 
 def test_results_arrive_one_by_one_and_each_size_frees_its_buffers(recorder):
-    results = cb.sweep([4 * KB, 8 * KB, 16 * KB], "h2h", repeats=2, clock=recorder.clock,
+    results = cb.sweep([4 * KiB, 8 * KiB, 16 * KiB], "h2h", repeats=2, clock=recorder.clock,
                        allocate=recorder.allocate)
     first = next(results)
-    assert first.bytes == 4 * KB
+    assert first.bytes == 4 * KiB
     assert [e for e in recorder.log if e.startswith("alloc")] == ["alloc 4096", "alloc 4096"], (
         "nothing is measured ahead of time")
     assert recorder.alive() == 0, "a size's buffers are freed before its result is handed out"
-    assert next(results).bytes == 8 * KB
+    assert next(results).bytes == 8 * KiB
 
 
 def test_closing_a_sweep_early_stops_it_and_frees_everything(recorder):
-    results = cb.sweep([4 * KB, 8 * KB, 16 * KB], "h2h", repeats=2, clock=recorder.clock,
+    results = cb.sweep([4 * KiB, 8 * KiB, 16 * KiB], "h2h", repeats=2, clock=recorder.clock,
                        allocate=recorder.allocate)
     next(results)
     results.close()
@@ -243,9 +251,9 @@ def test_closing_a_sweep_early_stops_it_and_frees_everything(recorder):
 
 def test_host_copies_use_torchs_threads_unless_told_and_the_setting_is_restored(recorder):
     before = torch.get_num_threads()
-    list(cb.sweep([4 * KB], "h2h", repeats=1, clock=recorder.clock, allocate=recorder.allocate))
+    list(cb.sweep([4 * KiB], "h2h", repeats=1, clock=recorder.clock, allocate=recorder.allocate))
     assert recorder.threads_seen == before
-    list(cb.sweep([4 * KB], "h2h", repeats=1, threads=1, clock=recorder.clock, allocate=recorder.allocate))
+    list(cb.sweep([4 * KiB], "h2h", repeats=1, threads=1, clock=recorder.clock, allocate=recorder.allocate))
     assert recorder.threads_seen == 1
     assert torch.get_num_threads() == before
 
@@ -257,13 +265,13 @@ def test_host_copies_use_torchs_threads_unless_told_and_the_setting_is_restored(
 def test_gpu_directions_need_a_gpu(monkeypatch, direction):
     monkeypatch.setattr(cb, "cuda_usable", lambda: False)
     with pytest.raises(NoGPUError, match=f"{direction}.*needs a CUDA GPU"):
-        cb.sweep([4 * KB], direction)
+        cb.sweep([4 * KiB], direction)
 
 
 def test_pinned_memory_needs_a_gpu(monkeypatch):
     monkeypatch.setattr(cb, "cuda_usable", lambda: False)
     with pytest.raises(NoGPUError, match=r"pin_memory\(\) raises"):
-        cb.sweep([4 * KB], "h2h", "pinned")
+        cb.sweep([4 * KiB], "h2h", "pinned")
 
 
 @pytest.mark.parametrize(("kwargs", "error", "words"), [
@@ -281,23 +289,23 @@ def test_bad_requests_fail_before_anything_is_measured(kwargs, error, words):
 
 
 def test_sizes_that_do_not_fit_in_host_memory_fail_before_allocating(monkeypatch, recorder):
-    monkeypatch.setattr(cb, "available_host_bytes", lambda: 100 * MB)
-    with pytest.raises(CopyMemoryError, match=r"needs 128 MB of host memory.*choose smaller sizes"):
-        cb.sweep([4 * KB, 64 * MB], "h2h", allocate=recorder.allocate)
+    monkeypatch.setattr(cb, "available_host_bytes", lambda: 100 * MiB)
+    with pytest.raises(CopyMemoryError, match=r"needs 128 MiB of host memory.*choose smaller sizes"):
+        cb.sweep([4 * KiB, 64 * MiB], "h2h", allocate=recorder.allocate)
     assert recorder.log == []
     assert isinstance(CopyMemoryError("x"), MemoryError)
 
 
 def test_pinned_buffers_may_take_only_half_of_the_free_memory():
     with pytest.raises(CopyMemoryError, match="pinned"):
-        cb.check_fits(60 * MB, "h2d", "pinned", None, host_bytes=100 * MB)
-    cb.check_fits(60 * MB, "h2d", "pageable", None, host_bytes=100 * MB)
+        cb.check_fits(60 * MiB, "h2d", "pinned", None, host_bytes=100 * MiB)
+    cb.check_fits(60 * MiB, "h2d", "pageable", None, host_bytes=100 * MiB)
 
 
 def test_sizes_that_do_not_fit_on_the_device_fail_before_allocating():
-    with pytest.raises(CopyMemoryError, match=r"needs 2 GB on cuda:0.*free"):
-        cb.check_fits(GB, "d2d", "pageable", torch.device("cuda", 0), host_bytes=100 * GB, device_bytes=GB)
-    cb.check_fits(GB, "h2d", "pageable", torch.device("cuda", 0), host_bytes=100 * GB, device_bytes=GB)
+    with pytest.raises(CopyMemoryError, match=r"needs 2 GiB on cuda:0.*free"):
+        cb.check_fits(GiB, "d2d", "pageable", torch.device("cuda", 0), host_bytes=100 * GiB, device_bytes=GiB)
+    cb.check_fits(GiB, "h2d", "pageable", torch.device("cuda", 0), host_bytes=100 * GiB, device_bytes=GiB)
 
 
 def test_out_of_memory_while_allocating_frees_what_was_made(recorder):
@@ -307,7 +315,7 @@ def test_out_of_memory_while_allocating_frees_what_was_made(recorder):
         return recorder.allocate(nbytes, where, device, pinned)
 
     with pytest.raises(CopyMemoryError, match=r"out of memory.*Nothing stays allocated"), \
-            cb.copy_buffers(MB, "h2d", "pageable", None, allocate):
+            cb.copy_buffers(MiB, "h2d", "pageable", None, allocate):
         pass
     assert recorder.buffers and recorder.alive() == 0
 
@@ -316,7 +324,7 @@ def test_other_allocation_errors_are_not_disguised():
     def allocate(*args):
         raise RuntimeError("some other failure")
 
-    with pytest.raises(RuntimeError, match="some other failure"), cb.copy_buffers(MB, "h2h", allocate=allocate):
+    with pytest.raises(RuntimeError, match="some other failure"), cb.copy_buffers(MiB, "h2h", allocate=allocate):
         pass
 
 
@@ -347,19 +355,19 @@ def test_gpu_copies_are_timed_with_cuda_events_and_carry_the_link(monkeypatch, f
     monkeypatch.setattr(torch.cuda, "device", lambda device: nullcontext())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "stream")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    monkeypatch.setattr(cb, "available_device_bytes", lambda device: 16 * GB)
+    monkeypatch.setattr(cb, "available_device_bytes", lambda device: 16 * GiB)
 
     def never(*args):
         raise AssertionError("GPU copies must not be timed with the host clock")
 
     link = LinkLimit(3, 16, cb.pcie_gbps(3, 16))
-    [result] = cb.sweep([256 * MB], "h2d", "pinned", True, repeats=3, link=link, clock=never,
+    [result] = cb.sweep([256 * MiB], "h2d", "pinned", True, repeats=3, link=link, clock=never,
                         allocate=recorder.allocate)
     assert result.method == cb.METHOD_EVENTS and result.device == "cuda:0"
     assert result.calls_per_sample == 1
-    assert result.median_s == pytest.approx(recorder.per_copy + 256 * MB * recorder.seconds_per_byte)
+    assert result.median_s == pytest.approx(recorder.per_copy + 256 * MiB * recorder.seconds_per_byte)
     assert result.link_gbps == pytest.approx(15.75, abs=0.01) and 0 < result.share_of_link
-    [d2d] = cb.sweep([MB], "d2d", repeats=2, link=link, clock=never, allocate=recorder.allocate)
+    [d2d] = cb.sweep([MiB], "d2d", repeats=2, link=link, clock=never, allocate=recorder.allocate)
     assert d2d.host == "" and d2d.link_gbps is None, "no host memory and no PCIe link in a d2d copy"
 
 
@@ -369,10 +377,10 @@ def test_gpu_copies_are_timed_with_cuda_events_and_carry_the_link(monkeypatch, f
 def test_bench_without_a_gpu_measures_host_copies_and_writes_the_csv(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cb, "cuda_usable", lambda: False)
     target = tmp_path / "copies.csv"
-    assert main(["bench", "--sizes", "4KB,64KB", "--repeats", "2", "--csv", str(target)]) == 0
+    assert main(["bench", "--sizes", "4KiB,64KiB", "--repeats", "2", "--csv", str(target)]) == 0
     out = capsys.readouterr().out
     assert "No CUDA GPU" in out and "h2h" in out
-    assert "GB/s" in out and "64 KB" in out and "wrote 2 rows" in out
+    assert "GB/s" in out and "64 KiB" in out and "wrote 2 rows" in out
     with open(target, newline="") as handle:
         rows = list(csv.DictReader(handle))
     with open(target) as handle:
@@ -387,8 +395,8 @@ def test_bench_passes_the_thread_count_on(monkeypatch, capsys):
     seen = []
     real_sweep = cb.sweep
     monkeypatch.setattr(cb, "sweep", lambda *a, **k: seen.append(k["threads"]) or real_sweep(*a, **k))
-    assert main(["bench", "--sizes", "4KB", "--repeats", "1", "--threads", "1"]) == 0
-    assert main(["bench", "--sizes", "4KB", "--repeats", "1"]) == 0
+    assert main(["bench", "--sizes", "4KiB", "--repeats", "1", "--threads", "1"]) == 0
+    assert main(["bench", "--sizes", "4KiB", "--repeats", "1"]) == 0
     assert seen == [1, None]
 
 
@@ -398,6 +406,7 @@ def test_bench_passes_the_thread_count_on(monkeypatch, capsys):
     (["--host", "pinned"], "--host pinned needs a CUDA GPU"),
     (["--sizes", "0"], "at least 1 byte"),
     (["--sizes", "4XB"], "unknown unit"),
+    (["--sizes", "4KB"], "write 4KiB"),
     (["--repeats", "0"], "at least 1"),
     (["--direction", "sideways"], "invalid choice"),
     (["--threads", "-1"], "--threads must be 0"),
@@ -412,8 +421,8 @@ def test_bench_refuses_bad_requests_with_exit_code_2(monkeypatch, capsys, argv, 
 
 def test_bench_refuses_sizes_that_do_not_fit(monkeypatch, capsys):
     monkeypatch.setattr(cb, "cuda_usable", lambda: False)
-    monkeypatch.setattr(cb, "available_host_bytes", lambda: GB)
+    monkeypatch.setattr(cb, "available_host_bytes", lambda: GiB)
     with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "--sizes", "4KB,1GB"])
+        main(["bench", "--sizes", "4KiB,1GiB"])
     assert exit_info.value.code == 2
     assert "choose smaller sizes" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from tests.once_per_run import once_per_run
 pytestmark = pytest.mark.notebook
 
 TIMEOUT = 10
-MEMORY_MB = 600
+MEMORY_MIB = 600
 DAEMON = "4321.5"  # `sleep 4321.5`: a process a student's code detaches, which must not outlive grading
 STORM = "4321.25"  # the fork storm's children, told apart from DAEMON (the two tests may run at once)
 
@@ -80,7 +80,7 @@ CLASS = {
                r"cell 3: the kernel"),
     "memory-hog": ({"tiny.ipynb": with_cell("x = bytearray(64 * 2**30)")}, "memory", 3, r"MemoryError"),
     "memory-grow": ({"tiny.ipynb": with_cell("blocks = []\nwhile True:\n    blocks.append(b'x' * (50 * 2**20))")},
-                    "memory", 3, r"cell 3: used more than the 600 MB memory cap"),
+                    "memory", 3, r"cell 3: used more than the 600 MiB memory cap"),
     "flood": ({"tiny.ipynb": with_cell("for i in range(300_000):\n    print(i)\nprint('x' * 5_000_000)")},
               "graded", 3, r"characters of output dropped"),
     "sys-exit": ({"tiny.ipynb": with_cell("import sys\nsys.exit(3)")}, "graded", 3, r"called sys.exit"),
@@ -100,7 +100,7 @@ CLASS = {
                    "disk", 3, r"cell 3: wrote more than 10,000 files; stopped; graded again without running that cell"),
     "huge-file": ({"tiny.ipynb": with_cell("with open('/tmp/big', 'wb') as f:\n    for _ in range(1100):\n"
                                            "        f.write(b'x' * 2**20)")},
-                  "disk", 3, r"cell 3: wrote a file larger than the 1024 MB limit"),
+                  "disk", 3, r"cell 3: wrote a file larger than the 1024 MiB limit"),
 }
 # Only where student code is in its own PID namespace and sees a read-only file system:
 PROTECTED = {
@@ -128,7 +128,7 @@ def write_class(folder: Path, students: dict, course: Path) -> None:
 def grade(course: Path, submissions: Path, *extra: str) -> subprocess.CompletedProcess:
     """Run `python -m autograder grade tiny SUBMISSIONS` on a scratch course."""
     cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(submissions), "--course", str(course),
-           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MB), "--quiet", *extra]
+           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MIB), "--quiet", *extra]
     proc = subprocess.Popen(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=600)
@@ -288,7 +288,7 @@ def test_a_stopped_run_exits_130_leaves_nothing_running_and_the_next_run_finishe
     students = {f"s{k}": CLASS["correct"] for k in range(5)} | {"loop": CLASS["loop"]}
     write_class(course / "incoming", students, course)
     cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(course / "incoming"), "--course", str(course),
-           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MB), "--quiet"]
+           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MIB), "--quiet"]
     run = subprocess.Popen(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     results = course / "graded" / "tiny" / "results"

@@ -32,7 +32,7 @@ class FakeWorker:
 @pytest.fixture
 def fake_pool(tmp_path, monkeypatch):
     monkeypatch.setattr(pool_module, "Worker", FakeWorker)  # the forked workers inherit it
-    settings = Settings(tmp_path, "tiny", tmp_path, tmp_path, Isolation("none"), timeout=5, memory_mb=4000)
+    settings = Settings(tmp_path, "tiny", tmp_path, tmp_path, Isolation("none"), timeout=5, memory_mib=4000)
     pool = Pool(settings, 2, 4000, tmp_path)
     yield pool
     pool.shutdown()

@@ -4,7 +4,6 @@ import csv
 import io
 from pathlib import Path
 
-from autograder.grading.feedback_pages import accessible
 from autograder.grading.report import csv_text, exercises, histogram_svg, number, summary_html
 from autograder.grading.results import CellScore, StudentResult, zero_cells
 
@@ -67,11 +66,3 @@ def test_the_histogram_has_one_bar_per_point_for_small_integer_scores():
 def test_the_summary_page_escapes_what_students_wrote():
     page = summary_html("tiny", [result("<script>", detail="<b>x</b>")], "none", Path("/nonexistent"))
     assert "<script>" not in page.split("<body>")[1] and "&lt;b&gt;" in page
-
-
-def test_feedback_pages_get_the_accessibility_attributes_nbconvert_adds():
-    html = ('<div class="jp-Cell-inputWrapper x"><img src="a.png"><img alt="ok" src="b.png"></div>'
-            '<div class="jp-OutputArea-output" tabindex="0"></div><div class="jp-OutputArea-outputs"></div>')
-    out = accessible(html)
-    assert out.count('tabindex="0"') == 2 and out.count("alt=") == 2
-    assert 'class="jp-OutputArea-outputs">' in out

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 from autograder.grading import sandbox
 from autograder.grading.sandbox import (
+    ADDRESS_SPACE_HEADROOM_MIB,
+    MAX_FILE_MIB,
     Isolation,
     ProcessWatch,
     SandboxError,
@@ -42,16 +45,18 @@ def test_limits_use_prlimit_when_there_is_one_and_python_otherwise(monkeypatch):
     assert limits_prefix(1000, forget_parent=True)[:4] == ["env", "-u", "JPY_PARENT_PID", "prlimit"]
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     fallback = limits_prefix(1000, forget_parent=False)
-    assert fallback[:3] == [sys.executable, "-m", "autograder.grading.sandbox"] and fallback[-1] == "--"
+    assert fallback[:2] == [sys.executable, str(Path(sandbox.__file__).resolve())] and fallback[-1] == "--"
 
 
-def test_the_python_limits_wrapper_sets_the_limits_and_forgets_the_parent():
+def test_the_python_limits_wrapper_sets_the_limits_and_forgets_the_parent(monkeypatch):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)  # no prlimit: the Python stand-in
     probe = ("import os, resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20, "
              "resource.getrlimit(resource.RLIMIT_FSIZE)[0] >> 20, os.environ.get('JPY_PARENT_PID'))")
-    cmd = [sys.executable, "-m", "autograder.grading.sandbox", "--address-space-mb", "6000", "--file-mb", "10",
-           "--forget-parent", "--", sys.executable, "-c", probe]
-    out = subprocess.run(cmd, env={**os.environ, "JPY_PARENT_PID": "1"}, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["6000", "10", "None"]
+    cmd = [*limits_prefix(6000 - ADDRESS_SPACE_HEADROOM_MIB, forget_parent=True),
+           sys.executable, "-c", probe]
+    out = subprocess.run(cmd, env={**os.environ, "JPY_PARENT_PID": "1"}, capture_output=True, text=True, check=True,
+                         cwd=tempfile.gettempdir())  # as a kernel: started away from the course root
+    assert out.stdout.split() == ["6000", str(MAX_FILE_MIB), "None"]
 
 
 def test_kill_takes_down_a_tree_that_ignores_sigterm_and_a_child_that_left_the_group():
@@ -65,7 +70,7 @@ def test_kill_takes_down_a_tree_that_ignores_sigterm_and_a_child_that_left_the_g
     deadline = time.monotonic() + 10
     while len(watch.members(process_children())) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert watch.resident_mb(process_children()) > 1
+    assert watch.resident_mib(process_children()) > 1
     tree = [psutil.Process(p) for p in watch.members(process_children())]
     watch.kill(grace=0.2)
     root.wait(timeout=5)

@@ -53,10 +53,10 @@ def test_a_hung_cell_is_a_timeout_named_by_its_test():
 
 
 def test_without_a_finished_attempt_every_test_scores_zero():
-    result = combine("ada", "tiny", [failed("memory", None, message="used more than the 600 MB memory cap")], [],
+    result = combine("ada", "tiny", [failed("memory", None, message="used more than the 600 MiB memory cap")], [],
                      POINTS, False)
     assert (result.status, result.score, result.max_score, result.ran) == ("memory", 0, 3, False)
-    assert result.detail == "before the first cell ran: used more than the 600 MB memory cap"
+    assert result.detail == "before the first cell ran: used more than the 600 MiB memory cap"
 
 
 def test_events_inside_a_finished_run_set_the_status_once_and_explain_themselves():

@@ -162,7 +162,7 @@ def graded(tmp_path_factory):
         make_course(course)
         students = {name: ({"tiny.ipynb": nb},) for name, nb in {**tamper_class(), **honest_class()}.items()}
         write_class(course / "incoming", students, course)
-        done = grade(course, course / "incoming", "--memory", "3000")  # torch alone can pass 600 MB
+        done = grade(course, course / "incoming", "--memory", "3000")  # torch alone can pass 600 MiB
         return {"returncode": done.returncode, "stderr": done.stderr}
 
     course, record = once_per_run(tmp_path_factory, "tamper-class", grade_the_class)

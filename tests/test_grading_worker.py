@@ -18,7 +18,7 @@ def make_worker(tmp_path) -> Worker:
         (template / folder).mkdir(parents=True)
         nbformat.write(tiny_assignment(), template / folder / "tiny.ipynb")
     (template / "gradebook.db").write_bytes(b"")
-    settings = Settings(tmp_path, "tiny", template, tmp_path / "run", Isolation("none"), timeout=30, memory_mb=1000)
+    settings = Settings(tmp_path, "tiny", template, tmp_path / "run", Isolation("none"), timeout=30, memory_mib=1000)
     return Worker(settings)
 
 

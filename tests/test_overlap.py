@@ -5,8 +5,7 @@ import pytest
 from devicelab import overlap
 from devicelab.overlap import MODES, OverlapRun, compare, simulate_steps
 from devicelab.simgpu import T4_PCIE3
-
-MB = 1024**2
+from devicelab.units import MiB
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +63,10 @@ def test_pageable_copies_make_the_host_wait_and_pinned_ones_do_not(runs):
 
 
 def test_the_default_batch_matches_the_t4_figures():
-    run = simulate_steps("pinned-side-stream", 1, batch_bytes=32 * MB)
+    run = simulate_steps("pinned-side-stream", 1, batch_bytes=32 * MiB)
     [copy] = spans(run, "copy")
-    assert copy.duration == pytest.approx(T4_PCIE3.copy_seconds(32 * MB, "h2d", pinned=True))
-    assert copy.duration == pytest.approx(32 * MB / 12.4e9, rel=0.01)
+    assert copy.duration == pytest.approx(T4_PCIE3.copy_seconds(32 * MiB, "h2d", pinned=True))
+    assert copy.duration == pytest.approx(32 * MiB / 12.4e9, rel=0.01)
 
 
 @pytest.mark.parametrize(("mode", "steps", "words"), [

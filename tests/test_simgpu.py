@@ -13,10 +13,10 @@ from devicelab.simgpu import (
     plot_timeline,
 )
 from devicelab.timing import time_it, time_naive
+from devicelab.units import GB, MiB
 
 KERNEL = 0.010  # seconds
 LAUNCH = T4_PCIE3.launch_s
-MB = 1_000_000
 
 
 @pytest.fixture
@@ -108,16 +108,16 @@ def test_launch_rejects_bad_durations(gpu, kwargs):
 
 def test_cpu_waits_for_all_earlier_work_on_its_stream(gpu):
     for _ in range(3):
-        y = gpu.launch(KERNEL, nbytes=4 * MB, data="logits")
+        y = gpu.launch(KERNEL, nbytes=4 * MiB, data="logits")
     host = gpu.cpu(y)
-    copy = T4_PCIE3.copy_seconds(4 * MB, "d2h", pinned=False)
+    copy = T4_PCIE3.copy_seconds(4 * MiB, "d2h", pinned=False)
     assert gpu.clock() == pytest.approx(LAUNCH + 3 * KERNEL + copy)
     assert host.location == "host" and not host.pinned, ".cpu() lands in ordinary pageable memory"
     assert host.read() == "logits"
 
 
 def test_cpu_does_not_wait_for_other_streams(gpu):
-    x = gpu.copy(MB, "h2d", pinned=True, non_blocking=True, data="x")
+    x = gpu.copy(MiB, "h2d", pinned=True, non_blocking=True, data="x")
     side = gpu.new_stream()
     gpu.launch(0.5, stream=side)
     assert gpu.cpu(x).read() == "x"
@@ -142,7 +142,7 @@ def test_synchronize_waits_for_every_stream(gpu):
 
 
 def test_a_non_blocking_d2h_copy_is_not_ready_until_a_sync(gpu):
-    y = gpu.launch(KERNEL, nbytes=64 * MB, data=[1, 2, 3])
+    y = gpu.launch(KERNEL, nbytes=64 * MiB, data=[1, 2, 3])
     host = gpu.to_cpu(y, non_blocking=True)
     assert gpu.clock() < KERNEL, "to('cpu', non_blocking=True) returns at once"
     assert host.pinned, "PyTorch writes a non-blocking D2H copy into pinned memory"
@@ -154,7 +154,7 @@ def test_a_non_blocking_d2h_copy_is_not_ready_until_a_sync(gpu):
 
 
 def test_an_event_after_the_copy_is_enough_to_read_it(gpu):
-    y = gpu.launch(KERNEL, nbytes=MB, data="ok")
+    y = gpu.launch(KERNEL, nbytes=MiB, data="ok")
     host = gpu.to_cpu(y, non_blocking=True)
     done = gpu.default_stream.record_event()
     done.synchronize()
@@ -175,21 +175,21 @@ def test_the_host_cannot_read_device_memory(gpu):
 
 @pytest.mark.parametrize("non_blocking", [False, True])
 def test_a_pageable_copy_blocks_the_host_even_when_non_blocking(gpu, non_blocking):
-    x = gpu.copy(100 * MB, "h2d", pinned=False, non_blocking=non_blocking)
+    x = gpu.copy(100 * MiB, "h2d", pinned=False, non_blocking=non_blocking)
     assert gpu.clock() == pytest.approx(x.ready_at), "pageable memory goes through a staging buffer"
 
 
 def test_a_pinned_non_blocking_h2d_copy_returns_at_once(gpu):
-    x = gpu.copy(100 * MB, "h2d", pinned=True, non_blocking=True)
+    x = gpu.copy(100 * MiB, "h2d", pinned=True, non_blocking=True)
     assert gpu.clock() == pytest.approx(LAUNCH)
     assert x.ready_at > 100 * LAUNCH
 
 
 def copy_then_compute(pinned: bool, side_stream: bool, non_blocking: bool) -> SimulatedGPU:
-    """Queue a 100 MB H2D copy, then an unrelated kernel on the default stream."""
+    """Queue a 100 MiB H2D copy, then an unrelated kernel on the default stream."""
     gpu = SimulatedGPU(initialized=True)
     stream = gpu.new_stream() if side_stream else gpu.default_stream
-    gpu.copy(100 * MB, "h2d", pinned=pinned, non_blocking=non_blocking, stream=stream)
+    gpu.copy(100 * MiB, "h2d", pinned=pinned, non_blocking=non_blocking, stream=stream)
     gpu.launch(KERNEL)
     gpu.synchronize()
     return gpu
@@ -218,7 +218,7 @@ def test_copy_and_compute_overlap_only_with_pinned_memory_a_side_stream_and_non_
 def test_wait_event_orders_work_across_streams(gpu):
     side = gpu.new_stream()
     with gpu.stream(side):
-        gpu.copy(100 * MB, "h2d", pinned=True, non_blocking=True)
+        gpu.copy(100 * MiB, "h2d", pinned=True, non_blocking=True)
         copied = side.record_event()
     assert gpu.current_stream is gpu.default_stream
     gpu.default_stream.wait_event(copied)
@@ -231,7 +231,7 @@ def test_wait_event_orders_work_across_streams(gpu):
 def test_an_idle_engine_runs_ready_work_from_another_stream(gpu):
     side = gpu.new_stream()
     with gpu.stream(side):
-        gpu.copy(100 * MB, "h2d", pinned=True, non_blocking=True)
+        gpu.copy(100 * MiB, "h2d", pinned=True, non_blocking=True)
     gpu.default_stream.wait_stream(side)
     waiting = gpu.launch(KERNEL, name="needs the copy")
     ready = gpu.launch(0.001, stream=gpu.new_stream(), name="independent")
@@ -239,7 +239,7 @@ def test_an_idle_engine_runs_ready_work_from_another_stream(gpu):
 
 
 def test_copy_infers_direction_and_pinning_from_a_buffer(gpu):
-    y = gpu.launch(KERNEL, nbytes=MB, data="d")
+    y = gpu.launch(KERNEL, nbytes=MiB, data="d")
     host = gpu.copy(y, pinned=True)  # device buffer: d2h, blocking
     assert host.location == "host" and host.read() == "d"
     back = gpu.copy(host, non_blocking=True)  # pinned host buffer: h2d, returns at once
@@ -247,7 +247,7 @@ def test_copy_infers_direction_and_pinning_from_a_buffer(gpu):
     with pytest.raises(ValueError):
         gpu.copy(host, "d2h")
     with pytest.raises(ValueError):
-        gpu.copy(MB, "sideways")
+        gpu.copy(MiB, "sideways")
 
 
 # ----- the figures ----------------------------------------------------------------------------------
@@ -271,27 +271,27 @@ def test_context_cost_is_configurable():
 
 @pytest.mark.parametrize(("direction", "gbps"), [("h2d", 12.4), ("d2h", 13.1)])
 def test_default_bandwidth_is_the_measured_t4_figure(gpu, direction, gbps):
-    nbytes = 256 * MB
+    nbytes = 256 * MiB
     seconds = T4_PCIE3.copy_seconds(nbytes, direction, pinned=True)
-    assert nbytes / seconds / 1e9 == pytest.approx(gbps, rel=1e-3)
+    assert nbytes / seconds / GB == pytest.approx(gbps, rel=1e-3)
     assert nbytes / seconds < T4_PCIE3.link_peak_Bps == 15.75e9
     pageable = T4_PCIE3.copy_seconds(nbytes, direction, pinned=False)
     assert 1.2 <= pageable / seconds <= 9, "FACTS.md: pageable copies are ~1.2x to ~9x slower"
 
 
 def test_a_big_simulated_copy_runs_at_the_profile_bandwidth(gpu):
-    x = gpu.copy(256 * MB, "h2d", pinned=True)
+    x = gpu.copy(256 * MiB, "h2d", pinned=True)
     copy = only(gpu.timeline, "copy")
     assert x.ready_at == copy.end
-    assert 256 * MB / copy.duration == pytest.approx(12.4e9, rel=1e-3)
+    assert 256 * MiB / copy.duration == pytest.approx(12.4e9, rel=1e-3)
 
 
-def test_small_copies_reach_half_of_peak_near_34_kb():
+def test_small_copies_reach_half_of_peak_near_33_kib():
     def efficiency(nbytes):
         return nbytes / T4_PCIE3.copy_seconds(nbytes, "h2d") / T4_PCIE3.h2d_pinned_Bps
 
-    assert efficiency(32_000) < 0.5 < efficiency(36_000), "FACTS.md: half of peak around 32-36 KB"
-    assert efficiency(8 * 2**20) >= 0.97, "FACTS.md: ~97% from 8 MB"
+    assert efficiency(32_000) < 0.5 < efficiency(36_000), "FACTS.md: half of peak around 31-36 KiB"
+    assert efficiency(8 * MiB) >= 0.97, "FACTS.md: ~97% from 8 MiB"
 
 
 def test_a_synchronous_one_byte_copy_costs_microseconds(gpu):
@@ -312,7 +312,7 @@ def scripted_session() -> SimulatedGPU:
     side = gpu.new_stream()
     for step in range(5):
         with gpu.stream(side):
-            gpu.copy(8 * MB, "h2d", pinned=True, non_blocking=True)
+            gpu.copy(8 * MiB, "h2d", pinned=True, non_blocking=True)
         gpu.host_work(0.001, "load batch")
         gpu.default_stream.wait_stream(side)
         y = gpu.launch(flops=2e9 * (step + 1), nbytes=4)

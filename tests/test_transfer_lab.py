@@ -9,7 +9,7 @@ import pytest
 
 from devicelab import copybench as cb
 from devicelab import transfer_lab as tl
-from devicelab.copybench import KB, MB, CopyResult
+from devicelab.copybench import CopyResult
 from devicelab.transfer_lab import (
     MACHINE,
     SIMULATED,
@@ -20,6 +20,7 @@ from devicelab.transfer_lab import (
     simulated_sweep,
 )
 from devicelab.ui import INERT_MESSAGE
+from devicelab.units import KiB, MiB
 
 ALLOWED_WIDGETS = {"Output", "Button", "Dropdown", "ToggleButtons", "Checkbox", "IntProgress", "HTML", "VBox",
                    "HBox"}
@@ -73,24 +74,24 @@ def test_backend_menu_labels_the_simulated_gpu():
 
 
 def test_simulated_copies_follow_the_t4_figures():
-    [pinned] = simulated_sweep([256 * MB], "h2d", "pinned")
-    [pageable] = simulated_sweep([256 * MB], "h2d", "pageable")
+    [pinned] = simulated_sweep([256 * MiB], "h2d", "pinned")
+    [pageable] = simulated_sweep([256 * MiB], "h2d", "pageable")
     assert pinned.gbps == pytest.approx(12.4, rel=0.01), "FACTS.md: ~12.4 GB/s pinned h2d on a T4"
     assert pageable.gbps < pinned.gbps / 2
     assert pinned.link_gbps == pytest.approx(15.75) and 0.7 < pinned.share_of_link < 0.85
     assert pinned.method == tl.METHOD_SIMULATED and pinned.device == "simulated T4"
-    [half] = simulated_sweep([34 * KB], "h2d", "pinned")
-    assert half.gbps == pytest.approx(12.4 / 2, rel=0.1), "FACTS.md: half of peak around 32-36 KB"
-    [d2d] = simulated_sweep([MB], "d2d", "pinned")
+    [half] = simulated_sweep([34 * KiB], "h2d", "pinned")
+    assert half.gbps == pytest.approx(12.4 / 2, rel=0.1), "FACTS.md: half of peak around 31-36 KiB"
+    [d2d] = simulated_sweep([MiB], "d2d", "pinned")
     assert d2d.host == "" and d2d.link_gbps is None
 
 
 def test_simulated_sweeps_are_deterministic_and_lazy():
-    first = [r.median_s for r in simulated_sweep([4 * KB, MB], "d2h", "pinned", True)]
-    second = [r.median_s for r in simulated_sweep([4 * KB, MB], "d2h", "pinned", True)]
+    first = [r.median_s for r in simulated_sweep([4 * KiB, MiB], "d2h", "pinned", True)]
+    second = [r.median_s for r in simulated_sweep([4 * KiB, MiB], "d2h", "pinned", True)]
     assert first == second
     with pytest.raises(ValueError, match="h2d, d2h or d2d"):
-        simulated_sweep([4 * KB], "h2h")
+        simulated_sweep([4 * KiB], "h2h")
     with pytest.raises(ValueError, match="at least 1 byte"):
         simulated_sweep([0])
 
@@ -100,9 +101,9 @@ def test_start_sweep_checks_the_request_up_front(monkeypatch):
     with pytest.raises(cb.NoGPUError):
         tl.start_sweep(LabConfig(MACHINE, "h2d"))
     with pytest.raises(ValueError, match="above the largest"):
-        tl.start_sweep(LabConfig(MACHINE, "h2h", smallest=MB, largest=KB))
-    sweep = tl.start_sweep(LabConfig(MACHINE, "h2h", largest=8 * KB, repeats=1))
-    assert [r.bytes for r in sweep] == [4 * KB, 8 * KB]
+        tl.start_sweep(LabConfig(MACHINE, "h2h", smallest=MiB, largest=KiB))
+    sweep = tl.start_sweep(LabConfig(MACHINE, "h2h", largest=8 * KiB, repeats=1))
+    assert [r.bytes for r in sweep] == [4 * KiB, 8 * KiB]
 
 
 # ----- one step at a time ---------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ class Sweep:
                 if i == self.fail_at:
                     raise cb.CopyMemoryError("does not fit")
                 self.made += 1
-                yield result(4 * KB * 2**i)
+                yield result(4 * KiB * 2**i)
         finally:
             self.closed = True
 
@@ -157,7 +158,7 @@ def test_each_step_measures_one_size_and_schedules_the_next():
     loop.run_one()
     assert len(got) == 1 and sweep.made == 1 and len(loop.queue) == 1
     loop.run_all()
-    assert [r.bytes for r in got] == [4 * KB, 8 * KB, 16 * KB]
+    assert [r.bytes for r in got] == [4 * KiB, 8 * KiB, 16 * KiB]
     assert finished == [("done", None)] and stepper.state == "done" and sweep.closed
 
 
@@ -199,7 +200,7 @@ def test_on_a_real_event_loop_stop_lands_between_steps_without_threads():
         def slow_sweep():
             for i in range(50):
                 time.sleep(0.02)  # a measurement that holds the loop, as a real copy does
-                yield result(4 * KB * (i + 1))
+                yield result(4 * KiB * (i + 1))
 
         got, finished = [], []
         stepper = SweepStepper(slow_sweep(), tl.event_loop_scheduler(), got.append,
@@ -230,9 +231,9 @@ def test_the_plot_keeps_earlier_runs_and_marks_the_link():
     import matplotlib
 
     matplotlib.use("Agg")
-    state = tl.run_quick([LabConfig(SIMULATED, "h2d", "pageable", largest=MB),
-                          LabConfig(SIMULATED, "h2d", "pinned", True, largest=MB),
-                          LabConfig(MACHINE, "h2h", largest=64 * KB, repeats=1)])
+    state = tl.run_quick([LabConfig(SIMULATED, "h2d", "pageable", largest=MiB),
+                          LabConfig(SIMULATED, "h2d", "pinned", True, largest=MiB),
+                          LabConfig(MACHINE, "h2h", largest=64 * KiB, repeats=1)])
     assert [run.status for run in state.runs] == ["done"] * 3
     assert [len(run.results) for run in state.runs] == [9, 9, 5]
     from matplotlib.figure import Figure
@@ -250,9 +251,9 @@ def test_the_plot_keeps_earlier_runs_and_marks_the_link():
 def test_the_results_table_lists_every_size():
     state = LabState()
     run = state.new_run(LabConfig(SIMULATED, "h2d", "pinned"))
-    run.results += list(simulated_sweep([4 * KB, MB], "h2d", "pinned"))
+    run.results += list(simulated_sweep([4 * KiB, MiB], "h2d", "pinned"))
     html = tl.results_table_html(run)
-    assert html.count("<tr>") == 3 and "4 KB" in html and "1 MB" in html and "15.75" in html and "%" in html
+    assert html.count("<tr>") == 3 and "4 KiB" in html and "1 MiB" in html and "15.75" in html and "%" in html
     assert tl.results_table_html(None) == ""
     state.clear()
     assert state.runs == []
@@ -304,12 +305,12 @@ def test_without_a_gpu_the_widget_disables_pinned_and_says_why(lab):
 def test_run_grows_the_plot_step_by_step_and_stop_ends_it(lab):
     lab.backend.value = SIMULATED
     lab.host.value = "pinned"
-    lab.largest.value = MB
+    lab.largest.value = MiB
     lab.run_button.click()
     assert lab.stop_button.disabled is False and lab.run_button.disabled is True
     assert lab.progress.max == 9 and lab.progress.value == 0
     lab.loop.run_one()
-    assert lab.progress.value == 1 and "<td>4 KB</td>" in lab.table.value
+    assert lab.progress.value == 1 and "<td>4 KiB</td>" in lab.table.value
     assert lab._first_point_s is not None  # how soon: benchmarks/copy_targets.py
     lab.loop.run_one()
     lab.stop_button.click()
@@ -322,7 +323,7 @@ def test_run_grows_the_plot_step_by_step_and_stop_ends_it(lab):
 
 def test_a_second_run_is_drawn_next_to_the_first(lab):
     lab.backend.value = SIMULATED
-    lab.largest.value = 64 * KB
+    lab.largest.value = 64 * KiB
     lab.run_button.click()
     lab.loop.run_all()
     lab.host.value = "pinned"
@@ -335,15 +336,15 @@ def test_a_second_run_is_drawn_next_to_the_first(lab):
 
 
 def test_the_widget_reports_a_request_it_cannot_run(lab):
-    lab.smallest.value = MB
-    lab.largest.value = 4 * KB
+    lab.smallest.value = MiB
+    lab.largest.value = 4 * KiB
     lab.run_button.click()
     assert "Cannot run" in lab.status.value and "above the largest" in lab.status.value
     assert lab.state.runs == [] and lab.stepper is None
 
 
 def test_a_real_machine_sweep_runs_through_the_widget(lab):
-    lab.largest.value = 16 * KB
+    lab.largest.value = 16 * KiB
     lab.repeats.value = 1
     lab.run_button.click()
     lab.loop.run_all()
@@ -452,7 +453,7 @@ def test_python_sees_no_thread_started_by_the_lab(lab):
 
     before = threading.active_count()
     lab.backend.value = SIMULATED
-    lab.largest.value = 64 * KB
+    lab.largest.value = 64 * KiB
     lab.run_button.click()
     lab.loop.run_all()
     assert threading.active_count() == before

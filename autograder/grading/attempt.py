@@ -137,7 +137,7 @@ class AttemptReport:
     notes: list[str] = field(default_factory=list)
     scratch: str | None = None
     seconds: float = 0.0
-    peak_mb: float = 0.0
+    peak_mib: float = 0.0
 
     @property
     def blamed(self) -> tuple[str | None, int] | None:

@@ -88,7 +88,7 @@ def build_class(course: Path, assignment: str, dest: Path) -> list[str]:
 
 
 def run_demo(root: Path, out: Path, only: list[str] | None = None, *, jobs: int | None = None,
-             timeout: float = 120, memory_mb: int = 4096, sandbox: str = "auto", progress: bool = True,
+             timeout: float = 120, memory_mib: int = 4096, sandbox: str = "auto", progress: bool = True,
              echo=print) -> list[RunSummary]:
     """Build the demo course and class under `out`, grade every assignment (or `only` these), return the runs."""
     course = out / "course"
@@ -109,6 +109,6 @@ def run_demo(root: Path, out: Path, only: list[str] | None = None, *, jobs: int 
         echo(f"\n== {assignment}: a class of {len(PLAN)} ==")
         for student, what in PLAN.items():
             echo(f"   {student}: {what}")
-        runs.append(grade_class(course, assignment, subs, jobs=jobs, timeout=timeout, memory_mb=memory_mb,
+        runs.append(grade_class(course, assignment, subs, jobs=jobs, timeout=timeout, memory_mib=memory_mib,
                                 out=out / assignment, sandbox=sandbox, force=True, progress=progress, echo=echo))
     return runs

@@ -24,7 +24,7 @@ from traitlets import Dict, Float, Integer, Unicode
 
 from autograder.cells import grade_id
 from autograder.grading.guard_kernel import GRADER_KEY
-from autograder.grading.sandbox import MAX_FILE_MB, MAX_TASKS, refused_tasks
+from autograder.grading.sandbox import MAX_FILE_MIB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
 
 MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory", "defaultcpuallocator")
@@ -247,7 +247,7 @@ class GraderExecute(Execute):
                 evalue = str(output.get("evalue") or "").strip()
                 self._event("memory", cell_index, f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
             elif "File too large" in str(output.get("evalue", "")) or output.get("ename") == "FileTooLarge":
-                self._event("disk", cell_index, f"wrote a file larger than the {MAX_FILE_MB} MB limit")
+                self._event("disk", cell_index, f"wrote a file larger than the {MAX_FILE_MIB} MiB limit")
             elif output.get("ename") == "SystemExit":
                 self._event("sys-exit", cell_index, "called sys.exit(); the grader carried on")
         return cell

@@ -1,51 +1,11 @@
 """Feedback pages: nbgrader's own feedback template (the one `nbgrader generate_feedback` uses), made cheaper.
 
 `nbgrader generate_feedback` builds a fresh HTML exporter for every student, so every page recompiles the
-templates, and nbconvert then re-parses every page with BeautifulSoup only to add two accessibility
-attributes: together more than a second per student, about a quarter of grading one. Here each worker keeps
-one exporter for all its students and adds the same attributes with regular expressions. If nbconvert's
-internals ever differ from what this expects, the page is rendered the standard way instead.
+templates. Here each worker keeps one nbconvert HTMLExporter, configured as generate_feedback configures its
+own, for all its students.
 """
 
-import re
 from pathlib import Path
-
-MISSING_ALT = re.compile(r"<img(?![^>]*\balt=)")
-FOCUSABLE = re.compile(r'(<div\b[^>]*\bclass="[^"]*(?<![\w-])(?:jp-Cell-inputWrapper|jp-OutputArea-output)'
-                       r'(?![\w-])[^"]*")(?![^>]*\btabindex=)')
-
-
-def accessible(html: str) -> str:
-    """Add what nbconvert's HTMLExporter adds: alt text on bare images, tabindex on cell inputs and outputs."""
-    html = MISSING_ALT.sub('<img alt="No description has been provided for this image"', html)
-    return FOCUSABLE.sub(r'\1 tabindex="0"', html)
-
-
-def _exporter_class():
-    from nbconvert.exporters import HTMLExporter, TemplateExporter
-
-    class FeedbackExporter(HTMLExporter):
-        """HTMLExporter without the BeautifulSoup pass (see the module docstring)."""
-
-        def from_notebook_node(self, nb, resources=None, **kw):
-            try:
-                from nbconvert.filters.highlight import Highlight2HTML
-                from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
-
-                langinfo = nb.metadata.get("language_info", {})
-                lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
-                highlight = self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))
-                resources = self._init_resources(resources)
-                data_type = WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self,
-                                                  resources=resources)
-            except (ImportError, AttributeError, TypeError):
-                return super().from_notebook_node(nb, resources, **kw)
-            self.register_filter("highlight_code", highlight)
-            self.register_filter("filter_data_type", data_type)
-            html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
-            return accessible(html), resources
-
-    return FeedbackExporter
 
 
 class FeedbackWriter:
@@ -53,6 +13,7 @@ class FeedbackWriter:
 
     def __init__(self, config) -> None:
         import nbgrader
+        from nbconvert.exporters import HTMLExporter
         from nbgrader.preprocessors import GetGrades
         from traitlets.config import Config
 
@@ -65,7 +26,7 @@ class FeedbackWriter:
                                                       / "css")]
         merged = Config(config)
         merged.merge(ours)
-        self.exporter = _exporter_class()(config=merged)
+        self.exporter = HTMLExporter(config=merged)
         self.exporter.register_preprocessor(GetGrades, enabled=True)  # as generate_feedback (its CSS step is off)
 
     def write(self, autograded: Path, dest: Path, student: str, assignment: str, db_url: str) -> list[Path]:

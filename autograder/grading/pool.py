@@ -23,7 +23,7 @@ from pathlib import Path
 from autograder.grading.attempt import FAILED, AttemptReport, Failure, FailureKind, Job, progress_events
 from autograder.grading.execution import read_progress
 from autograder.grading.sandbox import (
-    MAX_DISK_MB,
+    MAX_DISK_MIB,
     MAX_FILES,
     MAX_TASKS,
     ProcessWatch,
@@ -99,8 +99,8 @@ class WorkerProcess:
     buffer: bytes = b""
     job: Job | None = None
     deadline: float = 0.0
-    baseline_mb: float | None = None
-    peak_mb: float = 0.0
+    baseline_mib: float | None = None
+    peak_mib: float = 0.0
     cap: TaskCap | None = None
     extra: dict = field(default_factory=dict)
 
@@ -126,7 +126,7 @@ class WorkerProcess:
         """Hand the worker a job with a wall-clock deadline."""
         self.job = job
         self.deadline = time.monotonic() + seconds
-        self.peak_mb = 0.0
+        self.peak_mib = 0.0
         self.jobs.write(job.to_json() + "\n")
         self.jobs.flush()
 
@@ -164,10 +164,10 @@ class WorkerProcess:
 class Pool:
     """A fixed number of worker processes grading jobs; `run` calls back with one report per attempt."""
 
-    def __init__(self, settings: Settings, size: int, memory_mb: int, log_dir: Path) -> None:
+    def __init__(self, settings: Settings, size: int, memory_mib: int, log_dir: Path) -> None:
         self.settings = settings
         self.size = max(1, size)
-        self.memory_mb = memory_mb
+        self.memory_mib = memory_mib
         self.log_dir = log_dir
         self.workers: list[WorkerProcess] = []
         self.started = 0
@@ -209,7 +209,7 @@ class Pool:
                 finished += self._watch([w for w in busy if all(w is not f for f, _ in finished)])
             for worker, report in finished:
                 job, worker.job = worker.job, None
-                report.peak_mb = report.peak_mb or round(worker.peak_mb)
+                report.peak_mib = report.peak_mib or round(worker.peak_mib)
                 queue.extendleft(reversed(on_report(job, report) or []))
 
     def _watch(self, busy: list[WorkerProcess]) -> list[tuple[WorkerProcess, AttemptReport]]:
@@ -236,22 +236,22 @@ class Pool:
     def _over_a_cap(self, worker: WorkerProcess, children_of: dict[int, list[int]]
                     ) -> tuple[FailureKind, str] | None:
         """Return (kind, message) when a busy worker's job is over its memory, process or disk cap."""
-        used = self._used_mb(worker, children_of)
-        worker.peak_mb = max(worker.peak_mb, used)
-        if used > self.memory_mb:
-            return FailureKind.MEMORY, f"used more than the {self.memory_mb} MB memory cap ({used:.0f} MB); stopped"
+        used = self._used_mib(worker, children_of)
+        worker.peak_mib = max(worker.peak_mib, used)
+        if used > self.memory_mib:
+            return FailureKind.MEMORY, f"used more than the {self.memory_mib} MiB memory cap ({used:.0f} MiB); stopped"
         if worker.cap is None and (count := len(worker.watch.members(children_of))) > MAX_TASKS:
             return FailureKind.PROCESSES, f"started more than {MAX_TASKS} processes ({count}); stopped"
         if worker.job is None:
             return None
-        mb, files = disk_usage(self.settings.run_root / worker.job.scratch_name)
+        mib, files = disk_usage(self.settings.run_root / worker.job.scratch_name)
         if files > MAX_FILES:
             return FailureKind.DISK, f"wrote more than {MAX_FILES:,} files; stopped"
-        if mb > MAX_DISK_MB:
-            return FailureKind.DISK, f"wrote more than {MAX_DISK_MB} MB to disk ({mb:.0f} MB); stopped"
+        if mib > MAX_DISK_MIB:
+            return FailureKind.DISK, f"wrote more than {MAX_DISK_MIB} MiB to disk ({mib:.0f} MiB); stopped"
         return None
 
-    def _used_mb(self, worker: WorkerProcess, children_of: dict[int, list[int]]) -> float:
+    def _used_mib(self, worker: WorkerProcess, children_of: dict[int, list[int]]) -> float:
         """Return the memory this job uses: its processes, plus what the worker itself grew by."""
         import psutil
 
@@ -259,10 +259,10 @@ class Pool:
             own = psutil.Process(worker.pid).memory_info().rss / 2**20
         except psutil.Error:
             own = 0.0
-        if worker.baseline_mb is None:
-            worker.baseline_mb = own
-        total = worker.watch.resident_mb(children_of)
-        return total - own + max(0.0, own - worker.baseline_mb)
+        if worker.baseline_mib is None:
+            worker.baseline_mib = own
+        total = worker.watch.resident_mib(children_of)
+        return total - own + max(0.0, own - worker.baseline_mib)
 
     def _lost(self, worker: WorkerProcess, kind: FailureKind, message: str,
               children_of: dict[int, list[int]] | None = None) -> AttemptReport:

@@ -12,7 +12,7 @@ Three setups, best first (`--sandbox auto` picks the best that works on this mac
 In every setup the kernel gets an address-space limit (RLIMIT_AS, so a huge allocation fails inside the
 cell with MemoryError), a per-file size limit and no core dumps; the grader also adds up the resident memory
 of each worker's whole process tree a few times a second and kills the tree past `--memory`, and counts
-what the student's scratch folder holds (past MAX_DISK_MB or MAX_FILES the tree is killed too). Processes
+what the student's scratch folder holds (past MAX_DISK_MIB or MAX_FILES the tree is killed too). Processes
 and threads are capped at MAX_TASKS by a cgroup (new ones are refused) where the machine allows one, else
 counted with the memory and the tree killed past the cap.
 """
@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODES = ("bwrap", "unshare", "none")
-# torch maps about 3.2 GB of address space at import before it holds any data, so the address-space limit
+# torch maps about 3.2 GiB of address space at import before it holds any data, so the address-space limit
 # is the memory cap plus this; the real (resident) memory cap is enforced by watching the process tree.
-ADDRESS_SPACE_HEADROOM_MB = 4096
-MAX_FILE_MB = 1024
-TMPFS_MB = 512
+ADDRESS_SPACE_HEADROOM_MIB = 4096
+MAX_FILE_MIB = 1024
+TMPFS_MIB = 512
 # Per student: processes and threads (a fork storm is refused past it), and what it may write to disk.
 MAX_TASKS = 512
-MAX_DISK_MB = 2048
+MAX_DISK_MIB = 2048
 MAX_FILES = 10_000
 CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1's pids hierarchy, then v2's
 
@@ -93,7 +93,7 @@ def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visib
         if tmp is not None and folder != "/dev/shm":
             args += ["--bind", str(tmp), folder]
         else:
-            args += (["--size", str(TMPFS_MB << 20)] if size_option else []) + ["--tmpfs", folder]
+            args += (["--size", str(TMPFS_MIB << 20)] if size_option else []) + ["--tmpfs", folder]
     covered = ("/tmp", "/var/tmp", "/dev/shm")
     for path in sorted(set(hidden), key=lambda p: (len(Path(p).parts), p)):
         if Path(path).is_dir() and not _under(path, covered):
@@ -170,29 +170,30 @@ def _probe(isolation: Isolation) -> str | None:
     return None
 
 
-def limits_prefix(memory_mb: int, forget_parent: bool) -> list[str]:
+def limits_prefix(memory_mib: int, forget_parent: bool) -> list[str]:
     """Return a command prefix that sets the kernel's resource limits (prlimit(1), else a Python stand-in)."""
-    address_mb = memory_mb + ADDRESS_SPACE_HEADROOM_MB
+    address_mib = memory_mib + ADDRESS_SPACE_HEADROOM_MIB
     if shutil.which("prlimit") and shutil.which("env"):
         unset = ["env", "-u", "JPY_PARENT_PID"] if forget_parent else []
-        return [*unset, "prlimit", f"--as={address_mb << 20}", f"--fsize={MAX_FILE_MB << 20}", "--core=0", "--"]
-    limits = [sys.executable, "-m", "autograder.grading.sandbox",
-              "--address-space-mb", str(address_mb), "--file-mb", str(MAX_FILE_MB)]
+        return [*unset, "prlimit", f"--as={address_mib << 20}", f"--fsize={MAX_FILE_MIB << 20}", "--core=0", "--"]
+    # By path: the kernel starts in the student's folder, where the course's packages cannot be imported.
+    limits = [sys.executable, str(Path(__file__).resolve()),
+              "--address-space-mib", str(address_mib), "--file-mib", str(MAX_FILE_MIB)]
     return [*limits, *(["--forget-parent"] if forget_parent else []), "--"]
 
 
-def kernel_command(isolation: Isolation, writable: list[Path], cwd: Path, memory_mb: int,
+def kernel_command(isolation: Isolation, writable: list[Path], cwd: Path, memory_mib: int,
                    kernel: list[str] | None = None, tmp: Path | None = None) -> list[str]:
     """Return the kernelspec argv that starts a kernel (by default IPython's) with the limits, in the sandbox."""
     # A kernel in a PID namespace cannot see its parent, so it must not watch for it (JPY_PARENT_PID).
     kernel = kernel or ["-m", "ipykernel_launcher"]
-    return [*limits_prefix(memory_mb, isolation.mode != "none"), *isolation.prefix(writable, cwd, tmp),
+    return [*limits_prefix(memory_mib, isolation.mode != "none"), *isolation.prefix(writable, cwd, tmp),
             sys.executable, *kernel, "-f", "{connection_file}"]
 
 
-def apply_limits(address_space_mb: int, file_mb: int) -> None:
+def apply_limits(address_space_mib: int, file_mib: int) -> None:
     """Set this process's resource limits (inherited by everything it starts)."""
-    for limit, value in ((resource.RLIMIT_AS, address_space_mb << 20), (resource.RLIMIT_FSIZE, file_mb << 20),
+    for limit, value in ((resource.RLIMIT_AS, address_space_mib << 20), (resource.RLIMIT_FSIZE, file_mib << 20),
                          (resource.RLIMIT_CORE, 0)):
         _, hard = resource.getrlimit(limit)
         if hard != resource.RLIM_INFINITY:
@@ -270,7 +271,7 @@ def _remove_dir(path: Path) -> None:
 
 
 def disk_usage(folder: Path, max_files: int = MAX_FILES) -> tuple[float, int]:
-    """Return (MB, files) written under a folder; stops counting a little past `max_files`."""
+    """Return (MiB, files) written under a folder; stops counting a little past `max_files`."""
     total, files, stack = 0, 0, [str(folder)]
     while stack and files <= max_files:
         try:
@@ -308,8 +309,8 @@ class ProcessWatch:
             stack.extend(children_of.get(pid, ()))
         return found
 
-    def resident_mb(self, children_of: dict[int, list[int]]) -> float:
-        """Return the resident memory of the whole tree in MB, remembering every process seen."""
+    def resident_mib(self, children_of: dict[int, list[int]]) -> float:
+        """Return the resident memory of the whole tree in MiB, remembering every process seen."""
         import psutil
 
         total = 0
@@ -421,9 +422,9 @@ def wait_for(pid: int, seconds: float) -> int | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Apply the limits, then replace this process with the command after `--` (used in kernelspecs)."""
-    parser = argparse.ArgumentParser(prog="python -m autograder.grading.sandbox")
-    parser.add_argument("--address-space-mb", type=int, required=True)
-    parser.add_argument("--file-mb", type=int, required=True)
+    parser = argparse.ArgumentParser(prog="python autograder/grading/sandbox.py")
+    parser.add_argument("--address-space-mib", type=int, required=True)
+    parser.add_argument("--file-mib", type=int, required=True)
     parser.add_argument("--forget-parent", action="store_true",
                         help="unset JPY_PARENT_PID (a kernel in a PID namespace cannot watch its parent)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -433,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("no command after --")
     if args.forget_parent:
         os.environ.pop("JPY_PARENT_PID", None)
-    apply_limits(args.address_space_mb, args.file_mb)
+    apply_limits(args.address_space_mib, args.file_mib)
     os.execvp(command[0], command)
 
 

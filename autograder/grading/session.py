@@ -63,7 +63,7 @@ from autograder.grading.submissions import (
 )
 
 DEFAULT_TIMEOUT = 300
-DEFAULT_MEMORY_MB = 4096
+DEFAULT_MEMORY_MIB = 4096
 MAX_FLAGS = 8  # per student, in grades.csv and the summary
 # A student's wall-clock budget: each notebook's --timeout, plus starting and stopping its kernel, plus
 # making the scratch course, feedback and report; past it the worker is stopped (pool.py).
@@ -181,7 +181,7 @@ def combine(student: str, assignment: str, attempts: list[AttemptReport], notes:
 
 
 def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | None = None,
-                timeout: float = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, out: Path | None = None,
+                timeout: float = DEFAULT_TIMEOUT, memory_mib: int = DEFAULT_MEMORY_MIB, out: Path | None = None,
                 sandbox: str = "auto", force: bool = False, progress: bool = True, echo=print) -> RunSummary:
     """Grade every student folder in `submissions`; write grades, feedback, summary; fill the gradebook."""
     root = root.resolve()
@@ -197,7 +197,7 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
                            + ". Use plain `nbgrader autograde` for it (README, 'Grading a class').")
     run_root = Path(tempfile.mkdtemp(prefix="dlg-", dir=_short_tmp()))
     run = ClassRun(root, assignment, Path(submissions).resolve(), (out or root / "graded" / assignment).resolve(),
-                   run_root, jobs or default_jobs(), timeout, memory_mb, echo)
+                   run_root, jobs or default_jobs(), timeout, memory_mib, echo)
     try:
         try:
             folder = open_submissions(run.submissions, run_root, assignment)
@@ -241,9 +241,9 @@ class ClassRun:
     """The state of one `grade` run; `grade` does it all, the other methods are its steps."""
 
     def __init__(self, root: Path, assignment: str, submissions: Path, out: Path, run_root: Path, jobs: int,
-                 timeout: float, memory_mb: int, echo) -> None:
+                 timeout: float, memory_mib: int, echo) -> None:
         self.root, self.assignment, self.submissions, self.out = root, assignment, submissions, out
-        self.run_root, self.jobs, self.timeout, self.memory_mb, self.echo = run_root, jobs, timeout, memory_mb, echo
+        self.run_root, self.jobs, self.timeout, self.memory_mib, self.echo = run_root, jobs, timeout, memory_mib, echo
         self.db_url, self.course = gbook.course_db_url(root), gbook.course_id(root)
         self.backup = out / "gradebook-before-grading.db"
         self.started = time.monotonic()
@@ -280,14 +280,14 @@ class ClassRun:
         self.echo(f"isolation: {self.isolation.description}")
         if todo:
             self.echo(f"{len(todo)} to grade with {min(self.jobs, len(todo))} workers, {self.timeout:g} s per "
-                      f"notebook, {self.memory_mb} MB each")
+                      f"notebook, {self.memory_mib} MiB each")
         workers = min(self.jobs, max(1, len(todo)))
         settings = Settings(self.root, self.assignment, template, self.run_root, self.isolation, self.timeout,
-                            self.memory_mb, max(1, default_jobs() // workers))
+                            self.memory_mib, max(1, default_jobs() // workers))
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not progress)
-        pool = Pool(settings, workers, self.memory_mb, self.run_root)
+        pool = Pool(settings, workers, self.memory_mib, self.run_root)
         try:
             pool.run(todo, self.seconds_for, self.on_report)
         finally:
@@ -345,7 +345,7 @@ class ClassRun:
         for index, sub in enumerate(subs):
             self.subs[sub.student] = sub
             self.prints[sub.student] = fingerprint(digest, hash_tree(regular_files(sub.folder), sub.folder),
-                                                   float(self.timeout), int(self.memory_mb), isolation.mode)
+                                                   float(self.timeout), int(self.memory_mib), isolation.mode)
             cached = None if force else _cached(self.out, self.root, self.assignment, sub.student,
                                                  self.prints[sub.student])
             if cached is not None:

@@ -72,7 +72,7 @@ def extract_zip(archive: Path, target: Path) -> None:
                 raise SubmissionsError(f"{archive} holds {len(members)} files; more than {MAX_ZIP_FILES}")
             total = sum(m.file_size for m in members)
             if total > MAX_ZIP_BYTES:
-                raise SubmissionsError(f"{archive} unpacks to {total >> 20} MB; more than {MAX_ZIP_BYTES >> 20} MB")
+                raise SubmissionsError(f"{archive} unpacks to {total >> 20} MiB; more than {MAX_ZIP_BYTES >> 20} MiB")
             for member in members:
                 name = PurePosixPath(member.filename.replace("\\", "/"))
                 if name.is_absolute() or ".." in name.parts or not name.parts:
@@ -152,7 +152,7 @@ def read_notebook_json(path: Path) -> tuple[dict | None, str]:
         if size == 0:
             return None, "empty file"
         if size > MAX_NOTEBOOK_BYTES:
-            return None, f"too large ({size >> 20} MB; the limit is {MAX_NOTEBOOK_BYTES >> 20} MB)"
+            return None, f"too large ({size >> 20} MiB; the limit is {MAX_NOTEBOOK_BYTES >> 20} MiB)"
         raw = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
         return None, "not a notebook (not UTF-8 text)"

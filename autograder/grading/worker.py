@@ -50,7 +50,7 @@ class Settings:
     run_root: Path  # where scratch courses go (short: kernel sockets live there)
     isolation: Isolation
     timeout: float  # seconds per notebook
-    memory_mb: int
+    memory_mib: int
     threads: int = 1  # CPU threads per kernel (OMP_NUM_THREADS and friends)
     keep_env: tuple[str, ...] = field(default=("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TZ"))
 
@@ -80,7 +80,7 @@ def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
             continue
         size = path.stat().st_size
         if size > MAX_EXTRA_FILE_BYTES or total + size > MAX_EXTRA_TOTAL_BYTES:
-            notes.append(f"{rel} not copied ({size >> 20} MB; extra files are limited)")
+            notes.append(f"{rel} not copied ({size >> 20} MiB; extra files are limited)")
             continue
         total += size
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +198,7 @@ class Worker:
         cwd = scratch / "autograded" / job.student / s.assignment
         program = scratch / "rt" / GUARD_SCRIPT
         shutil.copyfile(guard_kernel.__file__, program)
-        argv = kernel_command(s.isolation, [cwd, scratch / "rt", scratch / "home"], cwd, s.memory_mb,
+        argv = kernel_command(s.isolation, [cwd, scratch / "rt", scratch / "home"], cwd, s.memory_mib,
                               [str(program), "--channel", str(scratch / "rt" / GUARD_CHANNEL)],
                               tmp=scratch / "home" / "tmp")
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",

@@ -24,6 +24,6 @@ import math
 def nbytes_for(shape: tuple[int, ...], dtype: torch.dtype) -> int:
     """Return how many bytes a tensor of this shape and dtype takes, without making it."""
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-''', success="A 100,000 x 100,000 bfloat16 tensor is 20 GB: now you know before you allocate it."),
+''', success="A 100,000 x 100,000 bfloat16 tensor is 2 x 10**10 bytes (18.6 GiB): now you know before you allocate it."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution

@@ -4,13 +4,14 @@ import math
 
 from devicelab.feedback import Exercise, checker
 from devicelab.simgpu import T4_PCIE3
+from devicelab.units import GB, KiB, MiB
 
 
 def _effective_gbps(effective_gbps) -> None:
-    peak_gbps = T4_PCIE3.h2d_pinned_Bps / 1e9
+    peak_gbps = T4_PCIE3.h2d_pinned_Bps / GB
     latency = T4_PCIE3.copy_latency_s
-    for nbytes in (4 * 1024, 34 * 1024, 1024**2, 8 * 1024**2, 256 * 1024**2):
-        expected = nbytes / T4_PCIE3.copy_seconds(nbytes, "h2d", pinned=True) / 1e9
+    for nbytes in (4 * KiB, 34 * KiB, MiB, 8 * MiB, 256 * MiB):
+        expected = nbytes / T4_PCIE3.copy_seconds(nbytes, "h2d", pinned=True) / GB
         got = effective_gbps(nbytes, peak_gbps, latency)
         assert isinstance(got, int | float) and math.isclose(got, expected, rel_tol=1e-9), (
             f"effective_gbps({nbytes}, {peak_gbps}, {latency}) should be {expected:.4g} GB/s "
@@ -28,6 +29,6 @@ def effective_gbps(nbytes: int, peak_gbps: float, latency_s: float) -> float:
     """Return the bandwidth one copy of `nbytes` achieves, in GB/s, given the link's peak and a fixed latency."""
     seconds = latency_s + nbytes / (peak_gbps * 1e9)
     return nbytes / seconds / 1e9
-''', success="Half of the peak is reached at nbytes = peak x latency: about 33 KB on a T4. Batch small copies."),
+''', success="Half of the peak is reached at nbytes = peak x latency: about 33,000 bytes (33 KiB) on a T4. Batch small copies."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution

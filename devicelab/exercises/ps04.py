@@ -75,7 +75,7 @@ def _bandwidth_gbps(bandwidth_gbps) -> None:
     assert math.isclose(got, 12.4), f"12.4e9 bytes in 1 s is 12.4 GB/s; you returned {got!r}."
     got = bandwidth_gbps(1 << 30, 0.5)
     assert math.isclose(got, 2 * (1 << 30) / 1e9), (
-        f"1 GB is 10**9 bytes here, not 2**30: 2**30 bytes in 0.5 s is 2.147 GB/s; you returned {got!r}.")
+        f"GB/s counts 10**9 bytes per second, not 2**30: 2**30 bytes in 0.5 s is 2.147 GB/s; you returned {got!r}.")
     try:
         got = bandwidth_gbps(0, 1.0)
     except ValueError as error:
@@ -104,7 +104,7 @@ _MEASURE_HINTS = (
      "values for an even count), or `import statistics` and use statistics.median."),
 )
 _BANDWIDTH_HINTS = (
-    "GB/s = bytes / seconds / 1e9 (a GB here is 10**9 bytes, not 2**30).",
+    "GB/s = bytes / seconds / 1e9 (GB/s counts 10**9 bytes per second, not 2**30).",
     "Check the arguments first: raise ValueError(...) when seconds <= 0 or nbytes < 0. 0 bytes is fine.",
 )
 

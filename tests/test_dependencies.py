@@ -1,0 +1,71 @@
+"""Everything the course imports at run time is declared in pyproject.toml, in the right group."""
+
+import ast
+import importlib.metadata
+import re
+import sys
+
+import pytest
+
+from autograder import COURSE_ROOT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# Imported only where present, with a clear message where not (GPU figures need NVIDIA's library).
+OPTIONAL = {"pynvml"}
+
+
+def declared(groups: list[str]) -> set[str]:
+    """Return the normalised distribution names the given dependency groups list (following self-references)."""
+    project = tomllib.loads((COURSE_ROOT / "pyproject.toml").read_text())["project"]
+    names: set[str] = set()
+    pending = [("", project["dependencies"])] + [(g, project["optional-dependencies"].get(g, [])) for g in groups]
+    while pending:
+        _group, requirements = pending.pop()
+        for requirement in requirements:
+            name = re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0]
+            extras = re.search(r"\[([^\]]+)\]", requirement)
+            if name == project["name"] and extras:
+                pending += [(e, project["optional-dependencies"][e]) for e in extras.group(1).split(",")]
+            names.add(_normal(name))
+    return names
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def imported_modules(package: str) -> set[str]:
+    """Return the top-level modules a package's source imports (at module level or inside functions)."""
+    found: set[str] = set()
+    for path in (COURSE_ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def third_party(modules: set[str]) -> set[str]:
+    """Drop the standard library and the course's own packages."""
+    return {m for m in modules if m not in sys.stdlib_module_names and m not in ("devicelab", "autograder")}
+
+
+@pytest.mark.parametrize(("package", "groups"), [("devicelab", []), ("autograder", ["instructor", "hub"])])
+def test_every_module_imported_at_run_time_is_declared(package, groups):
+    distributions = importlib.metadata.packages_distributions()
+    allowed = declared(groups)
+    missing = []
+    for module in sorted(third_party(imported_modules(package)) - OPTIONAL):
+        names = {_normal(d) for d in distributions.get(module, [])} | {_normal(module)}
+        if not names & allowed:
+            missing.append(f"{module} (from {sorted(names) or 'no installed distribution'})")
+    assert not missing, f"{package} imports what pyproject.toml does not declare: {missing}"
+
+
+def test_the_student_package_never_imports_the_instructor_tools():
+    assert not {"nbgrader", "jupyterlab", "autograder"} & imported_modules("devicelab")
