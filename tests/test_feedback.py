@@ -6,8 +6,10 @@ import re
 import nbformat
 import pytest
 import torch
+from nbgrader import utils
 
 from autograder import COURSE_ROOT
+from autograder.cells import grade_id
 from autograder.course import lessons
 from devicelab.feedback import Exercise, Outcome, checker, evaluate
 
@@ -127,8 +129,7 @@ def _assignment_namespaces(source_path):
     for path in (source_path, release_path):
         namespace: dict = {}
         for cell in nbformat.read(path, as_version=4).cells:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if meta.get("grade_id") == "imports" or meta.get("solution"):
+            if grade_id(cell) == "imports" or utils.is_solution(cell):
                 exec(cell.source, namespace)
         spaces.append(namespace)
     return spaces

@@ -4,8 +4,10 @@ from functools import partial
 
 import pytest
 import torch
+from nbgrader import utils
 
 from autograder import COURSE_ROOT
+from autograder.cells import grade_id
 from tests import assignment_support as support
 from tests.harness import run_graded_cells
 
@@ -82,8 +84,7 @@ def test_feedback_checks_say_correct_for_the_solution():
 
     namespace: dict = {}
     for cell in support.code_cells(NOTEBOOK):
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution") or meta.get("grade_id") == "imports":
+        if utils.is_solution(cell) or grade_id(cell) == "imports":
             exec(cell.source, namespace)  # the course's own solution cells
     for name in ("make_loader", "train_epoch"):
         feedback = evaluate(ps05._exercises.exercises[name], namespace)
