@@ -103,6 +103,17 @@ for n in info["shape"]:
 info["nbytes"] = count * torch.empty((), dtype=t.dtype, device="meta").element_size()
 return info
 """),
+    "ordered-dict-from-pairs": describe_source("""
+from collections import OrderedDict
+pairs = [("shape", tuple(map(int, t.size()))), ("dtype", t.dtype), ("device", t.device),
+         ("nbytes", t.nelement() * t.element_size())]
+return OrderedDict(pairs)
+"""),
+    "untyped-storage-only-when-it-is-exactly-t": describe_returning(
+        nbytes="(t.untyped_storage().nbytes() if t.is_contiguous() and t.storage_offset() == 0 "
+               "and t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.numel() * t.element_size())"),
+    "isinstance-guard-for-any-tensor": describe_returning(
+        first='if not isinstance(t, torch.Tensor):\n    raise TypeError(f"describe needs a tensor, not {type(t).__name__}")'),
 }
 
 CORRECT_PICK_DEVICE = {
@@ -156,7 +167,7 @@ if prefer is None:
 device = torch.device(prefer)
 missing = RuntimeError(f"{device!r} is not available")
 if device.type == "cuda":
-    if not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count():
+    if not torch.cuda.is_available() or (device.index is not None and device.index >= torch.cuda.device_count()):
         raise missing
 elif device.type == "mps":
     if not torch.backends.mps.is_available():
@@ -165,9 +176,9 @@ elif device.type not in ("cpu", "meta"):
     raise missing
 return device
 """),
-    "match-statement-and-device-count": pick_source("""
+    "match-statement": pick_source("""
 if prefer is None:
-    if torch.cuda.device_count() > 0:
+    if torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("mps") if torch.backends.mps.is_available() else torch.device("cpu")
 device = torch.device(prefer)
@@ -180,6 +191,17 @@ match device.type:
     case "mps" if torch.backends.mps.is_available():
         return device
 raise RuntimeError(f"CUDA/MPS device '{prefer}' not found")
+"""),
+    "availability-table-then-index": pick_source("""
+available = {"cpu": True, "meta": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+if prefer is None:
+    return torch.device(next(name for name in ("cuda", "mps", "cpu") if available[name]))
+device = torch.device(prefer)
+if not available.get(device.type, False):
+    raise RuntimeError(f"requested device {prefer} is not available")
+if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+    raise RuntimeError(f"requested device {prefer} is not available")
+return device
 """),
 }
 
@@ -232,6 +254,15 @@ return {"shape": tuple(t.shape), "dtype": t.dtype, "device": t.device,
     "missing-key": describe_source("""
 return {"shape": tuple(t.shape), "dtype": t.dtype, "device": t.device}
 """),
+    "device-drops-the-index": describe_returning(device="torch.device(t.device.type)"),
+    "device-rebuilt-from-the-type-string": describe_returning(device='torch.device(str(t.device).split(":")[0])'),
+    "rejects-tensor-subclasses": describe_returning(
+        first='if type(t) is not torch.Tensor:\n    raise TypeError("describe needs a torch.Tensor")'),
+    "parameter-described-through-data-of-a-copy": describe_returning(
+        first="if isinstance(t, torch.nn.Parameter):\n    t = t.detach().clone().cpu()"),
+    "flattens-with-view": describe_returning(nbytes="t.view(-1).shape[0] * t.element_size()"),
+    "shape-as-numpy-ints": describe_returning(shape="tuple(np.array(t.shape, dtype=np.int64))",
+                                              first="import numpy as np"),
     "renamed-key": describe_source("""
 return {"size": tuple(t.shape), "dtype": t.dtype, "device": t.device, "nbytes": t.numel() * t.element_size()}
 """),
@@ -344,6 +375,18 @@ except Exception as exc:
     raise RuntimeError(f"{prefer} is not available here") from exc
 return device
 """),
+    "default-cuda-by-device-count": pick_with(default=PICK_DEFAULT.replace(
+        "if torch.cuda.is_available():", "if torch.cuda.device_count() > 0:")),
+    "cuda-preference-needs-a-counted-gpu": pick_with(prefer=PICK_PREFER.replace(
+        "device.index is None or device.index < torch.cuda.device_count()",
+        "(device.index or 0) < torch.cuda.device_count()")),
+    "cuda-preference-by-device-count-alone": pick_with(prefer=PICK_PREFER.replace(
+        'if device.type == "cuda" and torch.cuda.is_available():', 'if device.type == "cuda":')),
+    "recursion-counts-plain-cuda-as-cuda-0": CORRECT_PICK_DEVICE["recursion-over-preferences"].replace(
+        "(device.index is not None and device.index >= torch.cuda.device_count())",
+        "(device.index or 0) >= torch.cuda.device_count()"),
+    "match-statement-and-device-count": CORRECT_PICK_DEVICE["match-statement"].replace(
+        "if torch.cuda.is_available():", "if torch.cuda.device_count() > 0:"),
     "uses-torch-accelerator": pick_source("""
 accelerator = torch.accelerator.current_accelerator(check_available=True)
 if prefer is None:

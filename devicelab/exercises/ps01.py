@@ -33,6 +33,9 @@ def _describe(describe) -> None:
     assert info["nbytes"] == 24, f"6 float32 elements take 6 * 4 = 24 bytes; you returned {info['nbytes']!r}."
     doubles = describe(torch.zeros(5, dtype=torch.float64))
     assert doubles["nbytes"] == 40, "float64 elements take 8 bytes each: use the tensor's element size, not 4."
+    param = describe(torch.nn.Parameter(torch.zeros(4, dtype=torch.float16)))
+    assert param["nbytes"] == 8 and param["shape"] == (4,), (
+        "An nn.Parameter is a tensor too (a torch.Tensor subclass): describe it like any other tensor.")
     view = describe(torch.arange(12.0)[:3])
     assert view["nbytes"] == 12, "x[:3] holds 3 elements (12 bytes): count the tensor's elements, not its storage."
 
