@@ -50,17 +50,12 @@ class TestContract(support.AssignmentContract):
 
 CORRECT = {
     "to-device": {
-        "pytree-tree-map": """
-from torch.utils import _pytree as pytree
-return pytree.tree_map(
-    lambda v: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v, obj)
-""",
         "match-statement-and-make": """
 match obj:
     case torch.Tensor():
         return obj.to(device=device, non_blocking=non_blocking)
     case dict():
-        return dict((k, to_device(v, device, non_blocking)) for k, v in obj.items())
+        return type(obj)((k, to_device(v, device, non_blocking)) for k, v in obj.items())
     case tuple() if hasattr(obj, "_fields"):
         return type(obj)._make(to_device(v, device, non_blocking) for v in obj)
     case tuple():
@@ -104,6 +99,22 @@ if isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
     return type(obj)(items)
 return obj
 """,
+        "shallow-copy-then-update": """
+if isinstance(obj, torch.Tensor):
+    return obj.to(device, non_blocking=non_blocking)
+if isinstance(obj, dict):
+    import copy
+    out = copy.copy(obj)
+    out.update((k, to_device(v, device, non_blocking)) for k, v in obj.items())
+    return out
+if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+    return obj.__class__(*[to_device(v, device, non_blocking) for v in obj])
+if isinstance(obj, tuple):
+    return tuple(to_device(v, device, non_blocking) for v in obj)
+if isinstance(obj, list):
+    return [to_device(v, device, non_blocking) for v in obj]
+return obj
+""",
     },
     "to-is-noop": {
         "ask-to-itself": """
@@ -131,11 +142,12 @@ with torch.no_grad():
     w.normal_()
 return w
 """,
-        "unpacked-shape-and-attribute": """
-w = torch.randn(*shape, device=torch.device(device))
+        "size-keyword-and-attribute": """
+w = torch.randn(size=tuple(shape), device=torch.device(device))
 w.requires_grad = True
 return w
 """,
+        "detach-after-moving": "return torch.randn(shape, requires_grad=True).to(device).detach().requires_grad_()",
         "torch-normal": "return torch.normal(0.0, 1.0, size=tuple(shape), device=device).requires_grad_(True)",
     },
     "as-numpy": {
@@ -145,6 +157,19 @@ return w
         "numpy-force-then-copy": "return t.numpy(force=True).copy()",
         "cpu-detach-np-array-copy": "return np.array(t.cpu().detach(), copy=True)",
         "np-copy": "return np.copy(t.detach().to('cpu').numpy())",
+        "copy-into-a-preallocated-host-tensor": """
+host = torch.empty(t.shape, dtype=t.dtype)
+host.copy_(t.detach())
+return host.numpy()
+""",
+        "empty-like-on-the-cpu-then-copy": """
+host = torch.empty_like(t, device="cpu", requires_grad=False)
+with torch.no_grad():
+    host.copy_(t)
+return host.numpy()
+""",
+        "zeros-copy-chained": "return torch.zeros(t.shape, dtype=t.dtype, device='cpu').copy_(t.detach()).numpy()",
+        "to-with-copy-keyword-then-contiguous": "return t.detach().to(device='cpu', copy=True).contiguous().numpy()",
     },
 }
 CORRECT_CASES = support.correct_cases(CORRECT, HEADS)
@@ -162,7 +187,7 @@ TO_DEVICE_OK = """
 if isinstance(obj, torch.Tensor):
     return obj.to(device, non_blocking=non_blocking)
 if isinstance(obj, dict):
-    return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+    return type(obj)((k, to_device(v, device, non_blocking)) for k, v in obj.items())
 if isinstance(obj, tuple) and hasattr(obj, "_fields"):
     return type(obj)(*(to_device(v, device, non_blocking) for v in obj))
 if isinstance(obj, (list, tuple)):
@@ -188,7 +213,7 @@ return obj
         'if isinstance(obj, tuple) and hasattr(obj, "_fields"):\n'
         '    return type(obj)(*(to_device(v, device, non_blocking) for v in obj))\n', ""),
     ("to-device", "writes-into-the-input-dict", "to-device-tests-copy"): TO_DEVICE_OK.replace(
-        "    return {k: to_device(v, device, non_blocking) for k, v in obj.items()}",
+        "    return type(obj)((k, to_device(v, device, non_blocking)) for k, v in obj.items())",
         "    for k, v in obj.items():\n        obj[k] = to_device(v, device, non_blocking)\n    return obj"),
     ("to-device", "writes-into-the-input-list", "to-device-tests-copy"): TO_DEVICE_OK.replace(
         "if isinstance(obj, (list, tuple)):",
@@ -244,6 +269,48 @@ return move(copy.deepcopy(obj))
         "    obj.to(device, non_blocking=non_blocking)\n    return obj"),
     ("to-device", "uses-cuda", "to-device-tests-basic"): TO_DEVICE_OK.replace(
         "obj.to(device, non_blocking=non_blocking)", "obj.cuda(non_blocking=non_blocking)"),
+    ("to-device", "ordered-dict-becomes-dict", "to-device-tests-containers"): TO_DEVICE_OK.replace(
+        "type(obj)((k, to_device(v, device, non_blocking)) for k, v in obj.items())",
+        "{k: to_device(v, device, non_blocking) for k, v in obj.items()}"),
+    ("to-device", "exact-dict-type-skips-subclasses", "to-device-tests-containers"): TO_DEVICE_OK.replace(
+        "if isinstance(obj, dict):", "if type(obj) is dict:"),
+    ("to-device", "exact-tensor-type-skips-parameters", "to-device-tests-basic"): TO_DEVICE_OK.replace(
+        "if isinstance(obj, torch.Tensor):", "if type(obj) is torch.Tensor:"),
+    ("to-device", "match-statement-with-a-plain-dict", "to-device-tests-containers"): """
+match obj:
+    case torch.Tensor():
+        return obj.to(device=device, non_blocking=non_blocking)
+    case dict():
+        return dict((k, to_device(v, device, non_blocking)) for k, v in obj.items())
+    case tuple() if hasattr(obj, "_fields"):
+        return type(obj)._make(to_device(v, device, non_blocking) for v in obj)
+    case tuple():
+        return tuple(to_device(v, device, non_blocking) for v in obj)
+    case list():
+        return [to_device(v, device, non_blocking) for v in obj]
+    case _:
+        return obj
+""",
+    ("to-device", "pytree-skips-an-unregistered-dict-subclass", "to-device-tests-containers"): """
+from torch.utils import _pytree as pytree
+return pytree.tree_map(
+    lambda v: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v, obj)
+""",
+    ("to-device", "dict-copy-method-loses-the-subclass", "to-device-tests-containers"): """
+if isinstance(obj, torch.Tensor):
+    return obj.to(device, non_blocking=non_blocking)
+if isinstance(obj, dict):
+    out = obj.copy()
+    out.update((k, to_device(v, device, non_blocking)) for k, v in obj.items())
+    return out
+if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+    return obj.__class__(*[to_device(v, device, non_blocking) for v in obj])
+if isinstance(obj, tuple):
+    return tuple(to_device(v, device, non_blocking) for v in obj)
+if isinstance(obj, list):
+    return [to_device(v, device, non_blocking) for v in obj]
+return obj
+""",
     ("to-device", "strings-as-sequences", "to-device-tests-basic"): """
 from collections.abc import Mapping, Sequence
 if isinstance(obj, torch.Tensor):
@@ -276,6 +343,13 @@ return obj
         "return torch.randn(shape, device=device, requires_grad=True) * 0.01",
     ("make-leaf", "fills-a-leaf-in-place", "make-leaf-tests"):
         "return torch.empty(shape, device=device, requires_grad=True).normal_()",
+    ("make-leaf", "unpacks-the-shape", "make-leaf-tests"): """
+w = torch.randn(*shape, device=torch.device(device))
+w.requires_grad = True
+return w
+""",
+    ("make-leaf", "builds-from-the-first-dimension", "make-leaf-tests"):
+        "return torch.randn(shape[0], *shape[1:], device=device, requires_grad=True)",
     ("make-leaf", "zeros", "make-leaf-tests-values"):
         "return torch.zeros(shape, device=device, requires_grad=True)",
     ("make-leaf", "uniform-rand", "make-leaf-tests-values"):

@@ -1,6 +1,6 @@
 """Checks and hints for ps02-moving-tensors."""
 
-from collections import namedtuple
+from collections import OrderedDict, namedtuple
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ def _to_device(to_device) -> None:
     assert isinstance(moved["items"], list) and moved["items"][1] == "label", "lists stay lists; strings are left alone."
     assert batch["x"].device.type == "cpu", "the input was changed: build new containers, never modify obj."
     assert type(to_device((torch.ones(1),), "meta")) is tuple, "a tuple should stay a tuple."
+    ordered = to_device(OrderedDict(b=torch.ones(1), a=2), "meta")
+    assert type(ordered) is OrderedDict and list(ordered) == ["b", "a"], (
+        "an OrderedDict should stay an OrderedDict, keys in order: rebuild a dict with type(obj)(...).")
 
 
 def _to_is_noop(to_is_noop) -> None:
