@@ -75,3 +75,26 @@ grade: $(STAMP)  ## Grade a class: make grade ASSIGNMENT=<id> SUBMISSIONS=<folde
 
 demo: $(STAMP)  ## Build a small realistic class from the assignments and grade it (graded/demo/)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder demo $(DEMO_ARGS)
+
+.PHONY: hub-proxy hub-setup hub-start hub-test
+
+# A class on one JupyterHub (README, "Run a class on a hub"). The hub's folder; hub-setup and hub-start need root.
+HUB_ROOT  ?= /srv/devicelab-hub
+HUB_PROXY := .hub/node_modules/.bin/configurable-http-proxy
+
+$(HUB_PROXY):
+	@command -v npm >/dev/null 2>&1 || { echo "npm is needed for JupyterHub's proxy (Debian: apt-get install npm)"; exit 2; }
+	@mkdir -p .hub && printf '*\n' > .hub/.gitignore
+	npm install --prefix .hub --no-audit --no-fund --loglevel=error configurable-http-proxy@5
+
+hub-proxy: $(HUB_PROXY)  ## Install JupyterHub's proxy (configurable-http-proxy, npm) into .hub/
+
+hub-setup: $(STAMP) $(HUB_PROXY)  ## Set a class up on a JupyterHub (root): make hub-setup ROSTER=roster.csv [HUB_ARGS=...]
+	@test -n "$(ROSTER)" || { echo "usage: sudo make hub-setup ROSTER=roster.csv [HUB_ROOT=$(HUB_ROOT)] [HUB_ARGS='--prefix dl- --python /opt/devicelab/bin/python']"; exit 2; }
+	$(PY) -m autograder hub setup --roster "$(ROSTER)" --root "$(HUB_ROOT)" $(HUB_ARGS)
+
+hub-start: $(STAMP)  ## Run the class's JupyterHub in the foreground (root; Ctrl-C stops it)
+	$(PY) -m autograder hub start --root "$(HUB_ROOT)"
+
+hub-test: $(STAMP) $(HUB_PROXY)  ## Run the hub tests (root: makes and removes Unix accounts, starts a hub on loopback)
+	DEVICELAB_HUB_TESTS=1 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p no:xdist tests/test_hub_config.py tests/test_hub_end_to_end.py

@@ -100,6 +100,12 @@ def _demo(args) -> int:
     return 0
 
 
+def _hub(args) -> int:
+    from autograder.hub.cli import run
+
+    return run(args)
+
+
 def _positive(kind):
     def parse(text: str):
         value = kind(text)
@@ -151,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=_demo)
+    from autograder.hub.cli import add_arguments as add_hub_arguments
+
+    hub = commands.add_parser("hub", help="run a class on a JupyterHub: setup, start, release, collect, grade, ...")
+    add_hub_arguments(hub, COURSE_ROOT)
+    hub.set_defaults(func=_hub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,0 +1,1 @@
+"""Run the course for a class on one JupyterHub: accounts, configuration, and the instructor's loop."""

@@ -1,0 +1,133 @@
+"""The `hub` sub-command: its arguments and what each action prints."""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from autograder.hub.settings import AUTHENTICATORS, DEFAULT_ROOT, HubError, HubSettings
+
+ROOT_ENV = "DEVICELAB_HUB_ROOT"
+
+
+def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
+    """Add the hub's actions and their options to its parser."""
+    default_root = os.environ.get(ROOT_ENV, str(DEFAULT_ROOT))
+    actions = hub.add_subparsers(dest="action", required=True)
+
+    def action(name: str, help_: str) -> argparse.ArgumentParser:
+        parser = actions.add_parser(name, help=help_, description=help_)
+        parser.add_argument("--root", default=default_root,
+                            help=f"the hub's folder (default: ${ROOT_ENV} or {DEFAULT_ROOT})")
+        return parser
+
+    setup = action("setup", "make the Unix accounts, the exchange, the grader's course and the hub's config")
+    setup.add_argument("--roster", required=True, help="CSV with columns id,name,role (student|grader|instructor)")
+    setup.add_argument("--prefix", default="", help="prefix of every Unix account name (e.g. dl-)")
+    setup.add_argument("--authenticator", choices=AUTHENTICATORS, default="pam",
+                       help="pam (Unix passwords, default), native (sign-up, approved by an admin), dummy "
+                            "(one shared password; loopback only)")
+    setup.add_argument("--ip", default="127.0.0.1", help="address the hub listens on (default: 127.0.0.1)")
+    setup.add_argument("--port", type=int, default=8000, help="public port (default: 8000)")
+    setup.add_argument("--hub-port", type=int, default=8081, help="the hub's internal port (default: 8081)")
+    setup.add_argument("--proxy-api-port", type=int, default=8001, help="the proxy's API port (default: 8001)")
+    setup.add_argument("--service-port", type=int, default=9999, help="the formgrader service's port (9999)")
+    setup.add_argument("--cull-idle", type=int, default=3600, help="stop servers idle this many seconds (0: never)")
+    setup.add_argument("--proxy", default=None, help="configurable-http-proxy executable (default: `make "
+                                                     "hub-setup`'s .hub/node_modules/.bin, else PATH)")
+    setup.add_argument("--python", default=sys.executable,
+                       help="the Python environment every server runs (default: this one); every account must "
+                            "be able to run it")
+    setup.add_argument("--extra-group", default="", help="an existing Unix group every account joins")
+    setup.add_argument("--course", default=str(course_root), help="the course to install (default: this repo)")
+    add = action("add-user", "add one person to the hub (account, roster, gradebook, running hub)")
+    add.add_argument("id")
+    add.add_argument("--name", default="")
+    add.add_argument("--role", choices=["student", "grader", "instructor"], default="student")
+    start = action("start", "run JupyterHub in the foreground")
+    start.add_argument("--debug", action="store_true")
+    for name, text in [("release", "release an assignment to the students"),
+                       ("status", "who has submitted an assignment"),
+                       ("collect", "collect the latest submissions into the course"),
+                       ("grade", "grade the collected submissions with the course's grader"),
+                       ("feedback", "release the feedback pages to the students")]:
+        parser = action(name, text)
+        parser.add_argument("assignment")
+        if name == "release":
+            parser.add_argument("--force", action="store_true", help="release again, replacing the release")
+        if name == "grade":
+            parser.add_argument("--timeout", default=None, help="seconds per notebook (grade's default: 300)")
+            parser.add_argument("--jobs", default=None, help="students at the same time (default: CPU cores)")
+            parser.add_argument("--sandbox", default=None, choices=["auto", "bwrap", "unshare", "none"])
+            parser.add_argument("--force", action="store_true", help="grade every student again")
+    export = action("export", "write the gradebook's grades as CSV")
+    export.add_argument("--to", default="grades.csv", help="CSV file to write (default: grades.csv)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one hub action; return the exit code (2 when it cannot run)."""
+    try:
+        return _run(args)
+    except HubError as exc:
+        print(f"hub {args.action}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autograder.hub import install, loop, start
+    from autograder.hub.roster import Member
+
+    root = Path(args.root)
+    if args.action == "setup":
+        settings = HubSettings(
+            root=str(root), course_id=_course_id(Path(args.course)), course_source=args.course, prefix=args.prefix,
+            authenticator=args.authenticator, ip=args.ip, port=args.port, hub_port=args.hub_port,
+            proxy_api_port=args.proxy_api_port, service_port=args.service_port, cull_idle_s=args.cull_idle,
+            python=args.python, extra_group=args.extra_group, proxy=args.proxy or install.find_proxy(Path(args.course)))
+        report = install.setup(settings, Path(args.roster))
+        s = report.settings
+        print(f"hub for {s.course_id} in {s.paths.root}: {len(report.members)} people, grader account {s.grader}")
+        if report.created:
+            print(f"accounts created: {', '.join(report.created)}")
+        print(f"config: {s.paths.config}")
+        if s.authenticator == "pam":
+            print("people log in with their Unix password: set one with `passwd <account>` (or chpasswd)")
+        elif s.authenticator == "dummy":
+            print(f"dummy login, loopback only; the shared password is in {s.paths.settings}")
+        print(f"next: sudo python -m autograder hub start --root {s.paths.root}")
+        return 0
+    settings = HubSettings.load(root)
+    if args.action == "add-user":
+        for line in install.add_user(settings, Member(args.id.lower(), args.name or args.id, args.role)):
+            print(line)
+    elif args.action == "start":
+        start.start(settings, args.debug)
+    elif args.action == "release":
+        print(loop.release(settings, args.assignment, args.force))
+    elif args.action == "status":
+        rows = loop.status(settings, args.assignment)
+        for row in rows:
+            print(f"{row.student:24} {row.submitted or 'not submitted':28} {'collected' if row.collected else ''}")
+        print(f"{sum(1 for r in rows if r.submitted)} of {len(rows)} submitted")
+    elif args.action == "collect":
+        print(loop.collect(settings, args.assignment))
+    elif args.action == "grade":
+        extra = [*(["--timeout", args.timeout] if args.timeout else []), *(["--jobs", args.jobs] if args.jobs else []),
+                 *(["--sandbox", args.sandbox] if args.sandbox else []), *(["--force"] if args.force else [])]
+        for g in loop.grade(settings, args.assignment, extra):
+            print(f"{g.student:24} {g.score:g}/{g.max_score:g} {g.status}")
+        print(f"grades, feedback and summary: {settings.paths.course / 'graded' / args.assignment}")
+    elif args.action == "feedback":
+        print("feedback released to: " + ", ".join(loop.feedback(settings, args.assignment)))
+    elif args.action == "export":
+        print(f"wrote {loop.export(settings, Path(args.to).resolve())}")
+    return 0
+
+
+def _course_id(course: Path) -> str:
+    from autograder.course import course_directory
+
+    course_id = course_directory(course).course_id
+    if not course_id:
+        raise HubError(f"{course / 'nbgrader_config.py'} sets no CourseDirectory.course_id")
+    return course_id

@@ -1,0 +1,210 @@
+"""`hub setup` and `hub add-user`: accounts, folders with their permissions, the course, the configuration."""
+
+import ipaddress
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from autograder.hub import accounts
+from autograder.hub.api import HubAPI
+from autograder.hub.render import render_all, write_all
+from autograder.hub.roster import Member, check_member, read_roster, write_roster
+from autograder.hub.settings import LOOPBACK, HubError, HubSettings
+
+COURSE_FILES = ("source", "release", "nbgrader_config.py")
+
+
+@dataclass(frozen=True)
+class SetupReport:
+    """What `hub setup` made."""
+
+    settings: HubSettings
+    members: list[Member]
+    created: list[str]  # accounts made now
+
+
+def is_loopback(ip: str) -> bool:
+    """Return whether the address only this machine can reach."""
+    if ip in LOOPBACK:
+        return True
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        try:
+            return ipaddress.ip_address(socket.gethostbyname(ip)).is_loopback
+        except (OSError, ValueError):
+            return False
+
+
+def check_settings(s: HubSettings) -> None:
+    """Refuse settings that would be unsafe or cannot work."""
+    if s.authenticator == "dummy" and not is_loopback(s.ip):
+        raise HubError(f"the dummy authenticator lets anyone with the shared password in; it is refused on "
+                       f"{s.ip} (only a loopback address such as 127.0.0.1). Use --authenticator pam or native.")
+    ports = [s.port, s.hub_port, s.proxy_api_port, s.service_port]
+    if len(set(ports)) != len(ports):
+        raise HubError(f"the hub's ports must differ: public {s.port}, hub {s.hub_port}, proxy API "
+                       f"{s.proxy_api_port}, formgrader service {s.service_port}")
+    if not (Path(s.bin_dir) / "jupyterhub").exists():
+        raise HubError(f"no jupyterhub in {s.bin_dir}: install the hub extra (pip install -e '.[hub]')")
+    if s.proxy and not os.access(s.proxy, os.X_OK):
+        raise HubError(f"configurable-http-proxy not found at {s.proxy}: run `make hub-setup` or "
+                       "`npm install configurable-http-proxy`")
+
+
+def check_python(s: HubSettings) -> None:
+    """Raise HubError unless the grader account can run the Python environment and import the hub's packages."""
+    done = accounts.run_as(s.grader, [s.python, "-c", "import jupyterhub, nbgrader, devicelab, autograder"],
+                           cwd=Path("/"), env={"PYTHONPATH": s.course_source}, check=False)
+    if done.returncode != 0:
+        raise HubError(f"other accounts cannot use {s.python} ({(done.stderr or done.stdout).strip()[-300:]}). "
+                       "Every user's server runs it: make the environment from a Python all accounts can run, "
+                       "e.g. python3 -m venv /opt/devicelab && /opt/devicelab/bin/pip install -e '.[hub]', "
+                       "then pass --python /opt/devicelab/bin/python")
+
+
+def find_proxy(course_source: Path) -> str:
+    """Return configurable-http-proxy: the project-local one from `make hub-setup`, else the one on PATH."""
+    local = course_source / ".hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+    if local.exists():
+        return str(local)
+    return shutil.which("configurable-http-proxy") or ""
+
+
+def _chown_tree(path: Path, account: accounts.Account) -> None:
+    for folder, dirs, files in os.walk(path):
+        os.chown(folder, account.uid, account.gid)
+        for name in dirs + files:
+            os.lchown(os.path.join(folder, name), account.uid, account.gid)
+
+
+def install_course(s: HubSettings, grader: accounts.Account) -> None:
+    """Copy the course (source/, release/, nbgrader_config.py) into the grader's course directory (0700)."""
+    course, origin = s.paths.course, Path(s.course_source)
+    course.mkdir(parents=True, exist_ok=True)
+    for name in COURSE_FILES:
+        src = origin / name
+        if src.is_dir():
+            shutil.copytree(src, course / name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        elif src.is_file():
+            shutil.copy2(src, course / name)
+    _chown_tree(course, grader)
+    course.chmod(0o700)
+
+
+def make_folders(s: HubSettings) -> None:
+    """Make the root (0755), the hub's folder (0700) and nbgrader's exchange (1777, as nbgrader documents)."""
+    paths = s.paths
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.root.chmod(0o755)
+    paths.hub.mkdir(exist_ok=True)
+    paths.hub.chmod(0o700)
+    paths.exchange.mkdir(exist_ok=True)
+    paths.exchange.chmod(0o1777)
+    if not paths.cli_token.exists():
+        paths.cli_token.write_text(secrets.token_hex(32) + "\n")
+    paths.cli_token.chmod(0o600)
+
+
+def grader_env(s: HubSettings) -> dict[str, str]:
+    """Return the environment of commands the grader account runs (nbgrader, the grader from the course repo)."""
+    return {"JUPYTER_CONFIG_PATH": str(s.paths.grader_etc), "PYTHONPATH": s.course_source,
+            "PATH": os.pathsep.join([str(s.bin_dir), "/usr/local/bin", "/usr/bin", "/bin"])}
+
+
+NO_HUB_AUTH = "--Authenticator.plugin_class=nbgrader.auth.NoAuthPlugin"
+
+
+def nbgrader(s: HubSettings, *args: str, timeout: float | None = 600):
+    """Run an nbgrader command as the grader account in the course directory (no hub lookups)."""
+    return accounts.run_as(s.grader, [str(s.bin_dir / "nbgrader"), *args, NO_HUB_AUTH], cwd=s.paths.course,
+                           env=grader_env(s), timeout=timeout)
+
+
+def register_students(s: HubSettings, members: list[Member]) -> None:
+    """Put the students into the course gradebook (ids are their hub user names)."""
+    students = [m for m in members if m.role == "student"]
+    if not students:
+        return
+    grader = accounts.lookup(s.grader)
+    assert grader is not None
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", dir=s.paths.course, delete=False) as handle:
+        handle.write("id,first_name,last_name,email\n")
+        for m in students:
+            first, last = m.first_last
+            handle.write(f"{m.username(s.prefix)},{first.replace(',', ' ')},{last.replace(',', ' ')},\n")
+    path = Path(handle.name)
+    os.chown(path, grader.uid, grader.gid)
+    try:
+        nbgrader(s, "db", "student", "import", path.name)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def configure(s: HubSettings, members: list[Member]) -> None:
+    """Write hub.json, the roster and every generated configuration file."""
+    s.save()
+    write_roster(s.paths.roster, members)
+    s.paths.roster.chmod(0o600)
+    write_all(render_all(s, members))
+    for folder in (s.paths.root / "etc", s.paths.student_etc, s.paths.grader_etc):
+        folder.chmod(0o755)
+
+
+def setup(s: HubSettings, roster: Path) -> SetupReport:
+    """Make the whole hub: accounts, folders, course, gradebook, configuration."""
+    accounts.require_root("hub setup")
+    s = replace(s, root=str(Path(s.root).resolve()), course_source=str(Path(s.course_source).resolve()))
+    if s.authenticator == "dummy" and not s.dummy_password:
+        s = replace(s, dummy_password=secrets.token_urlsafe(12))
+    check_settings(s)
+    members = read_roster(roster, s.prefix)
+    make_folders(s)
+    created = []
+    for member in members:
+        user = member.username(s.prefix)
+        if accounts.lookup(user) is None:
+            created.append(user)
+        accounts.ensure_account(user, member.name, s.extra_group)
+    if accounts.lookup(s.grader) is None:
+        created.append(s.grader)
+    grader = accounts.ensure_account(s.grader, f"{s.course_id} grader", s.extra_group)
+    check_python(s)
+    install_course(s, grader)
+    configure(s, members)
+    register_students(s, members)
+    return SetupReport(s, members, created)
+
+
+def add_user(s: HubSettings, member: Member) -> list[str]:
+    """Add one person: account, roster, configuration, gradebook, and the running hub; return what was done."""
+    accounts.require_root("hub add-user")
+    check_member(member, s.prefix)
+    members = read_roster(s.paths.roster, s.prefix)
+    if any(m.id == member.id for m in members):
+        raise HubError(f"{member.id} is already on the roster ({s.paths.roster})")
+    user = member.username(s.prefix)
+    done = [f"account {user} " + ("exists" if accounts.lookup(user) else "created")]
+    accounts.ensure_account(user, member.name, s.extra_group)
+    members.append(member)
+    configure(s, members)
+    done.append("configuration rewritten")
+    register_students(s, [member])
+    api = HubAPI.for_settings(s)
+    if api.up():
+        if api.call("GET", f"/users/{user}").status == 404:
+            api.call("POST", f"/users/{user}", {"admin": member.role == "instructor"})
+        groups = {"student": ["nbgrader"], "grader": ["formgrade"], "instructor": ["nbgrader", "formgrade"]}
+        for kind in groups[member.role]:
+            reply = api.call("POST", f"/groups/{kind}-{s.course_id}/users", {"users": [user]})
+            if reply.status >= 300:
+                raise HubError(f"the hub refused to add {user} to {kind}-{s.course_id} (HTTP {reply.status})")
+        done.append("added to the running hub")
+    else:
+        done.append("the hub is not running: it picks the new user up when started")
+    return done

@@ -1,0 +1,127 @@
+"""The hub's settings (chosen once by `hub setup`, saved as hub.json) and the paths they imply."""
+
+import json
+import sys
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+DEFAULT_ROOT = Path("/srv/devicelab-hub")
+SETTINGS_FILE = "hub.json"
+AUTHENTICATORS = ("pam", "native", "dummy")
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class HubError(RuntimeError):
+    """A hub command cannot go on; the message says why and what to do."""
+
+
+@dataclass
+class HubSettings:
+    """Everything the generated configuration depends on."""
+
+    root: str
+    course_id: str
+    course_source: str  # the course repository whose source/, release/ and nbgrader_config.py are installed
+    prefix: str = ""
+    authenticator: str = "pam"
+    ip: str = "127.0.0.1"
+    port: int = 8000
+    hub_port: int = 8081
+    proxy_api_port: int = 8001
+    service_port: int = 9999
+    cull_idle_s: int = 3600
+    python: str = sys.executable
+    proxy: str = ""  # configurable-http-proxy's executable; empty: the one on PATH
+    dummy_password: str = ""
+    extra_group: str = ""  # a Unix group every account joins (e.g. one that may read a shared data folder)
+
+    @property
+    def paths(self) -> "HubPaths":
+        """Return the folders and files under the root."""
+        return HubPaths(Path(self.root), self.course_id)
+
+    @property
+    def grader(self) -> str:
+        """Return the shared grader account (it runs formgrader and owns the course directory)."""
+        return f"{self.prefix}grader"
+
+    @property
+    def bin_dir(self) -> Path:
+        """Return the folder of the Python environment's commands (jupyterhub, nbgrader, ...)."""
+        return Path(self.python).parent
+
+    def save(self) -> None:
+        """Write hub.json (root only: it names the dummy password when there is one)."""
+        path = self.paths.settings
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        path.chmod(0o600)
+
+    @classmethod
+    def load(cls, root: Path) -> "HubSettings":
+        """Read hub.json from a root made by `hub setup`."""
+        path = HubPaths(root, "").settings
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise HubError(f"no hub in {root} (no {path}); run `python -m autograder hub setup` first") from None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class HubPaths:
+    """Where the hub keeps what."""
+
+    root: Path
+    course_id: str
+
+    @property
+    def hub(self) -> Path:
+        """Return the hub's own folder (config, database, secrets: root only)."""
+        return self.root / "hub"
+
+    @property
+    def settings(self) -> Path:
+        """Return hub.json."""
+        return self.hub / SETTINGS_FILE
+
+    @property
+    def config(self) -> Path:
+        """Return the generated jupyterhub_config.py."""
+        return self.hub / "jupyterhub_config.py"
+
+    @property
+    def roster(self) -> Path:
+        """Return the hub's copy of the roster."""
+        return self.hub / "roster.csv"
+
+    @property
+    def cli_token(self) -> Path:
+        """Return the token the hub command uses for the hub's REST API."""
+        return self.hub / "cli-token"
+
+    @property
+    def log(self) -> Path:
+        """Return the hub's log file (`hub start --log`)."""
+        return self.hub / "jupyterhub.log"
+
+    @property
+    def exchange(self) -> Path:
+        """Return nbgrader's exchange root."""
+        return self.root / "exchange"
+
+    @property
+    def course(self) -> Path:
+        """Return the course directory (owned by the grader account; students cannot enter it)."""
+        return self.root / "course"
+
+    @property
+    def student_etc(self) -> Path:
+        """Return the Jupyter config folder of every user's server."""
+        return self.root / "etc" / "student"
+
+    @property
+    def grader_etc(self) -> Path:
+        """Return the Jupyter config folder of the grader's server and commands."""
+        return self.root / "etc" / "grader"

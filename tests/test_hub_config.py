@@ -1,0 +1,162 @@
+"""The hub's generated configuration, roster and refusals, without root or a running hub."""
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from traitlets.config.loader import PyFileConfigLoader
+
+from autograder.hub.install import check_settings, is_loopback
+from autograder.hub.loop import _ignore, status
+from autograder.hub.render import render_all, write_all
+from autograder.hub.roster import Member, read_roster, write_roster
+from autograder.hub.settings import HubError, HubSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+MEMBERS = [Member("ann", "Ann Lee", "student"), Member("bob", "Bob Ray", "student"),
+           Member("gil", "Gil Marker", "grader"), Member("ivy", "Ivy Teach", "instructor")]
+
+
+def settings(tmp_path: Path, **changes) -> HubSettings:
+    base = HubSettings(root=str(tmp_path / "root"), course_id="device-lab", course_source=str(ROOT), prefix="dl-",
+                       python=sys.executable)
+    return replace(base, **changes)
+
+
+def load(path: Path):
+    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+
+
+def written(tmp_path: Path, **changes) -> HubSettings:
+    s = settings(tmp_path, **changes)
+    write_all(render_all(s, MEMBERS))
+    s.paths.cli_token.write_text("t0ken\n")
+    return s
+
+
+def test_the_hub_config_loads_and_uses_pam_by_default(tmp_path: Path) -> None:
+    s = written(tmp_path)
+    c = load(s.paths.config)
+    assert c.JupyterHub.authenticator_class == "pam"
+    assert c.JupyterHub.spawner_class == "localprocess"
+    assert c.JupyterHub.bind_url == "http://127.0.0.1:8000/"
+    assert c.Authenticator.allowed_users == ["dl-ann", "dl-bob", "dl-gil", "dl-grader", "dl-ivy"]
+    assert c.Authenticator.admin_users == ["dl-ivy"]
+    assert c.Spawner.environment["JUPYTER_CONFIG_PATH"] == str(s.paths.student_etc)
+    assert s.paths.config.stat().st_mode & 0o777 == 0o600
+
+
+def test_groups_and_roles_follow_nbgrader(tmp_path: Path) -> None:
+    c = load(written(tmp_path).paths.config)
+    assert c.JupyterHub.load_groups == {"formgrade-device-lab": {"users": ["dl-gil", "dl-grader", "dl-ivy"]},
+                                        "nbgrader-device-lab": {"users": ["dl-ann", "dl-bob", "dl-ivy"]}}
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert "access:services!service=device-lab" in roles["formgrade-device-lab"]["scopes"]
+    assert not any(scope.startswith("access:") for scope in roles["nbgrader-device-lab"]["scopes"])
+    (service,) = [svc for svc in c.JupyterHub.services if svc["name"] == "device-lab"]
+    assert service["user"] == "dl-grader" and service["cwd"].endswith("course")
+    assert any(svc["name"] == "idle-culler" for svc in c.JupyterHub.services)
+    assert {svc["name"]: svc for svc in c.JupyterHub.services}["devicelab-cli"]["api_token"] == "t0ken"
+
+
+def test_no_culler_when_switched_off(tmp_path: Path) -> None:
+    c = load(written(tmp_path, cull_idle_s=0).paths.config)
+    assert not any(svc["name"] == "idle-culler" for svc in c.JupyterHub.services)
+    assert not any(r["name"] == "idle-culler" for r in c.JupyterHub.load_roles)
+
+
+def test_only_the_grader_service_may_be_framed(tmp_path: Path) -> None:
+    s = written(tmp_path)
+    grader = load(s.paths.grader_etc / "jupyter_server_config.py")
+    student = load(s.paths.student_etc / "jupyter_server_config.py")
+    assert grader.ServerApp.tornado_settings["headers"]["Content-Security-Policy"] == "frame-ancestors 'self'"
+    assert "tornado_settings" not in student.ServerApp
+    assert student.ServerApp.jpserver_extensions["nbgrader.server_extensions.formgrader"] is False
+    assert grader.ServerApp.jpserver_extensions["nbgrader.server_extensions.formgrader"] is True
+
+
+def test_nbgrader_configs_share_the_exchange(tmp_path: Path) -> None:
+    s = written(tmp_path)
+    for folder in (s.paths.student_etc, s.paths.grader_etc):
+        c = load(folder / "nbgrader_config.py")
+        assert c.Exchange.root == str(s.paths.exchange) and c.Exchange.path_includes_course is True
+        assert c.Authenticator.plugin_class.__name__ == "JupyterHubAuthPlugin"
+    assert load(s.paths.grader_etc / "nbgrader_config.py").CourseDirectory.course_id == "device-lab"
+    assert "course_id" not in load(s.paths.student_etc / "nbgrader_config.py").CourseDirectory
+
+
+@pytest.mark.parametrize("kind", ["native", "dummy"])
+def test_other_authenticators(tmp_path: Path, kind: str) -> None:
+    c = load(written(tmp_path, authenticator=kind, dummy_password="pw").paths.config)
+    assert c.JupyterHub.authenticator_class == {"native": "nativeauthenticator.NativeAuthenticator",
+                                               "dummy": "dummy"}[kind]
+
+
+@pytest.mark.parametrize("ip", ["0.0.0.0", "192.168.1.5", "::"])
+def test_dummy_is_refused_off_loopback(tmp_path: Path, ip: str) -> None:
+    with pytest.raises(HubError, match="loopback"):
+        check_settings(settings(tmp_path, authenticator="dummy", ip=ip))
+    check_settings(settings(tmp_path, authenticator="pam", ip=ip))
+
+
+def test_dummy_is_fine_on_loopback(tmp_path: Path) -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    check_settings(settings(tmp_path, authenticator="dummy", ip="127.0.0.1"))
+
+
+def test_ports_must_differ(tmp_path: Path) -> None:
+    with pytest.raises(HubError, match="ports must differ"):
+        check_settings(settings(tmp_path, port=8081))
+
+
+def test_roster(tmp_path: Path) -> None:
+    path = tmp_path / "roster.csv"
+    write_roster(path, MEMBERS)
+    assert read_roster(path, "dl-") == MEMBERS
+    path.write_text("id,name\nAnn,Ann Lee\n")
+    assert read_roster(path, "") == [Member("ann", "Ann Lee", "student")]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("id,name,role\nann,A,teacher\n", "role 'teacher'"),
+    ("id,name,role\nann,A,student\nann,B,student\n", "listed twice"),
+    ("id,name,role\nann lee,A,student\n", "account name"),
+    ("id,name,role\n" + "a" * 40 + ",A,student\n", "account name"),
+    ("name,role\nA,student\n", "id,name,role"),
+])
+def test_bad_rosters_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "roster.csv"
+    path.write_text(text)
+    with pytest.raises(HubError, match=message):
+        read_roster(path, "")
+
+
+def test_status_reads_the_exchange(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    s.paths.hub.mkdir(parents=True)
+    write_roster(s.paths.roster, MEMBERS)
+    inbound = s.paths.exchange / "device-lab" / "inbound"
+    for name in ("dl-ann+ps01+2026-01-01 10:00:00 UTC+abc", "dl-ann+ps01+2026-01-02 10:00:00 UTC+def",
+                 "dl-bob+ps02+2026-01-01 10:00:00 UTC+ghi"):
+        (inbound / name).mkdir(parents=True)
+    (s.paths.course / "submitted" / "dl-ann" / "ps01").mkdir(parents=True)
+    rows = {r.student: r for r in status(s, "ps01")}
+    assert set(rows) == {"dl-ann", "dl-bob"}
+    assert rows["dl-ann"].submitted == "2026-01-02 10:00:00 UTC" and rows["dl-ann"].collected
+    assert rows["dl-bob"].submitted is None
+
+
+def test_collect_keeps_nbgrader_submission_files(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    s.paths.course.mkdir(parents=True)
+    (s.paths.course / "nbgrader_config.py").write_text(
+        "c = get_config()\nc.CourseDirectory.ignore = ['*.txt', '*.py', '.ipynb_checkpoints', 'timestamp.txt']\n")
+    assert _ignore(s) == ["*.py", ".ipynb_checkpoints"]
+
+
+def test_commands_say_when_there_is_no_hub(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "autograder", "hub", "status", "ps01", "--root", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 2 and "hub setup" in done.stderr

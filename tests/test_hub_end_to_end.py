@@ -1,0 +1,301 @@
+"""A class on a real JupyterHub, end to end, on loopback.
+
+`python -m autograder hub setup` makes the Unix accounts (a unique prefix, removed afterwards, even on failure),
+`hub start` runs JupyterHub with the real configurable-http-proxy on free loopback ports. Three students fetch
+the smallest assignment through their own single-user servers (nbgrader's REST handlers, with each student's
+hub token), answer it (one right, one wrong, one hostile: an infinite loop) and submit; the instructor's loop
+(status, collect, grade with our grader, feedback, export) runs through the command line; each student fetches
+feedback and reads the score the grader gave. Then one student tries what the setup must refuse: another
+student's files, the exchange's inbound and feedback folders, the course's source/ and gradebook, formgrader,
+another student's server. Opt in with DEVICELAB_HUB_TESTS=1, as root; under CI=true a skip is a failure.
+"""
+
+import copy
+import csv
+import http.cookiejar
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.grading.demo import solved
+from autograder.hub import accounts
+from autograder.hub.api import HubAPI
+from autograder.hub.settings import HubSettings
+from tests.hub_support import free_port, hub_tests_or_skip, python_for_group, running, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE = "device-lab"
+STUB = re.compile(r"^(\s*)raise NotImplementedError\(.*\)\s*$", re.MULTILINE)
+SCORE = re.compile(r"<h4>(?P<nb>[^<]+) \(Score: (?P<score>[\d.]+) / (?P<max>[\d.]+)\)</h4>")
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def smallest_assignment() -> str:
+    """Return the assignment in release/ with the smallest notebook."""
+    return min((p for p in (ROOT / "release").glob("*/*.ipynb")), key=lambda p: p.stat().st_size).parent.name
+
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def answers(assignment: str) -> dict[str, nbformat.NotebookNode]:
+    """Return the three students' notebooks: right, wrong (every answer returns None), hostile (a loop)."""
+    release = nbformat.read(ROOT / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    right = solved(release, source)
+    wrong = copy.deepcopy(release)
+    for cell in wrong.cells:
+        if _nbgrader(cell).get("solution") and cell.cell_type == "code":
+            cell.source = STUB.sub(r"\1return None", cell.source)
+    hostile = copy.deepcopy(right)
+    last = [c for c in hostile.cells if _nbgrader(c).get("solution") and c.cell_type == "code"][-1]
+    last.source += "\n\nwhile True:  # never ends\n    pass\n"
+    return {"right": right, "wrong": wrong, "hostile": hostile}
+
+
+@dataclass
+class Hub:
+    """A running hub of the test's class."""
+
+    settings: HubSettings
+    prefix: str
+    log: Path
+    passwords: dict[str, str]
+
+    @property
+    def public(self) -> str:
+        return f"http://127.0.0.1:{self.settings.port}"
+
+    def user(self, member: str) -> str:
+        return f"{self.prefix}{member}"
+
+    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        """Run `python -m autograder hub ...` for this hub, as the instructor (root) would."""
+        done = subprocess.run([sys.executable, "-m", "autograder", "hub", args[0], "--root", self.settings.root,
+                               *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+        assert done.returncode == 0, f"hub {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    def token(self, member: str) -> str:
+        """Return a new hub token of the member's (as the user would make on the hub's Token page)."""
+        reply = HubAPI.for_settings(self.settings).call(
+            "POST", f"/users/{self.user(member)}/tokens", {"note": "hub test", "expires_in": 3600})
+        assert reply.status == 201, reply
+        return reply.body["token"]
+
+    def as_user(self, token: str, prefix: str) -> HubAPI:
+        """Return a REST client for a path behind the proxy (/hub/api, /user/NAME, /services/NAME)."""
+        return HubAPI(self.public + prefix, token)
+
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    """Make the accounts, set the hub up, start it; afterwards stop it and remove every trace."""
+    hub_tests_or_skip()
+    prefix = f"t{secrets.token_hex(3)}-"
+    group = f"{prefix}hub"
+    root = Path(tempfile.mkdtemp(prefix="dlhub-"))
+    root.chmod(0o755)
+    roster = root / "roster.csv"
+    roster.write_text("id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\ncat,Cat Hostile,student\n"
+                      "ivy,Ivy Teacher,instructor\n")
+    members = ["ann", "bob", "cat", "ivy", "dan", "grader"]
+    ports = {name: free_port() for name in ("port", "hub-port", "proxy-api-port", "service-port")}
+    log = tmp_path / "jupyterhub.log"
+    subprocess.run(["groupadd", group], check=True)
+    try:
+        with python_for_group(group):
+            setup = subprocess.run(
+                [sys.executable, "-m", "autograder", "hub", "setup", "--roster", str(roster), "--root",
+                 str(root / "hub-root"), "--prefix", prefix, "--extra-group", group, "--cull-idle", "0",
+                 *(f"--{k}={v}" for k, v in ports.items())],
+                cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+            assert setup.returncode == 0, setup.stdout + setup.stderr
+            settings = HubSettings.load(root / "hub-root")
+            passwords = {m: secrets.token_urlsafe(12) for m in ("ann", "ivy")}
+            for member, password in passwords.items():
+                accounts.set_password(prefix + member, password)
+            start = [sys.executable, "-m", "autograder", "hub", "start", "--root", settings.root]
+            with running(start, ROOT, dict(os.environ), log) as proc:
+                wait_for(f"http://127.0.0.1:{settings.port}/hub/api", 120, proc, log)
+                yield Hub(settings, prefix, log, passwords)
+    finally:
+        stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
+        for member in members:
+            accounts.remove_account(prefix + member)
+        subprocess.run(["groupdel", group], capture_output=True, check=False)
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def stop_proxy(pid_file: Path) -> None:
+    """Stop the proxy the hub started (a hub killed before its cleanup leaves it running)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        if "configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_text():
+            os.kill(pid, 15)
+    except (OSError, ValueError):
+        pass
+
+
+def start_server(hub: Hub, member: str, token: str) -> HubAPI:
+    """Start the member's server through the hub with their token; return its REST client."""
+    api = hub.as_user(token, "/hub/api")
+    reply = api.call("POST", f"/users/{hub.user(member)}/server")
+    assert reply.status in (201, 202), reply
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        server = (api.call("GET", f"/users/{hub.user(member)}").body["servers"] or {}).get("", {})
+        if server.get("ready"):
+            return hub.as_user(token, f"/user/{hub.user(member)}")
+        time.sleep(1)
+    pytest.fail(f"{member}'s server did not start:\n{hub.log.read_text()[-3000:]}")
+
+
+def feedback_score(server: HubAPI, assignment: str) -> tuple[float, float]:
+    """Fetch the feedback through the student's server and return the score on its page."""
+    reply = server.call("POST", "/assignments/fetch_feedback", {"course_id": COURSE, "assignment_id": assignment})
+    assert reply.status == 200 and reply.body["success"], reply
+    folder = f"{COURSE}/{assignment}/feedback"
+    listing = server.call("GET", f"/api/contents/{folder}")
+    assert listing.status == 200, listing
+    (stamp,) = [c["name"] for c in listing.body["content"] if c["type"] == "directory"]
+    page = server.call("GET", f"/api/contents/{folder}/{urllib.parse.quote(stamp)}/{assignment}.html?type=file")
+    assert page.status == 200, page
+    match = SCORE.search(page.body["content"])
+    assert match, page.body["content"][:500]
+    return float(match["score"]), float(match["max"])
+
+
+def refused(hub: Hub, member: str, command: list[str]) -> str:
+    """Run a shell command as the member's Unix account (as their terminal would); return its error."""
+    done = subprocess.run(["runuser", "-u", hub.user(member), "--", *command], capture_output=True, text=True,
+                          cwd="/", check=False)
+    assert done.returncode != 0, f"{member} could: {' '.join(command)}\n{done.stdout[:300]}"
+    return done.stderr
+
+
+def page(hub: Hub, token: str, path: str) -> str:
+    """Return an HTML page behind the proxy, requested with a token."""
+    request = urllib.request.Request(hub.public + path, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.read().decode()
+
+
+def pam_login(hub: Hub, member: str, password: str) -> str:
+    """Log in at the hub's login page (PAM) and return the path it lands on."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(f"{hub.public}/hub/login", timeout=30).read().decode()
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page)
+    data = {"username": hub.user(member), "password": password, **({"_xsrf": xsrf[1]} if xsrf else {})}
+    try:
+        response = opener.open(f"{hub.public}/hub/login", urllib.parse.urlencode(data).encode(), timeout=60)
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    return urllib.parse.urlparse(response.geturl()).path
+
+
+def test_a_class_on_the_hub(hub: Hub) -> None:
+    assignment = smallest_assignment()
+    plan = {"ann": "right", "bob": "wrong", "cat": "hostile"}
+    notebooks = answers(assignment)
+
+    # The instructor releases; each student fetches, answers and submits through their own server.
+    hub.cli("release", assignment)
+    servers = {}
+    for member, kind in plan.items():
+        servers[member] = server = start_server(hub, member, hub.token(member))
+        listed = server.call("GET", f"/assignments?course_id={COURSE}")
+        assert [a["assignment_id"] for a in listed.body["value"]] == [assignment], listed
+        fetched = server.call("POST", "/assignments/fetch", {"course_id": COURSE, "assignment_id": assignment})
+        assert fetched.status == 200 and fetched.body["success"], fetched
+        path = f"{COURSE}/{assignment}/{assignment}.ipynb"
+        saved = server.call("PUT", f"/api/contents/{path}", {"type": "notebook", "format": "json",
+                                                              "content": json.loads(nbformat.writes(notebooks[kind]))})
+        assert saved.status == 200, saved
+        submitted = server.call("POST", "/assignments/submit", {"course_id": COURSE, "assignment_id": assignment})
+        assert submitted.status == 200 and submitted.body["success"], submitted
+
+    status = hub.cli("status", assignment).stdout
+    assert "3 of 3 submitted" in status, status
+
+    # The instructor's loop: collect, grade with our grader, release feedback, export.
+    hub.cli("collect", assignment)
+    graded = hub.cli("grade", assignment, "--timeout", "45", "--jobs", "2").stdout
+    course = Path(hub.settings.paths.course)
+    with (course / "graded" / assignment / "grades.csv").open() as handle:
+        grades = {row["student"]: row for row in csv.DictReader(handle)}
+    assert set(grades) == {hub.user(m) for m in plan}, graded
+    ann, bob, cat = (grades[hub.user(m)] for m in plan)
+    top = float(ann["max_score"])
+    assert top > 0 and float(ann["score"]) == top and ann["status"] == "graded", ann
+    assert float(bob["score"]) < top and bob["status"] == "graded", bob
+    assert cat["status"] == "timeout" and float(cat["score"]) < top, cat
+    released = hub.cli("feedback", assignment).stdout
+    assert all(hub.user(m) in released for m in plan), released
+    export = Path(hub.settings.root) / "export.csv"
+    hub.cli("export", "--to", str(export))
+    with export.open() as handle:
+        exported = {row["student_id"]: row for row in csv.DictReader(handle) if row["assignment"] == assignment}
+    for member in plan:
+        assert float(exported[hub.user(member)]["score"]) == float(grades[hub.user(member)]["score"])
+
+    # Each student fetches their feedback and reads the score they were given.
+    for member in plan:
+        score, max_score = feedback_score(servers[member], assignment)
+        assert (score, max_score) == (float(grades[hub.user(member)]["score"]), top), member
+
+    # What a student must not reach. As the hostile student's Unix account (their terminal):
+    paths = hub.settings.paths
+    ann_notebook = Path("/home") / hub.user("ann") / COURSE / assignment / f"{assignment}.ipynb"
+    assert ann_notebook.exists()
+    refused(hub, "cat", ["cat", str(ann_notebook)])
+    refused(hub, "cat", ["ls", str(paths.exchange / COURSE / "inbound")])
+    refused(hub, "cat", ["ls", str(paths.exchange / COURSE / "feedback")])
+    refused(hub, "cat", ["sh", "-c", f"cat '{paths.exchange / COURSE / 'inbound'}'/{hub.user('ann')}+*/*.ipynb"])
+    refused(hub, "cat", ["cat", str(course / "source" / assignment / f"{assignment}.ipynb")])
+    refused(hub, "cat", ["cat", str(course / "gradebook.db")])
+    refused(hub, "cat", ["ls", str(course / "submitted")])
+    refused(hub, "cat", ["cat", str(paths.hub / "jupyterhub.sqlite")])
+    # ... and through the hub, with their token:
+    cat_token = hub.token("cat")
+    assert hub.as_user(cat_token, f"/services/{COURSE}").call("GET", "/formgrader").status == 403
+    assert hub.as_user(cat_token, f"/services/{COURSE}").call("GET", "/api/contents/source").status == 403
+    assert hub.as_user(cat_token, f"/user/{hub.user('ann')}").call("GET", "/api/contents").status in (403, 404)
+    assert hub.as_user(cat_token, "/hub/api").call("GET", f"/users/{hub.user('ann')}").status in (403, 404)
+    # The instructor reaches formgrader (the grader account's service), and sees the three submissions.
+    formgrader = hub.as_user(hub.token("ivy"), f"/services/{COURSE}")
+    reply = formgrader.call("GET", f"/formgrader/api/submissions/{assignment}")
+    assert reply.status == 200, reply
+    assert {s["student"] for s in reply.body} >= {hub.user(m) for m in plan}, reply.body
+
+    # Students' JupyterLab has the Assignments tab and not formgrader's panels.
+    config = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                       page(hub, hub.token("ann"), f"/user/{hub.user('ann')}/lab"), re.DOTALL)
+    disabled = json.loads(config[1])["disabledExtensions"]
+    assert "@jupyter/nbgrader:formgrader" in disabled and "@jupyter/nbgrader:assignment-list" not in disabled
+
+    # A late student joins the running hub, in the course's group, without a restart.
+    hub.cli("add-user", "dan", "--name", "Dan Late", "--role", "student")
+    joined = HubAPI.for_settings(hub.settings).call("GET", f"/users/{hub.user('dan')}")
+    assert joined.status == 200 and joined.body["groups"] == [f"nbgrader-{COURSE}"], joined
+    assert "dan" in hub.cli("status", assignment).stdout
+
+    # The real login page: PAM checks the Unix password.
+    assert pam_login(hub, "ann", "not the password").startswith(("/hub/login", "HTTP 403"))
+    assert pam_login(hub, "ann", hub.passwords["ann"]).startswith(("/hub/spawn", f"/user/{hub.user('ann')}",
+                                                                   "/hub/home"))
