@@ -49,7 +49,7 @@ CORRECT = {
     "forward-on-model-device": {
         "loop-returns-on-first-parameter": """
 for p in model.parameters():
-    return model(x.to(device=p.device, dtype=p.dtype))
+    return model(x.to(device=p.device, dtype=p.dtype if x.is_floating_point() else None))
 return model(x)
 """,
         "list-and-two-moves": """
@@ -57,7 +57,8 @@ params = list(model.parameters())
 if not params:
     return model(x)
 x = x.to(params[0].device)
-x = x.to(params[0].dtype)
+if torch.is_floating_point(x):
+    x = x.to(params[0].dtype)
 return model(x)
 """,
         "try-stop-iteration": """
@@ -65,20 +66,28 @@ try:
     first = next(iter(model.parameters()))
 except StopIteration:
     return model(x)
-return model(x.to(first.device, first.dtype))
+dtype = first.dtype if x.dtype.is_floating_point else x.dtype
+return model(x.to(first.device, dtype))
 """,
         "type-conversion-and-forward": """
 first = next(model.parameters(), None)
 if first is not None:
-    x = x.type(first.dtype).to(first.device)
+    x = (x.type(first.dtype) if x.is_floating_point() else x).to(first.device)
 return model(x)
+""",
+        "to-other-tensor-for-floats": """
+first = next(model.parameters(), None)
+if first is None:
+    return model(x)
+return model(x.to(first) if x.is_floating_point() else x.to(first.device))
 """,
     },
     "off-device": {
         "compare-as-strings": """
-want = str(torch.device(device))
-names = [n for n, p in module.named_parameters() if str(p.device) != want]
-names += [n for n, b in module.named_buffers() if str(b.device) != want]
+want = torch.device(device)
+key = str if want.index is not None else (lambda d: d.type)
+names = [n for n, p in module.named_parameters() if key(p.device) != key(want)]
+names += [n for n, b in module.named_buffers() if key(b.device) != key(want)]
 return sorted(names)
 """,
         "chain-and-sort-in-place": """
@@ -86,14 +95,17 @@ import itertools
 target = torch.device(device)
 names = []
 for name, tensor in itertools.chain(module.named_parameters(), module.named_buffers()):
-    if tensor.device != target:
+    here = tensor.device if target.index is not None else torch.device(tensor.device.type)
+    if here != target:
         names.append(name)
 names.sort()
 return names
 """,
         "merged-dicts": """
 tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
-return sorted(name for name, t in tensors.items() if t.device != torch.device(device))
+want = torch.device(device)
+on = lambda d: d.type == want.type and (want.index is None or d.index == want.index)
+return sorted(name for name, t in tensors.items() if not on(t.device))
 """,
     },
     "check-same-device": {
@@ -127,6 +139,16 @@ if len(counts) > 1:
     raise RuntimeError("device mismatch: " + ", ".join(f"{d} ({n} tensors)" for d, n in counts.items()))
 return next(iter(counts), torch.device("cpu"))
 """,
+        "isinstance-guard-and-sorted-names": """
+if not tensors:
+    raise ValueError("no tensors")
+if not all(isinstance(t, torch.Tensor) for t in tensors):
+    raise TypeError("check_same_device takes tensors")
+devices = sorted({t.device for t in tensors if t.ndim or t.device != torch.device("cpu")}, key=str)
+if len(devices) > 1:
+    raise RuntimeError("conflicting devices: " + ", ".join(str(d) for d in devices))
+return devices[0] if devices else torch.device("cpu")
+""",
     },
 }
 CORRECT_CASES = support.correct_cases(CORRECT, HEADS)
@@ -144,12 +166,13 @@ FORWARD_OK = """
 first = next(model.parameters(), None)
 if first is None:
     return model(x)
-return model(x.to(first.device, first.dtype))
+return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))
 """
 OFF_OK = """
 target = torch.device(device)
 named = [*module.named_parameters(), *module.named_buffers()]
-return sorted(name for name, tensor in named if tensor.device != target)
+return sorted(name for name, tensor in named
+              if tensor.device != target and (target.index is not None or tensor.device.type != target.type))
 """
 SAME_OK = """
 if not tensors:
@@ -166,16 +189,16 @@ return devices.pop()
 MISTAKES = {
     # forward_on_model_device
     ("forward-on-model-device", "moves-the-model", "forward-on-model-device-tests"): FORWARD_OK.replace(
-        "return model(x.to(first.device, first.dtype))", "model.to(x.device)\nreturn model(x)"),
+        "return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))", "model.to(x.device)\nreturn model(x)"),
     ("forward-on-model-device", "converts-the-model-to-the-input-dtype", "forward-on-model-device-tests-dtype"):
-        FORWARD_OK.replace("return model(x.to(first.device, first.dtype))",
+        FORWARD_OK.replace("return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))",
                            "model.to(x.dtype)\nreturn model(x.to(first.device))"),
     ("forward-on-model-device", "device-only", "forward-on-model-device-tests-dtype"): FORWARD_OK.replace(
-        "x.to(first.device, first.dtype)", "x.to(first.device)"),
+        "x.to(first.device, first.dtype if x.is_floating_point() else x.dtype)", "x.to(first.device)"),
     ("forward-on-model-device", "dtype-only", "forward-on-model-device-tests"): FORWARD_OK.replace(
-        "x.to(first.device, first.dtype)", "x.to(first.dtype)"),
+        "x.to(first.device, first.dtype if x.is_floating_point() else x.dtype)", "x.to(first.dtype)"),
     ("forward-on-model-device", "converts-only-when-the-device-differs", "forward-on-model-device-tests-dtype"):
-        FORWARD_OK.replace("return model(x.to(first.device, first.dtype))",
+        FORWARD_OK.replace("return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))",
                            "if x.device != first.device:\n    x = x.to(first.device, first.dtype)\nreturn model(x)"),
     ("forward-on-model-device", "next-without-a-default", "forward-on-model-device-tests-no-params"): """
 first = next(model.parameters())
@@ -193,12 +216,70 @@ return model(x.to(first.device, first.dtype))
     ("forward-on-model-device", "returns-x-without-calling-the-model", "forward-on-model-device-tests-no-params"):
         FORWARD_OK.replace("if first is None:\n    return model(x)", "if first is None:\n    return x"),
     ("forward-on-model-device", "hard-codes-cuda", "forward-on-model-device-tests"): "return model(x.cuda())",
+    ("forward-on-model-device", "casts-every-input", "forward-on-model-device-tests-dtype"): """
+first = next(model.parameters(), None)
+if first is None:
+    return model(x)
+return model(x.to(first.device, first.dtype))
+""",
+    ("forward-on-model-device", "to-the-first-parameter-itself", "forward-on-model-device-tests-dtype"):
+        FORWARD_OK.replace("x.to(first.device, first.dtype if x.is_floating_point() else x.dtype)", "x.to(first)"),
+    ("forward-on-model-device", "casts-only-float32", "forward-on-model-device-tests-dtype"): FORWARD_OK.replace(
+        "x.is_floating_point()", "x.dtype == torch.float32"),
+    ("forward-on-model-device", "asks-the-parameter-if-it-is-floating", "forward-on-model-device-tests-dtype"):
+        FORWARD_OK.replace("x.is_floating_point()", "first.is_floating_point()"),
+    ("forward-on-model-device", "runs-under-no-grad", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "return model(x.to(", "with torch.no_grad():\n    return model(x.to("),
+    ("forward-on-model-device", "runs-in-inference-mode", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "return model(x.to(", "with torch.inference_mode():\n    return model(x.to("),
+    ("forward-on-model-device", "switches-to-eval", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "first = next(", "model.eval()\nfirst = next("),
+    ("forward-on-model-device", "detaches-the-input", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "x.to(first.device,", "x.detach().to(first.device,"),
+    ("forward-on-model-device", "calls-forward-directly", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "return model(x.to(", "return model.forward(x.to("),
+    ("forward-on-model-device", "zeroes-the-gradients-first", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "first = next(", "model.zero_grad()\nfirst = next("),
+    ("forward-on-model-device", "freezes-the-model", "forward-on-model-device-tests"): FORWARD_OK.replace(
+        "first = next(", "model.requires_grad_(False)\nfirst = next("),
+    ("off-device", "exact-comparison-lists-cuda-0-off-cuda", "off-device-tests-buffers"): """
+target = torch.device(device)
+named = [*module.named_parameters(), *module.named_buffers()]
+return sorted(name for name, tensor in named if tensor.device != target)
+""",
+    ("off-device", "compares-strings-exactly", "off-device-tests-buffers"): """
+names = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if str(t.device) != str(device)]
+return sorted(names)
+""",
+    ("off-device", "index-compared-even-when-none-is-asked", "off-device-tests-buffers"): OFF_OK.replace(
+        "(target.index is not None or tensor.device.type != target.type)",
+        "(tensor.device.type != target.type or tensor.device.index != (target.index or 0))"),
+    ("off-device", "own-recursion-trips-on-a-missing-bias", "off-device-tests"): """
+target = torch.device(device)
+def walk(m, prefix):
+    found = []
+    for name, t in [*m._parameters.items(), *m._buffers.items()]:
+        if t.device.type != target.type or (target.index is not None and t.device != target):
+            found.append(prefix + name)
+    for child_name, child in m._modules.items():
+        found += walk(child, f"{prefix}{child_name}.")
+    return found
+return sorted(set(walk(module, "")))
+""",
+    # check_same_device
+    ("check-same-device", "rejects-tensor-subclasses", "check-same-device-tests"): SAME_OK.replace(
+        "devices = {", 'if any(type(t) is not torch.Tensor for t in tensors):\n'
+        '    raise TypeError("check_same_device takes plain tensors")\ndevices = {'),
+    ("check-same-device", "empty-tensors-never-conflict", "check-same-device-tests-scalars"): SAME_OK.replace(
+        'if not (t.dim() == 0 and t.device.type == "cpu")', 'if t.numel() and not (t.dim() == 0 and t.device.type == "cpu")'),
+    ("check-same-device", "shape-unpacked-to-find-scalars", "check-same-device-tests-scalars"): SAME_OK.replace(
+        't.dim() == 0', 'len(t.shape) == 0 or t.shape[0] == 0'),
     # off_device
     ("off-device", "forgets-buffers", "off-device-tests-buffers"): OFF_OK.replace(
         ", *module.named_buffers()", ""),
     ("off-device", "not-sorted", "off-device-tests"): OFF_OK.replace(
-        "return sorted(name for name, tensor in named if tensor.device != target)",
-        "return [name for name, tensor in named if tensor.device != target]"),
+        "return sorted(name for name, tensor in named\n",
+        "return list(name for name, tensor in named\n"),
     ("off-device", "names-without-prefixes", "off-device-tests"): """
 target = torch.device(device)
 names = []
@@ -220,18 +301,19 @@ return sorted(names)
     ("off-device", "uses-state-dict", "off-device-tests"):
         "return sorted(k for k, v in module.state_dict().items() if v.device != torch.device(device))",
     ("off-device", "compares-device-type-only", "off-device-tests-buffers"): OFF_OK.replace(
-        "tensor.device != target", "tensor.device.type != target.type"),
+        "tensor.device != target and (target.index is not None or tensor.device.type != target.type)",
+        "tensor.device.type != target.type"),
     ("off-device", "treats-cuda-as-cuda-0", "off-device-tests-buffers"): OFF_OK.replace(
         "target = torch.device(device)",
         'target = torch.device(device)\nif target.type == "cuda" and target.index is None:\n'
         '    target = torch.device("cuda", 0)'),
     ("off-device", "compares-with-the-raw-argument", "off-device-tests"): OFF_OK.replace(
-        "tensor.device != target", "tensor.device != device"),
+        "tensor.device != target and (target.index is not None or tensor.device.type != target.type)", "tensor.device != device"),
     ("off-device", "lists-what-is-on-the-device", "off-device-tests"): OFF_OK.replace(
-        "tensor.device != target", "tensor.device == target"),
+        "tensor.device != target and (target.index is not None or tensor.device.type != target.type)", "tensor.device == target"),
     ("off-device", "returns-a-set", "off-device-tests"): OFF_OK.replace(
-        "return sorted(name for name, tensor in named if tensor.device != target)",
-        "return {name for name, tensor in named if tensor.device != target}"),
+        "return sorted(name for name, tensor in named\n",
+        "return set(name for name, tensor in named\n"),
     # check_same_device
     ("check-same-device", "ignores-the-scalar-rule", "check-same-device-tests-scalars"): SAME_OK.replace(
         'if not (t.dim() == 0 and t.device.type == "cpu")', ""),
@@ -301,7 +383,7 @@ def test_mistake_loses_points(grade_id, source, cell):
 def test_failures_say_what_to_fix():
     results = results_for({
         "forward-on-model-device": answer("forward-on-model-device", FORWARD_OK.replace(
-            "return model(x.to(first.device, first.dtype))", "model.to(x.device)\nreturn model(x)")),
+            "return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))", "model.to(x.device)\nreturn model(x)")),
         "off-device": answer("off-device", OFF_OK.replace(", *module.named_buffers()", "")),
         "check-same-device": answer("check-same-device", SAME_OK.replace(
             'if not (t.dim() == 0 and t.device.type == "cpu")', "")),

@@ -14,6 +14,8 @@ def _forward_on_model_device(forward_on_model_device) -> None:
     double = nn.Linear(3, 2).double()
     out = forward_on_model_device(double, torch.ones(4, 3))
     assert out.dtype == torch.float64, "match the dtype of the model's first parameter too: x.to(device, dtype)."
+    ids = forward_on_model_device(nn.Embedding(5, 2).double(), torch.tensor([1, 3]))
+    assert ids.shape == (2, 2), "token ids keep their integer dtype: convert x only when x.is_floating_point()."
     x = torch.ones(2)
     assert torch.equal(forward_on_model_device(nn.ReLU(), x), x), "a model without parameters gets x as it is."
 
@@ -50,10 +52,13 @@ _exercises = checker(
     Exercise("forward_on_model_device", _forward_on_model_device, hints=(
         "Ask the model: next(model.parameters(), None) is its first parameter, or None.",
         "Move the input, with both device and dtype in one call: x.to(p.device, p.dtype).",
+        "Only a floating-point x takes the parameter's dtype (x.is_floating_point()); token ids stay integers.",
+        "Call model(x) as it is: no no_grad(), no eval(), no .detach(), so gradients flow as usual.",
     )),
     Exercise("off_device", _off_device, hints=(
         "module.named_parameters() and module.named_buffers() give qualified names like '1.running_mean'.",
-        "Compare each tensor's device with torch.device(device), then sort the names.",
+        "target = torch.device(device): with an index (cuda:1) a tensor's device must equal it; without one "
+        "(cuda, cpu) only the type must match. Then sort the names.",
     )),
     Exercise("check_same_device", _check_same_device, hints=(
         "Leave out the 0-dim CPU tensors (t.dim() == 0 and t.device.type == 'cpu'): they fit anywhere.",
