@@ -166,10 +166,24 @@ for _ in range(repeats):
     times.append(clock() - start)
 """),
     "numpy-median": measure_with(median="import numpy as np\nreturn np.median(times)"),
-    "torch-median-is-the-lower-middle": measure_with(
-        median="return torch.tensor(times, dtype=torch.float64).median().item()"),
-    "sorted-upper-middle": measure_with(median="return sorted(times)[len(times) // 2]"),
-    "statistics-median-low": measure_with(median="import statistics\nreturn statistics.median_low(times)"),
+    "torch-quantile-half": measure_with(
+        median="return torch.tensor(times, dtype=torch.float64).quantile(0.5).item()"),
+    "sorted-middle-pair": measure_with(median="""
+ordered = sorted(times)
+half = len(ordered) // 2
+return float(ordered[half]) if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+"""),
+    "timed-warmup-discarded": measure_source("""
+import statistics
+times = []
+for i in range(warmup + repeats):
+    sync()
+    start = clock()
+    fn()
+    sync()
+    times.append(clock() - start)
+return statistics.median(times[warmup:])
+"""),
     "while-loops-and-extra-syncs": measure_source("""
 import statistics
 sync()
@@ -272,6 +286,32 @@ for _ in range(repeats):
     "warmup-hard-coded-to-one": measure_with(warmup=WARMUP.replace("range(warmup)", "range(1)")),
     "warmup-off-by-one": measure_with(warmup=WARMUP.replace("range(warmup)", "range(warmup + 1)")),
     "repeats-hard-coded-to-five": measure_with(timed=TIMED.replace("range(repeats)", "range(5)")),
+    "torch-median-is-the-lower-middle": measure_with(
+        median="return torch.tensor(times, dtype=torch.float64).median().item()"),
+    "sorted-upper-middle": measure_with(median="return sorted(times)[len(times) // 2]"),
+    "statistics-median-low": measure_with(median="import statistics\nreturn statistics.median_low(times)"),
+    "statistics-median-high": measure_with(median="import statistics\nreturn statistics.median_high(times)"),
+    "even-median-pair-off-by-one": measure_with(median="""
+ordered = sorted(times)
+half = len(ordered) // 2
+return float(ordered[half]) if len(ordered) % 2 else (ordered[half] + ordered[min(half + 1, len(ordered) - 1)]) / 2
+"""),
+    "trimmed-mean": measure_with(median="""
+ordered = sorted(times)
+inner = ordered[1:-1] if len(ordered) > 2 else ordered
+return sum(inner) / len(inner)
+"""),
+    "timed-warmup-drops-the-slowest": measure_source("""
+import statistics
+times = []
+for i in range(warmup + repeats):
+    sync()
+    start = clock()
+    fn()
+    sync()
+    times.append(clock() - start)
+return statistics.median(sorted(times)[:repeats])
+"""),
     "mean-instead-of-median": measure_with(median="return sum(times) / len(times)"),
     "min-instead-of-median": measure_with(median="return min(times)"),
     "returns-the-total": measure_with(median="return sum(times)"),
