@@ -119,8 +119,12 @@ def run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, out: Te
             writer = csv.DictWriter(handle, fieldnames=cb.CSV_COLUMNS)
             writer.writeheader()
         print(cb.table_header(), file=out, flush=True)
-        with tqdm(total=len(sizes), desc=f"{direction} copies", unit="size", file=sys.stderr) as progress:
+        measured = []
+        # disable=None: no bar when stderr is not a terminal (a pipe, a log), where it would land inside the table
+        with tqdm(total=len(sizes), desc=f"{direction} copies", unit="size", file=sys.stderr,
+                  disable=None) as progress:
             for result in results:
+                measured.append(result)
                 progress.write(cb.table_row(result), file=out)
                 if writer is not None:
                     writer.writerow(result.as_row())
@@ -139,6 +143,11 @@ def run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, out: Te
             handle.close()
     if args.csv:
         print(f"wrote {len(sizes)} rows to {args.csv}", file=out)
+    slow = cb.waited_for_cores(measured)
+    if slow:
+        import torch
+
+        print(cb.contention_advice(slow, args.threads or torch.get_num_threads()), file=out)
     return 0
 
 

@@ -26,7 +26,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -509,6 +509,35 @@ def _sweep(sizes: list[int], direction: str, host: str, non_blocking: bool, repe
                          bytes=nbytes, median_s=statistics.median(samples), min_s=min(samples),
                          repeats=repeats, method=method, device=where, link_gbps=link_gbps,
                          calls_per_sample=calls)
+
+
+UNSTEADY_SPREAD = 3.0  # a median this many times the fastest sample means the samples waited for something
+
+
+def waited_for_cores(results: Sequence[CopyResult]) -> list[CopyResult]:
+    """Return the host-timed results that waited for busy CPU cores rather than copying.
+
+    PyTorch splits a host copy of more than a few KiB over its CPU threads, and each copy waits for its slowest
+    thread. When another program holds one of those cores, that thread waits for the scheduler (milliseconds),
+    so a 1 MiB copy can take longer than a 64 MiB one. The symptoms: a copy slower than a larger copy of the same
+    run, or a median far above the fastest sample.
+    """
+    timed = [r for r in results if r.method == METHOD_CLOCK]
+    slow = []
+    for index, result in enumerate(timed):
+        larger_and_faster = any(o.bytes > result.bytes and o.median_s < result.median_s for o in timed[index + 1:])
+        if larger_and_faster or result.median_s > UNSTEADY_SPREAD * result.min_s:
+            slow.append(result)
+    return slow
+
+
+def contention_advice(slow: Sequence[CopyResult], threads: int) -> str:
+    """Return what to tell a user whose host copies waited for busy cores (see `waited_for_cores`)."""
+    sizes = ", ".join(format_bytes(r.bytes) for r in slow)
+    return (f"note: the copies of {sizes} waited for busy CPU cores rather than copying: PyTorch splits a host copy "
+            f"over its {threads} threads and each copy waits for the slowest one, which another program's work on "
+            "its core delays by milliseconds. Measure again on an idle machine, or with --threads 1 (one thread "
+            "needs one free core).")
 
 
 def table(results: Iterable[CopyResult]) -> str:

@@ -426,3 +426,47 @@ def test_bench_refuses_sizes_that_do_not_fit(monkeypatch, capsys):
         main(["bench", "--sizes", "4KiB,1GiB"])
     assert exit_info.value.code == 2
     assert "choose smaller sizes" in capsys.readouterr().err
+
+
+# ----- copies that waited for busy cores ------------------------------------------------------------------
+
+
+def host_result(nbytes: int, median_s: float, min_s: float | None = None) -> CopyResult:
+    return CopyResult("h2h", "pageable", False, bytes=nbytes, median_s=median_s,
+                      min_s=median_s if min_s is None else min_s, repeats=5, method=cb.METHOD_CLOCK)
+
+
+def test_a_copy_slower_than_a_larger_one_or_far_above_its_fastest_sample_waited_for_cores():
+    steady = [host_result(64 * KiB, 3e-6), host_result(MiB, 15e-6), host_result(64 * MiB, 4e-3)]
+    assert cb.waited_for_cores(steady) == []
+    stalled = host_result(MiB, 8e-3)  # the 1 MiB copy at 8 ms, slower than the 64 MiB one
+    unsteady = host_result(4 * MiB, 2e-4, min_s=5e-5)
+    found = cb.waited_for_cores([steady[0], stalled, unsteady, steady[2]])
+    assert found == [stalled, unsteady]
+    advice = cb.contention_advice(found, threads=16)
+    assert "1 MiB, 4 MiB" in advice and "16 threads" in advice and "--threads 1" in advice
+
+
+def test_gpu_copies_timed_with_events_are_not_judged_by_the_host_rule():
+    event_timed = CopyResult("h2d", "pinned", False, bytes=MiB, median_s=1e-3, min_s=1e-4, repeats=5,
+                             method=cb.METHOD_EVENTS)
+    assert cb.waited_for_cores([event_timed, host_result(64 * MiB, 1e-4)]) == []
+
+
+def test_bench_explains_copies_that_waited_for_busy_cores(monkeypatch, capsys):
+    monkeypatch.setattr(cb, "cuda_usable", lambda: False)
+    fake = [host_result(MiB, 8e-3), host_result(64 * MiB, 4e-3)]
+    monkeypatch.setattr(cb, "sweep", lambda *a, **k: iter(fake))
+    assert main(["bench", "--sizes", "1MiB,64MiB", "--threads", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "waited for busy CPU cores" in out and "1 MiB" in out and "4 threads" in out
+    monkeypatch.setattr(cb, "sweep", lambda *a, **k: iter(fake[::-1][:1]))
+    assert main(["bench", "--sizes", "64MiB"]) == 0
+    assert "busy CPU cores" not in capsys.readouterr().out
+
+
+def test_bench_prints_no_progress_bar_into_a_piped_table(monkeypatch, capsys):
+    monkeypatch.setattr(cb, "cuda_usable", lambda: False)
+    assert main(["bench", "--sizes", "4KiB,8KiB", "--repeats", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.out + captured.err and "copies:" not in captured.err
