@@ -144,6 +144,11 @@ return DataLoader(dataset, batch_size, False, num_workers=num_workers)
 }
 
 CORRECT_TRAIN_EPOCH = {
+    "python-sum-over-len": epoch_with(start="losses = []", add="losses.append(loss.detach())",
+                                      result="return sum(losses) / len(losses)"),
+    "keyword-loss-call-and-set-to-none": epoch_with(
+        step="optimizer.zero_grad(set_to_none=True)\nprediction = model(x)\nloss = loss_fn(prediction, y)\n"
+             "loss.backward()\noptimizer.step()"),
     "list-then-stack": epoch_with(start="losses = []", add="losses.append(loss.detach())",
                                   result="return torch.stack(losses).mean()"),
     "python-zero-start-and-enumerate": epoch_with(
@@ -233,6 +238,9 @@ TRAIN_EPOCH_MISTAKES = {
     "moves-only-x": epoch_with(move="x = x.to(device, non_blocking=True)"),
     "hard-coded-cuda": epoch_with(move="x = x.cuda(non_blocking=True)\ny = y.cuda(non_blocking=True)"),
     "running-total-on-the-cpu": epoch_with(start="total = torch.zeros(())\nbatches = 0"),
+    "loss-arguments-swapped": epoch_with(
+        step="optimizer.zero_grad()\nloss = loss_fn(y, model(x))\nloss.backward()\noptimizer.step()"),
+    "switches-the-model-to-eval": epoch_with(start="model.eval()\n" + START),
     "torch-tensor-of-losses": epoch_with(start="losses = []", add="losses.append(loss.detach())",
                                          result="return torch.tensor(losses).mean()"),
 }
