@@ -57,8 +57,8 @@ _exercises = checker(
     )),
     Exercise("off_device", _off_device, hints=(
         "module.named_parameters() and module.named_buffers() give qualified names like '1.running_mean'.",
-        "target = torch.device(device): with an index (cuda:1) a tensor's device must equal it; without one "
-        "(cuda, cpu) only the type must match. Then sort the names.",
+        ("target = torch.device(device): with an index (cuda:1) a tensor's device must equal it; without one "
+         "(cuda, cpu) only the type must match. Then sort the names."),
     )),
     Exercise("check_same_device", _check_same_device, hints=(
         "Leave out the 0-dim CPU tensors (t.dim() == 0 and t.device.type == 'cpu'): they fit anywhere.",
