@@ -1,0 +1,233 @@
+"""Record what a SimulatedGPU does and export it as a chrome trace, the format torch.profiler writes.
+
+`torch.profiler.profile(...).export_chrome_trace(path)` writes a JSON object whose `"traceEvents"` list holds
+complete events (`"ph": "X"`, `"ts"` and `"dur"` in microseconds) with a category: `cpu_op` for PyTorch operators,
+`cuda_runtime` for the host's CUDA API calls, `kernel` and `gpu_memcpy` for work on the GPU. `SimProfiler` turns
+the simulated GPU's virtual timeline into the same events, so that a student without a GPU can open a trace in
+Perfetto (https://ui.perfetto.dev) or chrome://tracing and read it in Python. Everything it writes is labelled
+SIMULATED (the process names, the device name, `traceName`, and a top-level `"devicelab"` entry): the
+numbers come from the model in `devicelab.simgpu`, never from a GPU.
+
+How the simulated timeline maps onto a real trace:
+
+- a kernel -> `kernel`; a copy -> `gpu_memcpy` named like CUDA's (`Memcpy HtoD (Pinned -> Device)`, ...), with
+  `args["bytes"]`; both with `args["device"]` (0) and `args["stream"]`, in the GPU's process, one thread per stream;
+- the host's launch of a kernel -> `cudaLaunchKernel`, of a copy -> `cudaMemcpyAsync` (`cuda_runtime`); a host
+  wait -> the call that waits: `cudaStreamSynchronize` after a blocking copy (PyTorch's `cudaMemcpyAsync` +
+  `cudaStreamSynchronize`), for `item()` and for `stream.synchronize()`; `cudaDeviceSynchronize` for
+  `gpu.synchronize()`; `cudaEventSynchronize` for `event.synchronize()`. A non-blocking copy from pageable memory
+  holds the host inside `cudaMemcpyAsync` (staging), so that wait lengthens the `cudaMemcpyAsync` event;
+- operators: the simulator has none, so name them yourself with `with prof.op("aten::item"): ...`;
+- host work (`gpu.host_work`) and the one-time context creation -> `user_annotation` events.
+"""
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from devicelab.simgpu import SimulatedGPU, TimelineRecord
+
+SIMULATED = "SIMULATED"
+HOST_PID = 1  # the simulated host process
+HOST_TID = 1  # its main thread
+GPU_PID = 0  # the simulated GPU: device 0, one thread per stream
+SYNC_CALLS = {"synchronize": "cudaDeviceSynchronize", "wait for event": "cudaEventSynchronize"}
+MEMCPY_NAMES = {
+    ("h2d", True): "Memcpy HtoD (Pinned -> Device)",
+    ("h2d", False): "Memcpy HtoD (Pageable -> Device)",
+    ("d2h", True): "Memcpy DtoH (Device -> Pinned)",
+    ("d2h", False): "Memcpy DtoH (Device -> Pageable)",
+    ("d2d", True): "Memcpy DtoD (Device -> Device)",
+    ("d2d", False): "Memcpy DtoD (Device -> Device)",
+}
+
+
+class SimProfiler:
+    """Record a SimulatedGPU's work inside a `with` block, like torch.profiler.profile, and export it.
+
+        gpu = SimulatedGPU(initialized=True)
+        with SimProfiler(gpu) as prof:
+            with prof.op("aten::to"):
+                x = gpu.copy(4 * MiB, "h2d", pinned=True, non_blocking=True)
+        prof.export_chrome_trace("simulated.json")
+    """
+
+    def __init__(self, gpu: SimulatedGPU, op_overhead_s: float = 1e-6) -> None:
+        self.gpu = gpu
+        self.op_overhead_s = op_overhead_s  # host time an operator spends before and after its work (dispatch)
+        self._overheads: set[int] = set()  # ids of those host spans: part of the operator, not shown apart
+        self._start = 0
+        self._records: list[TimelineRecord] = []
+        self._copies: dict[int, dict[str, Any]] = {}  # id of a copy's TimelineRecord -> what the call asked for
+        self._ops: list[tuple[str, float, float, int]] = []  # (name, start s, end s, thread)
+        self._keep: list[TimelineRecord] = []  # the copy records, kept alive so that their ids stay unique
+        self._active = False
+
+    def __enter__(self) -> "SimProfiler":  # noqa: PYI034  (typing.Self needs Python 3.11)
+        self._start = len(self.gpu.timeline)
+        self._records, self._copies, self._ops, self._keep, self._overheads = [], {}, [], [], set()
+        self._active = True
+        self.gpu.copy = self._traced_copy  # an instance attribute: cpu(), to_cpu() and item() go through it too
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.gpu.copy
+        self._active = False
+        self._records = self.gpu.timeline[self._start:]
+
+    def _traced_copy(self, source, direction=None, *, pinned=None, non_blocking=False, **kwargs):
+        before = len(self.gpu.timeline)
+        result = SimulatedGPU.copy(self.gpu, source, direction, pinned=pinned, non_blocking=non_blocking, **kwargs)
+        record = next(r for r in self.gpu.timeline[before:] if r.engine == "copy")
+        self._copies[id(record)] = {"bytes": result.nbytes, "pinned": bool(result.pinned or (
+            pinned if pinned is not None else getattr(source, "pinned", False))), "non_blocking": non_blocking}
+        self._keep.append(record)
+        return result
+
+    @contextmanager
+    def op(self, name: str, thread: int = HOST_TID) -> Iterator[None]:
+        """Mark the host time spent inside the block as the operator `name` (a `cpu_op`, like `aten::item`)."""
+        start = self.gpu.clock()
+        self._overhead(name)
+        try:
+            yield
+        finally:
+            self._overhead(name)
+            self._ops.append((name, start, self.gpu.clock(), thread))
+
+    def _overhead(self, name: str) -> None:
+        if self.op_overhead_s > 0:
+            self.gpu.host_work(self.op_overhead_s, f"{name} dispatch")
+            self._overheads.add(id(self.gpu.timeline[-1]))
+            self._keep.append(self.gpu.timeline[-1])
+
+    def trace(self) -> dict:
+        """Return the recorded work as a chrome trace (the dict json.load gives for a real profiler export)."""
+        records = self.gpu.timeline[self._start:] if self._active else self._records
+        events = _metadata(self.gpu)
+        events += [_complete("cpu_op", name, start, end, HOST_PID, thread, {})
+                   for name, start, end, thread in self._ops]
+        pending_wait: TimelineRecord | None = None  # a full launch queue holds the host inside the next launch
+        for index, record in enumerate(records):
+            if record.engine == "host":
+                following = records[index + 1] if index + 1 < len(records) else None
+                if record.kind == "launch":
+                    start = pending_wait.start if pending_wait is not None else record.start
+                    pending_wait = None
+                    call = "cudaMemcpyAsync" if following is not None and following.engine == "copy" \
+                        else "cudaLaunchKernel"
+                    end = record.end
+                    if call == "cudaMemcpyAsync":  # a pageable non-blocking copy holds the host in the call
+                        after = records[index + 2] if index + 2 < len(records) else None
+                        meta = self._copies.get(id(following), {})
+                        if after is not None and after.kind == "wait" and meta.get("non_blocking") and \
+                                not meta.get("pinned") and after.name.startswith("wait: pageable"):
+                            end = after.end
+                    events.append(_complete("cuda_runtime", call, start, end, HOST_PID, HOST_TID, {}))
+                elif record.kind == "wait":
+                    if record.name == "wait: launch queue full":
+                        pending_wait = record
+                        continue
+                    meta = self._copies.get(id(records[index - 1]), {}) if index else {}
+                    if record.name.startswith("wait: pageable") and meta.get("non_blocking"):
+                        continue  # already inside cudaMemcpyAsync
+                    call = SYNC_CALLS.get(record.name, "cudaStreamSynchronize")
+                    events.append(_complete("cuda_runtime", call, record.start, record.end, HOST_PID, HOST_TID, {}))
+                elif id(record) not in self._overheads:  # host work, context creation
+                    events.append(_complete("user_annotation", record.name, record.start, record.end, HOST_PID,
+                                            HOST_TID, {}))
+            elif record.engine == "compute":
+                events.append(_complete("kernel", record.name, record.start, record.end, GPU_PID, record.stream,
+                                        {"device": 0, "stream": record.stream}))
+            elif record.engine == "copy":
+                meta = self._copies.get(id(record), {})
+                args = {"device": 0, "stream": record.stream}
+                if "bytes" in meta:
+                    args["bytes"] = meta["bytes"]
+                name = MEMCPY_NAMES[(record.kind, meta.get("pinned", False))]
+                events.append(_complete("gpu_memcpy", name, record.start, record.end, GPU_PID, record.stream, args))
+        return {
+            "schemaVersion": 1,
+            "traceName": f"{SIMULATED}: devicelab.simgpu, {self.gpu.profile.name}",
+            "displayTimeUnit": "ms",
+            "deviceProperties": [{"id": 0, "name": f"{SIMULATED} {self.gpu.profile.name}"}],
+            "devicelab": {"simulated": True, "gpu": self.gpu.profile.name,
+                          "note": "made by devicelab.sim_trace from the simulated GPU's virtual clock, not measured"},
+            "traceEvents": events,
+        }
+
+    def export_chrome_trace(self, path: str | Path) -> Path:
+        """Write the trace as JSON to `path` (like torch.profiler's export_chrome_trace) and return the path."""
+        return write_trace(self.trace(), path)
+
+
+def write_trace(trace: dict, path: str | Path) -> Path:
+    """Write a trace dict as JSON, one event per line (stable, diff-friendly), and return the path."""
+    path = Path(path)
+    head = {k: v for k, v in trace.items() if k != "traceEvents"}
+    lines = ",\n".join(json.dumps(e, sort_keys=True) for e in trace["traceEvents"])
+    text = json.dumps(head, indent=1, sort_keys=True)[:-2] + ',\n "traceEvents": [\n' + lines + "\n]}\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def is_simulated(trace: dict) -> bool:
+    """Return True for a trace that devicelab.sim_trace made (not recorded on a GPU)."""
+    return bool(trace.get("devicelab", {}).get("simulated"))
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
+
+
+def _complete(cat: str, name: str, start: float, end: float, pid: int, tid: int | None, args: dict) -> dict:
+    ts = _us(start)
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid if tid is not None else 0,
+            "ts": ts, "dur": round(_us(end) - ts, 3), "args": args}
+
+
+def _metadata(gpu: SimulatedGPU) -> list[dict]:
+    def meta(name: str, pid: int, tid: int, value: str) -> dict:
+        return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": {"name": value}}
+
+    streams = sorted({r.stream for r in gpu.timeline if r.stream is not None} | {0})
+    return [meta("process_name", HOST_PID, 0, f"python ({SIMULATED} host)"),
+            meta("thread_name", HOST_PID, HOST_TID, "MainThread"),
+            meta("process_name", GPU_PID, 0, f"GPU 0 ({SIMULATED} {gpu.profile.name})"),
+            *(meta("thread_name", GPU_PID, s, "stream 0 (default)" if s == 0 else f"stream {s}") for s in streams)]
+
+
+def example_step(gpu: SimulatedGPU, prof: SimProfiler, *, pinned: bool, sync_each_step: bool, steps: int = 3) -> None:
+    """Simulate a few training steps (one batch copied in, forward, backward, optimizer) under `prof`."""
+    from devicelab.units import MiB
+
+    side = gpu.new_stream("copies")
+    for _ in range(steps):
+        with prof.op("aten::to"):
+            if pinned:
+                with gpu.stream(side):
+                    gpu.copy(8 * MiB, "h2d", pinned=True, non_blocking=True, name="batch")
+                gpu.current_stream.wait_stream(side)
+            else:
+                gpu.copy(8 * MiB, "h2d", pinned=False, name="batch")
+        with prof.op("aten::addmm"):
+            gpu.launch(0.0004, name="sgemm forward")
+        with prof.op("autograd::engine::evaluate_function: AddmmBackward0"):
+            gpu.launch(0.0008, name="sgemm backward")
+        with prof.op("aten::_foreach_add_"):
+            gpu.launch(0.0001, name="sgd update")
+        if sync_each_step:
+            with prof.op("aten::item"), prof.op("aten::_local_scalar_dense"):
+                gpu.item()
+    with prof.op("aten::item"):
+        gpu.item()
+
+
+def example_trace() -> dict:
+    """Return the course's example trace: three simulated training steps with a pageable batch and .item() per step."""
+    gpu = SimulatedGPU(initialized=True)
+    with SimProfiler(gpu) as prof:
+        example_step(gpu, prof, pinned=False, sync_each_step=True)
+    return prof.trace()
