@@ -8,7 +8,9 @@ Three ways to feed the loop, drawn as timelines of the copy and compute engines:
   host no longer waits, but one stream runs in order: copy, compute, copy, compute.
 - "pinned-side-stream": pinned memory, non_blocking=True, and the copy of the *next* batch issued on a second
   stream while the current batch computes; the compute waits for its own batch with an event. Copy and compute
-  overlap: this needs all three (pinned source, non-blocking copy, another stream) and a free copy engine.
+  overlap. On the GPU the overlap needs a pinned source, a stream other than the compute's, and a free copy
+  engine; `non_blocking=True` is what lets the host queue the next kernels while the copy runs (a blocking copy on
+  a side stream overlaps only work queued before it).
 
 `simulate_steps` runs them on the simulated T4 (virtual clock, no GPU needed); `measure_steps` runs them on a real
 CUDA GPU and reads every span from CUDA events. `compare` picks whichever this machine can do.

@@ -1,26 +1,46 @@
 """A small, deterministic simulated GPU on a virtual clock, for lessons and graders without a GPU.
 
-One host thread queues work onto streams; the device runs it later on two engines, one for kernels
-("compute") and one for DMA copies ("copy"). Nothing sleeps: the virtual clock moves only through the model,
-so the same calls always give the same numbers.
+One host thread queues work onto streams; the device runs it later on one compute engine and on copy engines.
+Nothing sleeps: the virtual clock moves only through the model, so the same calls always give the same numbers.
+Each call models one PyTorch call (the lessons show them side by side):
 
-The rules (each one is a fact the course teaches; figures from docs/facts.md unless marked):
+| simulator | PyTorch |
+| --- | --- |
+| `gpu.launch(0.010)` | any CUDA op, e.g. `y = a @ b` (queues a kernel) |
+| `gpu.copy(n, "h2d")` | `x.to(device)` from pageable memory |
+| `gpu.copy(n, "h2d", pinned=True, non_blocking=True)` | `x_pinned.to(device, non_blocking=True)` |
+| `gpu.cpu(buf)` | `t.cpu()` |
+| `gpu.to_cpu(buf, non_blocking=True)` | `t.to("cpu", non_blocking=True)` |
+| `gpu.to_cpu(buf, non_blocking=True, out=host)` | `host.copy_(t, non_blocking=True)` |
+| `gpu.item(buf)` | `t.item()` |
+| `buf.read()` | reading a CPU tensor (`host[:4].tolist()`): no sync |
+| `gpu.synchronize()` | `torch.cuda.synchronize()` |
+| `gpu.new_stream()`, `gpu.stream(s)`, `gpu.event()` | `torch.cuda.Stream()`, `torch.cuda.stream(s)`, `torch.cuda.Event()` |
+
+The rules (each one is a fact the course teaches, from docs/facts.md, "Sync points and non_blocking, precisely"):
 
 - Every enqueue (kernel launch or copy) costs the host `launch_s` (5 us; FACTS: a launch costs ~4-6 us).
   The call then returns: the host runs ahead of the device.
 - Work on one stream runs in the order it was queued. Streams are independent (PyTorch's side streams do not
   synchronise with the default stream), except through `wait_event` / `wait_stream`.
-- One compute engine runs one kernel at a time; one copy engine runs one copy at a time. A kernel and a copy
-  run at the same time only when they sit on different streams and both are free to start.
-- A copy from or to pageable host memory is synchronous for the host, whatever `non_blocking` says: it goes
-  through a staging buffer (CUDA "API synchronization behavior"; PyTorch's "A guide on good usage of
-  non_blocking and pin_memory()"). A blocking copy (`non_blocking=False`, PyTorch's default) is queued, then
-  the host waits for its stream (`cudaMemcpyAsync` + `cudaStreamSynchronize`). Only a non-blocking copy with
-  pinned host memory returns at once, so copy/compute overlap needs pinned memory, a side stream and
-  `non_blocking=True`.
+- One compute engine runs one kernel at a time. Copies run on `copy_engines` copy engines: with two or more,
+  host-to-device copies use one and device-to-host copies another, so an upload and a download can run at the
+  same time; copies in the same direction share the link's direction and take turns.
+- A blocking copy (`non_blocking=False`, PyTorch's default for `x.to(device)`, `.cuda()`, `.cpu()`) is queued,
+  then the host waits for **its stream**, all the work queued on it so far (`cudaMemcpyAsync` +
+  `cudaStreamSynchronize`): the default host-to-device copy is a sync point.
+- `non_blocking=True` skips that stream sync. From pinned memory the call only queues the copy. From pageable
+  memory the host is held while the driver stages the data into its pinned buffer (modelled as the copy's own
+  duration, from the moment of the call), but it does not wait for earlier work on the stream. A copy *into*
+  pageable host memory always waits for the copy to finish (CUDA "API synchronization behavior").
+- Reading a host buffer is an ordinary CPU read, never a sync point: before its copy has landed it gives the
+  memory's old contents, wrapped in `StaleData` so that you can see it (PyTorch gives you the old bytes silently).
 - `cpu()`, `item()` and `synchronize()` are sync points: the host waits.
-- The first device operation pays the context-creation cost (1.5 s, inside FACTS' 1-4 s).
-- At most `queue_depth` operations may be in flight; one more makes the host wait (back-pressure).
+- The first device operation pays the context-creation cost (1.5 s: an assumption inside FACTS' 1-4 s).
+- At most `queue_depth` operations may be in flight; one more makes the host wait (back-pressure; 1024 is an
+  assumption, not a published figure).
+
+`describe_profile(profile)` lists every figure with where it comes from (measurement, datasheet or assumption).
 
 A function that measures time can be graded against this model, because its work is a closure over the
 simulator::
@@ -55,6 +75,7 @@ class GPUProfile:
     flops_per_s: float = 8.1e12
     context_init_s: float = 1.5
     queue_depth: int | None = 1024
+    copy_engines: int = 2
 
     def bandwidth(self, direction: Direction, pinned: bool = True) -> float:
         """Return the sustained copy rate in bytes per second for one direction and kind of host memory."""
@@ -78,7 +99,10 @@ class GPUProfile:
 # 1.2x to 9x slower than pinned across hosts; the default takes 2.5x, the A100 row of FACTS.md
 # (25.7 -> 10.0 GB/s H2D, 25.8 -> 10.8 GB/s D2H). Not in FACTS.md, from NVIDIA's T4 datasheet: 8.1 TFLOPS FP32
 # peak and 320 GB/s memory, halved for device-to-device copies because a copy reads and writes every byte.
-# `queue_depth` (1024) is a common rule of thumb for CUDA's launch queue, not a measured figure.
+# Assumptions, not measurements: `queue_depth` (1024) is a common rule of thumb for CUDA's launch queue;
+# `context_init_s` (1.5 s) is one value inside FACTS' 1-4 s; the pageable ratio (2.5x) is one host's ratio from a
+# published range (1.2x-9x); `copy_engines` (2) is the smallest count that lets an upload and a download overlap
+# (a real GPU reports its own count as `asyncEngineCount` in CUDA's device properties).
 T4_PCIE3 = GPUProfile(name="NVIDIA T4, PCIe Gen3 x16")
 
 # NVIDIA A100 on PCIe Gen4 x16. From FACTS.md: pinned 25.7 / 25.8 GB/s, pageable 10.0 / 10.8 GB/s, 31.5 GB/s
@@ -95,8 +119,65 @@ A100_PCIE4 = GPUProfile(
 )
 
 
+PROVENANCE = {
+    "launch_s": ("kernel launch (host side)", "measured: FACTS ~4-6 us per launch"),
+    "h2d_pinned_Bps": ("pinned copy host to device", "measured on a T4 in a notebook (FACTS)"),
+    "d2h_pinned_Bps": ("pinned copy device to host", "measured on a T4 in a notebook (FACTS)"),
+    "h2d_pageable_Bps": ("pageable copy host to device", "ASSUMPTION: pinned / 2.5 (published range 1.2x-9x)"),
+    "d2h_pageable_Bps": ("pageable copy device to host", "ASSUMPTION: pinned / 2.5 (published range 1.2x-9x)"),
+    "link_peak_Bps": ("link limit, per direction", "PCIe specification (FACTS)"),
+    "copy_latency_s": ("fixed cost per copy", "fitted to the measured half-peak size (~31-36 KiB)"),
+    "flops_per_s": ("FP32 peak", "vendor datasheet"),
+    "context_init_s": ("CUDA context creation", "ASSUMPTION: one value inside the published 1-4 s"),
+    "queue_depth": ("launch queue depth", "ASSUMPTION: a rule of thumb, not a published figure"),
+    "copy_engines": ("copy engines", "ASSUMPTION: one per direction; real GPUs report asyncEngineCount"),
+}
+
+
+def describe_profile(profile: "GPUProfile") -> str:
+    """Return one line per figure of `profile`: its value and where it comes from (measurement or assumption)."""
+    lines = [profile.name]
+    for field, (what, source) in PROVENANCE.items():
+        value = getattr(profile, field)
+        if field.endswith("_Bps"):
+            shown = f"{value / 1e9:.2f} GB/s"
+        elif field.endswith("_s") and value is not None and value < 1e-3:
+            shown = f"{value * 1e6:.1f} us"
+        elif field.endswith("_s"):
+            shown = f"{value:.1f} s"
+        elif field == "flops_per_s":
+            shown = f"{value / 1e12:.1f} TFLOPS"
+        else:
+            shown = str(value)
+        lines.append(f"  {what:30} {shown:>12}   {source}")
+    return "\n".join(lines)
+
+
 class NotReadyError(RuntimeError):
-    """Raised when the host reads a result that the device has not finished producing."""
+    """Raised when a result the device has not finished producing is asked for where PyTorch raises too.
+
+    CUDA events: `elapsed_time` on an event the GPU has not reached raises in PyTorch as well. Reading a host
+    buffer early does not raise (PyTorch does not either): it gives `StaleData`.
+    """
+
+
+@dataclass(frozen=True)
+class StaleData:
+    """What an early read of a host buffer sees: the memory's old contents, marked as stale.
+
+    PyTorch gives the old bytes silently (zeros, garbage or the previous batch); the simulator wraps them so that
+    the mistake is visible. `old` is None for freshly allocated memory (uninitialised in PyTorch).
+    """
+
+    old: Any
+    name: str
+    ready_at: float
+    read_at: float
+
+    def __repr__(self) -> str:
+        what = "uninitialised memory" if self.old is None else repr(self.old)
+        return (f"STALE({what}: {self.name or 'the copy'} lands at {self.ready_at * 1e3:.3f} ms, "
+                f"read at {self.read_at * 1e3:.3f} ms)")
 
 
 @dataclass(frozen=True)
@@ -109,6 +190,7 @@ class TimelineRecord:
     start: float
     end: float
     kind: str
+    unit: int = 0  # which engine of its kind (copy engine 0, 1, ...); 0 for the host and the compute engine
 
     @property
     def duration(self) -> float:
@@ -121,9 +203,10 @@ class SimBuffer:
 
     def __init__(
         self, gpu: "SimulatedGPU", nbytes: int, location: str, *, pinned: bool = False, ready_at: float = 0.0,
-        name: str = "", data: Any = None,
+        name: str = "", data: Any = None, old: Any = None,
     ) -> None:
         self.gpu = gpu
+        self.old = old  # what the memory held before the copy into it lands (None: freshly allocated)
         self.nbytes = nbytes
         self.location = location
         self.pinned = pinned
@@ -140,18 +223,17 @@ class SimBuffer:
         return self.gpu.clock() >= self.ready_at
 
     def read(self) -> Any:
-        """Return the buffer's data from the host, or raise if it lives on the device or is not written yet."""
+        """Read the buffer from the host, like reading a CPU tensor: no sync, so an early read is `StaleData`.
+
+        Raises TypeError for a device buffer, as `t.numpy()` does for a CUDA tensor.
+        """
         if self.location != "host":
             raise TypeError(
                 f"{self.name or 'this buffer'} lives on the device: the host cannot read it. "
                 "Copy it first with gpu.cpu(buffer) (like tensor.cpu())."
             )
         if not self.is_ready():
-            raise NotReadyError(
-                f"{self.name or 'this buffer'} is not ready: its copy ends at {self.ready_at:.6g} s but the host "
-                f"clock is at {self.gpu.clock():.6g} s. A non-blocking copy needs a sync point first "
-                "(gpu.synchronize(), event.synchronize() or stream.synchronize())."
-            )
+            return StaleData(self.old, self.name, self.ready_at, self.gpu.clock())
         return self.data
 
 
@@ -240,7 +322,7 @@ class SimulatedGPU:
         self.profile = profile
         self._now = 0.0
         self._initialized = initialized
-        self._busy: dict[str, tuple[list[float], list[float]]] = {"compute": ([], []), "copy": ([], [])}
+        self._busy: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
         self._in_flight: list[float] = []  # end times of queued device work, for back-pressure
         self._device_done = 0.0  # when all device work queued so far ends
         self._records: list[TimelineRecord] = []
@@ -319,11 +401,14 @@ class SimulatedGPU:
     def copy(
         self, source: int | SimBuffer, direction: Direction | None = None, *, pinned: bool | None = None,
         non_blocking: bool = False, stream: SimStream | None = None, name: str | None = None, data: Any = None,
+        out: SimBuffer | None = None,
     ) -> SimBuffer:
         """Queue a copy of `source` (a byte count or a buffer) and return the destination buffer.
 
         `pinned` is about the host side (the source of an h2d copy, the destination of a d2h copy); for a
-        host buffer it defaults to the buffer's own flag. A pageable or blocking copy makes the host wait.
+        host buffer it defaults to the buffer's own flag. A blocking copy makes the host wait for its stream; a
+        non-blocking one from pageable memory holds the host while it is staged; a copy into pageable memory waits
+        for the copy. `out` (a host buffer, d2h only) is written in place, like `out.copy_(t, non_blocking=...)`.
         """
         if isinstance(source, SimBuffer):
             nbytes = source.nbytes
@@ -341,32 +426,50 @@ class SimulatedGPU:
             raise ValueError(f"nbytes must be a non-negative int, got {nbytes!r}")
         if direction not in ("h2d", "d2h", "d2d"):
             raise ValueError(f"direction must be 'h2d', 'd2h' or 'd2d', got {direction!r}")
+        if out is not None:
+            if direction != "d2h" or out.location != "host":
+                raise ValueError(f"out= must be a host buffer for a d2h copy, got {out!r}")
+            pinned = out.pinned
         pinned = bool(pinned)
         duration = self.profile.copy_seconds(nbytes, direction, pinned)
         label = name or f"{direction} {nbytes} B{' pinned' if pinned else ''}"
-        end = self._enqueue("copy", duration, stream, label, direction)
-        host_waits = direction != "d2d" and (not pinned or not non_blocking)
-        if host_waits:
-            why = "blocking copy" if pinned else "pageable copy (staging buffer)"
-            self._wait_until(end, f"wait: {why}")
+        unit = 1 if direction == "d2h" and self.profile.copy_engines > 1 else 0
+        end = self._enqueue("copy", duration, stream, label, direction, unit=unit)
+        if direction == "d2d":
+            pass  # device to device: the host never waits
+        elif not non_blocking:
+            self._wait_until(end, "wait: stream sync after a blocking copy" if pinned
+                             else "wait: pageable copy (staging buffer), then stream sync")
+        elif not pinned and direction == "h2d":
+            self._wait_until(self._now + duration, "wait: pageable copy (staging buffer)")  # no stream sync
+        elif not pinned:
+            self._wait_until(end, "wait: pageable copy (the host waits for a copy into pageable memory)")
+        if out is not None:
+            out.old, out.data, out.ready_at, out.name = out.data, data, max(end, out.ready_at), label
+            return out
         location = "host" if direction == "d2h" else "device"
         return SimBuffer(self, nbytes, location, pinned=pinned and location == "host", ready_at=end,
                          name=label, data=data)
+
+    def host_buffer(self, nbytes: int, *, pinned: bool = False, data: Any = None, name: str = "host") -> SimBuffer:
+        """Return a host buffer that is ready now, like `torch.empty(..., pin_memory=pinned)` filled with `data`."""
+        return SimBuffer(self, nbytes, "host", pinned=pinned, ready_at=self._now, name=name, data=data)
 
     def cpu(self, buffer: SimBuffer, *, stream: SimStream | None = None) -> SimBuffer:
         """Copy a device buffer into pageable host memory and wait for it, like tensor.cpu()."""
         return self.to_cpu(buffer, non_blocking=False, stream=stream)
 
-    def to_cpu(self, buffer: SimBuffer, *, non_blocking: bool = False, stream: SimStream | None = None) -> SimBuffer:
-        """Copy a device buffer to the host like tensor.to("cpu", non_blocking=...).
+    def to_cpu(self, buffer: SimBuffer, *, non_blocking: bool = False, stream: SimStream | None = None,
+               out: SimBuffer | None = None) -> SimBuffer:
+        """Copy a device buffer to the host like tensor.to("cpu", non_blocking=...) (or out.copy_(tensor, ...)).
 
-        With non_blocking=True PyTorch writes into pinned memory and returns at once: read() raises
-        NotReadyError until a sync point has let the copy finish.
+        With non_blocking=True PyTorch writes into pinned memory and returns at once: until a sync point has let
+        the copy finish, read() gives `StaleData` (the memory's old contents), as a real read would.
         """
         if buffer.location != "device":
             raise ValueError(f"{buffer!r} is already on the host")
         return self.copy(buffer, "d2h", pinned=non_blocking, non_blocking=non_blocking, stream=stream,
-                         name=f"{buffer.name or 'buffer'} to cpu")
+                         name=f"{buffer.name or 'buffer'} to cpu", out=out)
 
     def item(self, buffer: SimBuffer | None = None, *, stream: SimStream | None = None) -> Any:
         """Copy one scalar to the host and wait, like tensor.item(): a sync point; return the buffer's data."""
@@ -400,7 +503,8 @@ class SimulatedGPU:
             self._wait_until(self._in_flight[len(self._in_flight) - depth], "wait: launch queue full")
             self._in_flight = [end for end in self._in_flight if end > self._now]
 
-    def _enqueue(self, engine: str, duration: float, stream: SimStream | None, name: str, kind: str) -> float:
+    def _enqueue(self, engine: str, duration: float, stream: SimStream | None, name: str, kind: str,
+                 unit: int = 0) -> float:
         """Charge the host a launch, place the work on `engine` after its stream's earlier work, return its end."""
         self._ensure_context()
         stream = stream if stream is not None else self._current
@@ -408,22 +512,22 @@ class SimulatedGPU:
             raise ValueError(f"{stream!r} belongs to another SimulatedGPU")
         self._apply_back_pressure()
         self._host_span(self.profile.launch_s, f"launch {name}", "launch")
-        start = self._fit(engine, max(self._now, stream._tail), duration)
+        start = self._fit((engine, unit), max(self._now, stream._tail), duration)
         end = start + duration
         if duration > 0:  # an empty span occupies nothing (and would break the sorted-ends invariant)
-            starts, ends = self._busy[engine]
+            starts, ends = self._busy.setdefault((engine, unit), ([], []))
             index = bisect.bisect_right(starts, start)
             starts.insert(index, start)
             ends.insert(index, end)
         stream._tail = end
         self._device_done = max(self._device_done, end)
         self._in_flight.append(end)
-        self._records.append(TimelineRecord(engine, stream.id, name, start, end, kind))
+        self._records.append(TimelineRecord(engine, stream.id, name, start, end, kind, unit))
         return end
 
-    def _fit(self, engine: str, ready: float, duration: float) -> float:
+    def _fit(self, engine: tuple[str, int], ready: float, duration: float) -> float:
         """Return the earliest time at or after `ready` when `engine` is free for `duration` seconds."""
-        starts, ends = self._busy[engine]
+        starts, ends = self._busy.get(engine, ([], []))
         t = ready
         for i in range(bisect.bisect_right(ends, t), len(starts)):
             if starts[i] >= t + duration:
@@ -454,14 +558,18 @@ def plot_timeline(timeline: Sequence[TimelineRecord], ax: Any = None, *, unit: s
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(10, 2.5))
-    engines = [e for e in ENGINES if any(r.engine == e for r in timeline)]
-    engines += sorted({r.engine for r in timeline} - set(engines))
+    def row_of(record: TimelineRecord) -> str:
+        return record.engine if record.unit == 0 else f"{record.engine} {record.unit}"
+
+    present = {row_of(r) for r in timeline}
+    engines = [e for e in ENGINES if e in present]
+    engines += sorted(present - set(engines))
     rows = {engine: row for row, engine in enumerate(reversed(engines))}
     seen: set[str] = set()
     for record in timeline:
         label = None if record.kind in seen else record.kind
         seen.add(record.kind)
-        ax.broken_barh([(record.start * scale, max(record.duration * scale, 0.0))], (rows[record.engine] - 0.4, 0.8),
+        ax.broken_barh([(record.start * scale, max(record.duration * scale, 0.0))], (rows[row_of(record)] - 0.4, 0.8),
                        facecolors=_COLOURS.get(record.kind, "tab:brown"), edgecolor="black", linewidth=0.3,
                        label=label)
     ax.set_yticks(list(rows.values()), list(rows.keys()))

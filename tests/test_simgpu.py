@@ -9,7 +9,9 @@ from devicelab.simgpu import (
     T4_PCIE3,
     NotReadyError,
     SimulatedGPU,
+    StaleData,
     TimelineRecord,
+    describe_profile,
     plot_timeline,
 )
 from devicelab.timing import time_it, time_naive
@@ -141,16 +143,92 @@ def test_synchronize_waits_for_every_stream(gpu):
 # ----- copies -------------------------------------------------------------------------------------
 
 
-def test_a_non_blocking_d2h_copy_is_not_ready_until_a_sync(gpu):
+def test_an_early_read_of_a_non_blocking_d2h_copy_gives_stale_data_not_an_error(gpu):
     y = gpu.launch(KERNEL, nbytes=64 * MiB, data=[1, 2, 3])
     host = gpu.to_cpu(y, non_blocking=True)
     assert gpu.clock() < KERNEL, "to('cpu', non_blocking=True) returns at once"
     assert host.pinned, "PyTorch writes a non-blocking D2H copy into pinned memory"
     assert not host.is_ready()
-    with pytest.raises(NotReadyError, match="sync"):
-        host.read()
+    early = host.read()  # a CPU read, as in PyTorch: no sync and no error
+    assert isinstance(early, StaleData) and early.old is None, "fresh memory: uninitialised"
+    assert "STALE" in repr(early) and "uninitialised" in repr(early)
     gpu.synchronize()
     assert host.read() == [1, 2, 3]
+
+
+def test_an_early_read_of_a_copy_into_an_existing_buffer_gives_its_old_contents(gpu):
+    old = gpu.host_buffer(4 * MiB, pinned=True, data="batch 0")  # like torch.empty(..., pin_memory=True)
+    y = gpu.launch(KERNEL, nbytes=4 * MiB, data="batch 1")
+    same = gpu.to_cpu(y, non_blocking=True, out=old)  # like old.copy_(y, non_blocking=True)
+    assert same is old and gpu.clock() < KERNEL
+    assert old.read() == StaleData("batch 0", old.name, old.ready_at, gpu.clock())
+    gpu.synchronize()
+    assert old.read() == "batch 1"
+
+
+def test_out_must_be_a_host_buffer(gpu):
+    with pytest.raises(ValueError, match="host buffer"):
+        gpu.to_cpu(gpu.launch(KERNEL, nbytes=8), out=gpu.launch(KERNEL, nbytes=8))
+
+
+def test_elapsed_time_before_the_end_event_still_raises_as_in_pytorch(gpu):
+    start, end = gpu.event(), gpu.event()
+    start.record()
+    gpu.launch(KERNEL)
+    end.record()
+    with pytest.raises(NotReadyError):
+        start.elapsed_time(end)
+
+
+def test_the_default_h2d_copy_waits_for_all_earlier_work_on_its_stream(gpu):
+    gpu.launch(0.050)
+    gpu.copy(MiB, "h2d")  # x.to(device): cudaMemcpyAsync + cudaStreamSynchronize
+    assert gpu.clock() > 0.050, "the default copy is a sync point: it waited for the 50 ms kernel"
+
+
+def test_a_pageable_non_blocking_h2d_copy_is_held_for_staging_but_skips_the_stream_sync(gpu):
+    gpu.launch(0.050)
+    before = gpu.clock()
+    gpu.copy(64 * MiB, "h2d", pinned=False, non_blocking=True)
+    held = gpu.clock() - before
+    staging = T4_PCIE3.copy_seconds(64 * MiB, "h2d", pinned=False)
+    assert held == pytest.approx(LAUNCH + staging), "held for about the copy's duration"
+    assert gpu.clock() < 0.050, "but not for the kernel queued before it"
+
+
+def test_an_upload_and_a_download_overlap_on_two_copy_engines(gpu):
+    up, down = gpu.new_stream("up"), gpu.new_stream("down")
+    result = gpu.launch(0.0, nbytes=64 * MiB)
+    gpu.copy(64 * MiB, "h2d", pinned=True, non_blocking=True, stream=up)
+    gpu.to_cpu(result, non_blocking=True, stream=down)
+    h2d, d2h = [r for r in gpu.timeline if r.engine == "copy"]
+    assert overlaps(h2d, d2h) and (h2d.unit, d2h.unit) == (0, 1)
+
+
+def test_one_copy_engine_makes_opposite_copies_take_turns():
+    gpu = SimulatedGPU(replace(T4_PCIE3, copy_engines=1), initialized=True)
+    up, down = gpu.new_stream("up"), gpu.new_stream("down")
+    result = gpu.launch(0.0, nbytes=64 * MiB)
+    gpu.copy(64 * MiB, "h2d", pinned=True, non_blocking=True, stream=up)
+    gpu.to_cpu(result, non_blocking=True, stream=down)
+    h2d, d2h = [r for r in gpu.timeline if r.engine == "copy"]
+    assert not overlaps(h2d, d2h)
+
+
+def test_two_uploads_share_one_direction_of_the_link(gpu):
+    a, b = gpu.new_stream("a"), gpu.new_stream("b")
+    gpu.copy(64 * MiB, "h2d", pinned=True, non_blocking=True, stream=a)
+    gpu.copy(64 * MiB, "h2d", pinned=True, non_blocking=True, stream=b)
+    first, second = [r for r in gpu.timeline if r.engine == "copy"]
+    assert not overlaps(first, second)
+
+
+def test_describe_profile_labels_the_assumptions():
+    text = describe_profile(T4_PCIE3)
+    for what in ("launch queue depth", "CUDA context creation", "pageable copy host to device", "copy engines"):
+        [line] = [line for line in text.splitlines() if what in line]
+        assert "ASSUMPTION" in line, line
+    assert "ASSUMPTION" not in next(line for line in text.splitlines() if "pinned copy host" in line)
 
 
 def test_an_event_after_the_copy_is_enough_to_read_it(gpu):
@@ -371,3 +449,14 @@ def test_plot_timeline_draws_one_row_per_engine():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["copy", "compute", "host"]
     assert len(ax.collections) == len(gpu.timeline)
     assert ax.get_xlabel() == "virtual time (ms)"
+
+
+def test_plot_timeline_gives_the_second_copy_engine_its_own_row(gpu):
+    from matplotlib.figure import Figure
+
+    up = gpu.new_stream("up")
+    result = gpu.launch(0.0, nbytes=MiB)
+    gpu.copy(MiB, "h2d", pinned=True, non_blocking=True, stream=up)
+    gpu.to_cpu(result, non_blocking=True)
+    ax = plot_timeline(gpu.timeline, ax=Figure().subplots())
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["copy 1", "copy", "compute", "host"]
