@@ -10,7 +10,7 @@ from devicelab.units import MiB
 def _copy_on_side_stream(copy_on_side_stream) -> None:
     gpu = SimulatedGPU(initialized=True)
     side = gpu.new_stream("copies")
-    gpu.launch(0.002, name="previous step")
+    gpu.launch(0.0002, name="previous step")  # shorter than the copy
     before = gpu.clock()
     copy_on_side_stream(gpu, side, 8 * MiB)
     waited = gpu.clock() - before
@@ -21,7 +21,7 @@ def _copy_on_side_stream(copy_on_side_stream) -> None:
     assert copy.kind == "h2d", f"The batch goes host to device ('h2d'), not {copy.kind!r}."
     assert waited < 1e-4, (
         f"The host waited {waited * 1e3:.3f} ms: a copy that returns at once needs pinned=True and non_blocking=True.")
-    assert copy.start < 0.002, "The copy should run while the previous step's kernel runs (on the side stream)."
+    assert copy.start < 0.0002, "The copy should run while the previous step's kernel runs (on the side stream)."
     kernel = gpu.launch(0.001, name="next step")
     assert kernel.ready_at - 0.001 >= copy.end - 1e-12, (
         "The next kernel on the default stream started before the copy ended: make the current stream wait for "
