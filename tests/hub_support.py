@@ -2,19 +2,25 @@
 
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from autograder.hub import accounts
+from autograder.hub.api import HubAPI
 from autograder.hub.install import find_proxy
+from autograder.hub.settings import HubSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,3 +120,89 @@ def running(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Itera
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
                 proc.wait(10)
+
+
+@dataclass
+class Hub:
+    """A running hub of the test's class."""
+
+    settings: HubSettings
+    prefix: str
+    log: Path
+    passwords: dict[str, str]
+
+    @property
+    def public(self) -> str:
+        return f"http://127.0.0.1:{self.settings.port}"
+
+    def user(self, member: str) -> str:
+        return f"{self.prefix}{member}"
+
+    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        """Run `python -m autograder hub ...` for this hub, as the instructor (root) would."""
+        done = subprocess.run([sys.executable, "-m", "autograder", "hub", args[0], "--root", self.settings.root,
+                               *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+        assert done.returncode == 0, f"hub {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    def token(self, member: str) -> str:
+        """Return a new hub token of the member's (as the user would make on the hub's Token page)."""
+        reply = HubAPI.for_settings(self.settings).call(
+            "POST", f"/users/{self.user(member)}/tokens", {"note": "hub test", "expires_in": 3600})
+        assert reply.status == 201, reply
+        return reply.body["token"]
+
+    def as_user(self, token: str, prefix: str) -> HubAPI:
+        """Return a REST client for a path behind the proxy (/hub/api, /user/NAME, /services/NAME)."""
+        return HubAPI(self.public + prefix, token)
+
+
+def stop_proxy(pid_file: Path) -> None:
+    """Stop the proxy the hub started (a hub killed before its cleanup leaves it running)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        if "configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_text():
+            os.kill(pid, 15)
+    except (OSError, ValueError):
+        pass
+
+
+@contextlib.contextmanager
+def class_hub(tmp_path: Path, roster_text: str) -> Iterator["Hub"]:
+    """Make the roster's accounts (a unique prefix), set the hub up and start it on free loopback ports.
+
+    Afterwards stop it and remove every trace (accounts, homes, group, ACL entries, the hub's folder), even when
+    the block failed.
+    """
+    prefix = f"t{secrets.token_hex(3)}-"
+    group = f"{prefix}hub"
+    root = Path(tempfile.mkdtemp(prefix="dlhub-"))
+    root.chmod(0o755)
+    roster = root / "roster.csv"
+    roster.write_text(roster_text)
+    members = [line.split(",")[0] for line in roster_text.splitlines()[1:] if line] + ["dan", "grader"]
+    ports = {name: free_port() for name in ("port", "hub-port", "proxy-api-port", "service-port")}
+    log = tmp_path / "jupyterhub.log"
+    subprocess.run(["groupadd", group], check=True)
+    try:
+        with python_for_group(group):
+            setup = subprocess.run(
+                [sys.executable, "-m", "autograder", "hub", "setup", "--roster", str(roster), "--root",
+                 str(root / "hub-root"), "--prefix", prefix, "--extra-group", group, "--cull-idle", "0",
+                 *(f"--{k}={v}" for k, v in ports.items())],
+                cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+            assert setup.returncode == 0, setup.stdout + setup.stderr
+            settings = HubSettings.load(root / "hub-root")
+            passwords = {m: secrets.token_urlsafe(12) for m in members if m not in ("dan", "grader")}
+            for member, password in passwords.items():
+                accounts.set_password(prefix + member, password)
+            start = [sys.executable, "-m", "autograder", "hub", "start", "--root", settings.root]
+            with running(start, ROOT, dict(os.environ), log) as proc:
+                wait_for(f"http://127.0.0.1:{settings.port}/hub/api", 120, proc, log)
+                yield Hub(settings, prefix, log, passwords)
+    finally:
+        stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
+        for member in members:
+            accounts.remove_account(prefix + member)
+        subprocess.run(["groupdel", group], capture_output=True, check=False)
+        subprocess.run(["rm", "-rf", str(root)], check=False)

@@ -14,31 +14,27 @@ import copy
 import csv
 import http.cookiejar
 import json
-import os
 import re
-import secrets
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from autograder.grading.demo import solved
-from autograder.hub import accounts
 from autograder.hub.api import HubAPI
-from autograder.hub.settings import HubSettings
-from tests.hub_support import free_port, hub_tests_or_skip, python_for_group, running, wait_for
+from tests.hub_support import Hub, class_hub, hub_tests_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = "device-lab"
 STUB = re.compile(r"^(\s*)raise NotImplementedError\(.*\)\s*$", re.MULTILINE)
 SCORE = re.compile(r"<h4>(?P<nb>[^<]+) \(Score: (?P<score>[\d.]+) / (?P<max>[\d.]+)\)</h4>")
+
+ROSTER = ("id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\ncat,Cat Hostile,student\n"
+          "ivy,Ivy Teacher,instructor\n")
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -67,88 +63,12 @@ def answers(assignment: str) -> dict[str, nbformat.NotebookNode]:
     return {"right": right, "wrong": wrong, "hostile": hostile}
 
 
-@dataclass
-class Hub:
-    """A running hub of the test's class."""
-
-    settings: HubSettings
-    prefix: str
-    log: Path
-    passwords: dict[str, str]
-
-    @property
-    def public(self) -> str:
-        return f"http://127.0.0.1:{self.settings.port}"
-
-    def user(self, member: str) -> str:
-        return f"{self.prefix}{member}"
-
-    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        """Run `python -m autograder hub ...` for this hub, as the instructor (root) would."""
-        done = subprocess.run([sys.executable, "-m", "autograder", "hub", args[0], "--root", self.settings.root,
-                               *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
-        assert done.returncode == 0, f"hub {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        return done
-
-    def token(self, member: str) -> str:
-        """Return a new hub token of the member's (as the user would make on the hub's Token page)."""
-        reply = HubAPI.for_settings(self.settings).call(
-            "POST", f"/users/{self.user(member)}/tokens", {"note": "hub test", "expires_in": 3600})
-        assert reply.status == 201, reply
-        return reply.body["token"]
-
-    def as_user(self, token: str, prefix: str) -> HubAPI:
-        """Return a REST client for a path behind the proxy (/hub/api, /user/NAME, /services/NAME)."""
-        return HubAPI(self.public + prefix, token)
-
-
 @pytest.fixture
 def hub(tmp_path: Path):
     """Make the accounts, set the hub up, start it; afterwards stop it and remove every trace."""
     hub_tests_or_skip()
-    prefix = f"t{secrets.token_hex(3)}-"
-    group = f"{prefix}hub"
-    root = Path(tempfile.mkdtemp(prefix="dlhub-"))
-    root.chmod(0o755)
-    roster = root / "roster.csv"
-    roster.write_text("id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\ncat,Cat Hostile,student\n"
-                      "ivy,Ivy Teacher,instructor\n")
-    members = ["ann", "bob", "cat", "ivy", "dan", "grader"]
-    ports = {name: free_port() for name in ("port", "hub-port", "proxy-api-port", "service-port")}
-    log = tmp_path / "jupyterhub.log"
-    subprocess.run(["groupadd", group], check=True)
-    try:
-        with python_for_group(group):
-            setup = subprocess.run(
-                [sys.executable, "-m", "autograder", "hub", "setup", "--roster", str(roster), "--root",
-                 str(root / "hub-root"), "--prefix", prefix, "--extra-group", group, "--cull-idle", "0",
-                 *(f"--{k}={v}" for k, v in ports.items())],
-                cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
-            assert setup.returncode == 0, setup.stdout + setup.stderr
-            settings = HubSettings.load(root / "hub-root")
-            passwords = {m: secrets.token_urlsafe(12) for m in ("ann", "ivy")}
-            for member, password in passwords.items():
-                accounts.set_password(prefix + member, password)
-            start = [sys.executable, "-m", "autograder", "hub", "start", "--root", settings.root]
-            with running(start, ROOT, dict(os.environ), log) as proc:
-                wait_for(f"http://127.0.0.1:{settings.port}/hub/api", 120, proc, log)
-                yield Hub(settings, prefix, log, passwords)
-    finally:
-        stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
-        for member in members:
-            accounts.remove_account(prefix + member)
-        subprocess.run(["groupdel", group], capture_output=True, check=False)
-        subprocess.run(["rm", "-rf", str(root)], check=False)
-
-
-def stop_proxy(pid_file: Path) -> None:
-    """Stop the proxy the hub started (a hub killed before its cleanup leaves it running)."""
-    try:
-        pid = int(pid_file.read_text().strip())
-        if "configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_text():
-            os.kill(pid, 15)
-    except (OSError, ValueError):
-        pass
+    with class_hub(tmp_path, ROSTER) as running_hub:
+        yield running_hub
 
 
 def start_server(hub: Hub, member: str, token: str) -> HubAPI:

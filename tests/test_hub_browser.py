@@ -1,0 +1,128 @@
+"""A class on the hub in a real browser: a student logs in (PAM), fetches, answers, saves and submits from the
+Assignments tab; the instructor collects and grades, and sees the submission in formgrader. Headless Chromium
+(Debian's), screenshots to docs/images/. Needs what tests/test_hub_end_to_end.py needs (DEVICELAB_HUB_TESTS=1,
+root) and Chromium; under CI=true a skip is a failure.
+"""
+
+import contextlib
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.grading.demo import MARKER
+from tests.browser_support import CHROMIUM_ARGS, browser_or_skip, screenshot
+from tests.hub_support import Hub, class_hub, hub_tests_or_skip
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGES = ROOT / "docs" / "images"
+COURSE = "device-lab"
+ROSTER = "id,name,role\nann,Ann Lee,student\nivy,Ivy Teacher,instructor\n"
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(1800)]
+
+
+def smallest_assignment() -> str:
+    """Return the assignment in release/ with the smallest notebook."""
+    return min((p for p in (ROOT / "release").glob("*/*.ipynb")), key=lambda p: p.stat().st_size).parent.name
+
+
+def first_answer(assignment: str) -> str:
+    """Return the instructor's solution of the assignment's first answer cell (the markers dropped)."""
+    source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    cell = next(c for c in source.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+                and c.cell_type == "code")
+    return MARKER.sub("", cell.source)
+
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    hub_tests_or_skip()
+    with class_hub(tmp_path, ROSTER) as running_hub:
+        yield running_hub
+
+
+@pytest.fixture
+def browser(hub):
+    from playwright.sync_api import sync_playwright
+
+    executable = browser_or_skip()
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def log_in(browser, hub: Hub, member: str):
+    """Log in at the hub's login page as the member (PAM); return the page, on their JupyterLab."""
+    page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+    page.goto(f"{hub.public}/hub/login")
+    page.fill("input[name=username]", hub.user(member))
+    page.fill("input[name=password]", hub.passwords[member])
+    page.click("input[type=submit], button[type=submit]")
+    page.wait_for_url(re.compile(rf"/user/{re.escape(hub.user(member))}/lab"), timeout=240_000)
+    page.wait_for_selector(".jp-LabShell", timeout=120_000)
+    dismiss(page)
+    return page
+
+
+def dismiss(page) -> None:
+    """Close JupyterLab's news question if it shows up."""
+    with contextlib.suppress(Exception):
+        page.get_by_role("button", name="No").click(timeout=1500)
+
+
+def open_assignments(page) -> None:
+    """Open the Assignments tab from the Nbgrader menu."""
+    page.get_by_role("menuitem", name="Nbgrader").click()
+    page.get_by_role("menuitem", name="Assignment List").click()
+    page.get_by_text("Released assignments").first.wait_for(timeout=60_000)
+
+
+def test_a_student_submits_in_the_browser_and_the_grader_sees_it(hub: Hub, browser) -> None:
+    assignment = smallest_assignment()
+    hub.cli("release", assignment)
+    page = log_in(browser, hub, "ann")
+    try:
+        open_assignments(page)
+        page.get_by_role("button", name="Fetch").first.click(timeout=60_000)
+        page.get_by_role("button", name="Submit").first.wait_for(timeout=60_000)
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(IMAGES / "hub-assignments.png"))
+
+        page.goto(f"{hub.public}/user/{hub.user('ann')}/lab/tree/{COURSE}/{assignment}/{assignment}.ipynb")
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+        dismiss(page)
+        answer = page.locator(".jp-Notebook .jp-CodeCell", has_text="YOUR CODE HERE").first
+        answer.scroll_into_view_if_needed(timeout=30_000)
+        answer.locator(".cm-content").click()
+        page.keyboard.press("Control+A")
+        page.keyboard.insert_text(first_answer(assignment))
+        page.keyboard.press("Control+S")
+        page.wait_for_function("!document.querySelector('.jp-mod-dirty')", timeout=30_000)
+
+        open_assignments(page)
+        page.get_by_role("button", name="Submit").first.click()
+        page.get_by_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")).first.wait_for(timeout=60_000)
+        page.screenshot(path=str(IMAGES / "hub-submitted.png"))
+    except Exception:
+        screenshot(page, "hub-student-failed")
+        raise
+    status = hub.cli("status", assignment).stdout
+    assert "1 of 1 submitted" in status, status
+    submitted = hub.cli("collect", assignment)
+    assert hub.user("ann") in submitted.stdout + submitted.stderr
+    graded = hub.cli("grade", assignment, "--timeout", "120").stdout
+    assert re.search(rf"{re.escape(hub.user('ann'))}\s+[1-9][\d.]*/\d+ graded", graded), graded  # the saved answer
+
+    grader = log_in(browser, hub, "ivy")
+    try:
+        grader.goto(f"{hub.public}/services/{COURSE}/formgrader/manage_submissions/{assignment}")
+        grader.get_by_text(hub.user("ann")).first.wait_for(timeout=120_000)
+        grader.screenshot(path=str(IMAGES / "hub-formgrader.png"))
+    except Exception:
+        screenshot(grader, "hub-grader-failed")
+        raise
