@@ -78,9 +78,9 @@ def _unique(items) -> tuple[str, ...]:
 def _device_mismatch(message: str, devices: tuple[str, ...], detail: str = "") -> Explanation:
     shown = " and ".join(devices) if devices else "two different devices"
     meta = "meta" in devices
-    what = (f"One operation got tensors on {shown}. PyTorch never moves tensors for you: every tensor in an "
-            "operation must be on the same device (in elementwise operations, a 0-dim CPU tensor or a Python number "
-            f"may join tensors on another device).{detail}")
+    what = (f"One operation got tensors on {shown}. Every tensor in an operation must be on the same device; "
+            "PyTorch moves one for you only in narrow cases (a 0-dim CPU tensor or a Python number in elementwise "
+            f"operations, a CPU index tensor), and this operation is not one of them.{detail}")
     if meta:
         what += " A meta tensor has a shape and dtype but no values; usually a model or tensor was moved to meta "
         what += "(to test moves without a GPU) and the other operand was not."

@@ -22,7 +22,13 @@ WRONG = {
     "device_label": ('def device_label(d):\n    if d.type != "cuda":\n        return d.type\n'
                      '    return f"cuda device number {d.index}" if d.index else "the current cuda device"'),
     "same_storage": "def same_storage(a, b):\n    return a.data_ptr() == b.data_ptr()",
-    "devices_in": 'def devices_in(message):\n    return [w.strip("!,") for w in message.split() if "cuda" in w]',
+    "fixed_detector": ("from devicelab.exercises.lesson04 import Detector\n"
+                       "class Half(Detector):\n"
+                       "    def __init__(self):\n"
+                       "        super().__init__()\n"
+                       "        del self.class_weight\n"
+                       "        self.register_buffer('class_weight', torch.tensor([2.0]))\n"
+                       "def fixed_detector():\n    return Half()"),
     "gpu_finish_time": "def gpu_finish_time(kernel_seconds, launch_s=5e-6):\n    return sum(kernel_seconds)",
     "effective_gbps": "def effective_gbps(nbytes, peak_gbps, latency_s):\n    return peak_gbps",
 }

@@ -1,36 +1,78 @@
-"""Practice for lesson 04: read the devices out of a mismatch message."""
+"""Practice for lesson 04: hunt the tensors that stay behind when a model moves."""
+
+import torch
+from torch import nn
 
 from devicelab.feedback import Exercise, checker
 
-MESSAGES = [
-    ("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",
-     ["cuda:0", "cpu"]),
-    (("Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on "
-      "cuda:0 (when checking argument in method wrapper_CUDA_addmm)"), ["cpu", "cuda:0"]),
-    ("Tensor on device meta is not on the expected device cpu!", ["meta", "cpu"]),
-    ("Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0!",
-     ["cuda:1", "cuda:0"]),
-]
+
+class Detector(nn.Module):
+    """Score each row of a batch, weighted by class and position: works on the CPU, fails anywhere else."""
+
+    def __init__(self, features: int = 8) -> None:
+        super().__init__()
+        self.linear = nn.Linear(features, 1)
+        self.class_weight = torch.tensor([2.0])  # a plain attribute
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        position = torch.arange(x.shape[0]) / x.shape[0]  # made inside forward, with no device=
+        return self.linear(x).squeeze(1) * self.class_weight + position
 
 
-def _devices_in(devices_in) -> None:
-    for message, expected in MESSAGES:
-        got = devices_in(message)
-        assert list(got) == expected, f"devices_in({message!r}) should be {expected}, not {got!r}."
-    got = devices_in("mat1 and mat2 must have the same dtype, but got Double and Float")
-    assert list(got) == [], f"a dtype message names no device: expected [], not {got!r}."
+def _fixed_detector(fixed_detector) -> None:
+    model = fixed_detector()
+    assert isinstance(model, nn.Module), f"fixed_detector() should return a model (nn.Module), not {model!r}."
+    assert isinstance(getattr(model, "linear", None), nn.Linear), (
+        "Keep the layer's name: the fixed model should still have self.linear = nn.Linear(8, 1).")
+    reference = Detector()
+    model.linear.load_state_dict(reference.linear.state_dict())
+    x = torch.randn(5, 8)
+    got = model(x)
+    assert isinstance(got, torch.Tensor) and torch.allclose(got, reference(x)), (
+        "On the CPU the fixed model should compute exactly what Detector computes (fix where tensors live, "
+        "not the maths).")
+    buffers = dict(model.named_buffers())
+    assert "class_weight" in buffers, (
+        "class_weight should be a buffer: self.register_buffer('class_weight', torch.tensor([2.0])), so that "
+        "model.to(device) moves it with the parameters.")
+    model.to("meta")
+    try:
+        out = model(torch.randn(5, 8, device="meta"))
+    except RuntimeError as err:
+        raise AssertionError(
+            "On meta the model should run, but it raised: a tensor made inside forward should be made on the "
+            f"input's device (device=x.device). The error: {err}") from None
+    assert out.device.type == "meta", f"the output should be on the input's device (meta), not {out.device}."
 
 
 _exercises = checker(
-    Exercise("devices_in", _devices_in, hints=(
-        "Device names look like cpu, meta, mps or cuda followed by an optional :index.",
-        "A regular expression finds them all in order: re.findall(r'\\b(?:cuda(?::\\d+)?|cpu|mps|meta)\\b', text).",
-    ), solution=r'''
-import re
+    Exercise("fixed_detector", _fixed_detector, hints=(
+        "Move Detector to meta and call it on a meta input; tensor_table(model) shows which tensor stayed on cpu.",
+        ("Two culprits: a tensor kept as a plain attribute (model.to() moves only parameters and buffers), and a "
+         "tensor created inside forward without a device."),
+        ("self.register_buffer('class_weight', torch.tensor([2.0])) in __init__; "
+         "torch.arange(x.shape[0], device=x.device) in forward."),
+    ), solution='''
+import torch
+from torch import nn
 
-def devices_in(message: str) -> list[str]:
-    """Return the device names in an error message, in the order they appear."""
-    return re.findall(r"\b(?:cuda(?::\d+)?|cpu|mps|meta)\b", message)
-''', success="Now you can tell at a glance which devices collided."),
+
+class FixedDetector(nn.Module):
+    """Detector with its class weight registered as a buffer and its positions made on the input's device."""
+
+    def __init__(self, features: int = 8) -> None:
+        super().__init__()
+        self.linear = nn.Linear(features, 1)
+        self.register_buffer("class_weight", torch.tensor([2.0]))  # moves with model.to()
+
+    def forward(self, x):
+        position = torch.arange(x.shape[0], device=x.device) / x.shape[0]  # on x's device
+        return self.linear(x).squeeze(1) * self.class_weight + position
+
+
+def fixed_detector() -> nn.Module:
+    """Return a Detector that works on any device."""
+    return FixedDetector()
+''', success="Both culprits found: a plain attribute and a tensor born on the CPU inside forward."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
