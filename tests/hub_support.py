@@ -188,7 +188,7 @@ def class_hub(tmp_path: Path, roster_text: str) -> Iterator["Hub"]:
         with python_for_group(group):
             setup = subprocess.run(
                 [sys.executable, "-m", "autograder", "hub", "setup", "--roster", str(roster), "--root",
-                 str(root / "hub-root"), "--prefix", prefix, "--extra-group", group, "--cull-idle", "0",
+                 str(root / "hub-root"), "--prefix", prefix, "--extra-group", group,
                  *(f"--{k}={v}" for k, v in ports.items())],
                 cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
             assert setup.returncode == 0, setup.stdout + setup.stderr

@@ -16,6 +16,7 @@ import http.cookiejar
 import json
 import re
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -115,6 +116,13 @@ def page(hub: Hub, token: str, path: str) -> str:
         return response.read().decode()
 
 
+def csp(hub: Hub, token: str, path: str) -> str:
+    """Return the Content-Security-Policy header of a page behind the proxy."""
+    request = urllib.request.Request(hub.public + path, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.headers.get("Content-Security-Policy", "")
+
+
 def pam_login(hub: Hub, member: str, password: str) -> str:
     """Log in at the hub's login page (PAM) and return the path it lands on."""
     jar = http.cookiejar.CookieJar()
@@ -208,6 +216,27 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
                        page(hub, hub.token("ann"), f"/user/{hub.user('ann')}/lab"), re.DOTALL)
     disabled = json.loads(config[1])["disabledExtensions"]
     assert "@jupyter/nbgrader:formgrader" in disabled and "@jupyter/nbgrader:assignment-list" not in disabled
+
+    # JupyterHub 4.1+ forbids framing users' pages; only the grader service allows its own frames (formgrader's
+    # JupyterLab panel), as nbgrader documents.
+    assert "frame-ancestors 'none'" in csp(hub, hub.token("ann"), f"/user/{hub.user('ann')}/lab")
+    assert "frame-ancestors 'self'" in csp(hub, hub.token("ivy"), f"/services/{COURSE}/formgrader")
+
+    # The idle culler runs as a hub service with the scopes it needs.
+    assert re.search(r"200 GET /hub/api/users\S* \(idle-culler@", hub.log.read_text()), "the culler never asked"
+
+    # Running setup again (an upgrade) keeps accounts, course and gradebook.
+    s = hub.settings
+    again = subprocess.run(
+        [sys.executable, "-m", "autograder", "hub", "setup", "--roster", str(s.paths.roster), "--root", s.root,
+         "--prefix", s.prefix, "--extra-group", s.extra_group, f"--port={s.port}", f"--hub-port={s.hub_port}",
+         f"--proxy-api-port={s.proxy_api_port}", f"--service-port={s.service_port}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 0 and "accounts created" not in again.stdout, again.stdout + again.stderr
+    hub.cli("export", "--to", str(export))
+    with export.open() as handle:
+        kept = {row["student_id"]: row["score"] for row in csv.DictReader(handle) if row["assignment"] == assignment}
+    assert kept == {k: v["score"] for k, v in exported.items()}
 
     # A late student joins the running hub, in the course's group, without a restart.
     hub.cli("add-user", "dan", "--name", "Dan Late", "--role", "student")
