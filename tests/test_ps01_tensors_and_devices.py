@@ -429,6 +429,25 @@ def test_failures_say_what_to_fix():
 def test_fakes_do_not_leak_out_of_the_notebook():
     import torch
 
-    before = (torch.cuda.is_available, torch.cuda.device_count, torch.backends.mps.is_available)
+    def patched():
+        return (torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device,
+                torch.backends.mps.is_available, torch.accelerator.current_device_index)
+
+    before = patched()
     results_for({"pick-device": PICK_DEVICE_MISTAKES["lookup-crashes-on-mps"]})
-    assert (torch.cuda.is_available, torch.cuda.device_count, torch.backends.mps.is_available) == before
+    assert patched() == before
+
+
+def test_ps01_to_ps03_state_one_cuda_rule_in_the_same_words():
+    import nbformat
+
+    rules = []
+    for name in ("ps01-tensors-and-devices", "ps02-moving-tensors", "ps03-device-mismatch"):
+        intro = nbformat.read(COURSE_ROOT / "source" / name / f"{name}.ipynb", as_version=4).cells[2].source
+        start = intro.index("**`cuda`, `cuda:0` and the current GPU**")
+        rules.append(intro[start:intro.index("**How this is graded.**")].strip())
+    assert rules[0] == rules[1] == rules[2]
+    rule = " ".join(rules[0].split())
+    for claim in ('torch.device("cuda") != torch.device("cuda:0")', "`torch.cuda.is_available()`",
+                  "`N < torch.cuda.device_count()`", "puts it on the current GPU", '`t.device.type == "cuda"`'):
+        assert claim in rule, claim

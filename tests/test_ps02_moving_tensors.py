@@ -124,13 +124,34 @@ return moved is t
         "to-with-keywords": """
 return t.to(device=device, dtype=t.dtype if dtype is None else dtype) is t
 """,
-        "compare-as-strings": """
-return str(t.device) == str(torch.device(device)) and (dtype is None or t.dtype is dtype)
-""",
-        "fill-in-dtype-first": """
+        "fill-in-dtype-and-the-current-gpu-first": """
 if dtype is None:
     dtype = t.dtype
-return bool(t.device == torch.device(device) and t.dtype == dtype)
+target = torch.device(device)
+if target.type == "cuda" and target.index is None:
+    target = torch.device("cuda", torch.cuda.current_device())
+return bool(t.device == target and t.dtype == dtype)
+""",
+        "compare-as-strings-after-resolving": """
+target = torch.device(device)
+if str(target) == "cuda":
+    target = torch.device(f"cuda:{torch.cuda.current_device()}")
+return str(t.device) == str(target) and (dtype is None or t.dtype is dtype)
+""",
+        "type-then-index-or-the-current-one": """
+target = torch.device(device)
+if t.device.type != target.type or (dtype is not None and dtype != t.dtype):
+    return False
+index = target.index
+if index is None and target.type == "cuda":
+    index = torch.cuda.current_device()
+return t.device.index == index
+""",
+        "accelerator-current-index": """
+target = torch.device(device)
+if target.type == "cuda" and target.index is None and t.is_cuda:
+    target = torch.device("cuda", torch.accelerator.current_device_index())
+return t.device == target and t.dtype == (dtype or t.dtype)
 """,
     },
     "make-leaf": {
@@ -334,6 +355,24 @@ return obj
     ("to-is-noop", "dtype-none-never-matches", "to-is-noop-tests"):
         "return t.device == torch.device(device) and t.dtype == dtype",
     ("to-is-noop", "believes-to-always-copies", "to-is-noop-tests"): "return False",
+    ("to-is-noop", "plain-cuda-compared-as-a-string", "to-is-noop-tests"):
+        "return str(t.device) == str(torch.device(device)) and (dtype is None or t.dtype is dtype)",
+    ("to-is-noop", "plain-cuda-compared-as-an-object", "to-is-noop-tests"): """
+if dtype is None:
+    dtype = t.dtype
+return bool(t.device == torch.device(device) and t.dtype == dtype)
+""",
+    ("to-is-noop", "plain-cuda-taken-for-cuda-0", "to-is-noop-tests"): """
+target = torch.device(device)
+if target.type == "cuda" and target.index is None:
+    target = torch.device("cuda", 0)
+return t.device == target and (dtype is None or t.dtype == dtype)
+""",
+    ("to-is-noop", "plain-cuda-matches-any-gpu", "to-is-noop-tests"): """
+target = torch.device(device)
+same_place = t.device.type == target.type if target.index is None else t.device == target
+return same_place and (dtype is None or t.dtype == dtype)
+""",
     # make_leaf
     ("make-leaf", "moves-after-requires-grad", "make-leaf-tests"):
         "return torch.randn(shape, requires_grad=True).to(device)",

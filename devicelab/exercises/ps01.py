@@ -1,23 +1,40 @@
 """Checks and hints for ps01-tensors-and-devices."""
 
-from unittest import mock
-
 import torch
 
+from devicelab.fakes import fake_machine
 from devicelab.feedback import Exercise, checker
 
 
-def _machine(cuda: int = 0, mps: bool = False):
-    """Patch the three availability functions to fake a machine."""
-    return (mock.patch("torch.cuda.is_available", return_value=cuda > 0),
-            mock.patch("torch.cuda.device_count", return_value=cuda),
-            mock.patch("torch.backends.mps.is_available", return_value=mps))
-
-
 def _call_on(fn, machine: dict, *args):
-    patches = _machine(**machine)
-    with patches[0], patches[1], patches[2]:
+    with fake_machine(**machine):
         return fn(*args)
+
+
+def _this_machine() -> str:
+    cuda, mps = torch.cuda.device_count(), torch.backends.mps.is_available()
+    return f"{cuda} CUDA GPU(s) and {'' if mps else 'no '}MPS"
+
+
+def refusal(pick_device, prefer: str) -> str:
+    """Call pick_device(prefer), which must raise RuntimeError on this (faked) machine; return its message.
+
+    Raise AssertionError, saying what to fix, when pick_device returns instead or raises something else. The graded
+    test cells and `check("pick_device")` both use it.
+    """
+    try:
+        got = pick_device(prefer)
+    except NotImplementedError:
+        raise
+    except RuntimeError as error:
+        return str(error)
+    except Exception as error:
+        raise AssertionError(
+            f"on a machine with {_this_machine()}, pick_device({prefer!r}) raised {type(error).__name__}: {error}; "
+            "raise RuntimeError instead") from error
+    raise AssertionError(
+        f"on a machine with {_this_machine()}, pick_device({prefer!r}) returned {got!r}; that device does not exist "
+        "there, so raise RuntimeError (don't fall back to another device)")
 
 
 def _describe(describe) -> None:
@@ -50,12 +67,11 @@ def _pick_device(pick_device) -> None:
     got = _call_on(pick_device, {"mps": True})
     assert got == torch.device("mps"), f"With MPS and no CUDA, pick_device() should give mps; got {got}."
     assert _call_on(pick_device, {}, "meta") == torch.device("meta"), "meta always exists: return it."
-    try:
-        _call_on(pick_device, {"cuda": 1}, "cuda:1")
-    except RuntimeError as error:
-        assert "cuda:1" in str(error), "The RuntimeError's message should name the device asked for, 'cuda:1'."
-    else:
-        raise AssertionError("With one GPU there is no cuda:1: raise RuntimeError naming it.")
+    assert _call_on(pick_device, {"cuda": 1}, "cuda") == torch.device("cuda"), (
+        "With one GPU, pick_device('cuda') should give torch.device('cuda'): plain cuda exists when "
+        "torch.cuda.is_available().")
+    message = _call_on(refusal, {"cuda": 1}, pick_device, "cuda:1")
+    assert "cuda:1" in message, "The RuntimeError's message should name the device asked for, 'cuda:1'."
 
 
 _exercises = checker(
@@ -67,7 +83,8 @@ _exercises = checker(
     Exercise("pick_device", _pick_device, hints=(
         "Without a preference, try torch.cuda.is_available(), then torch.backends.mps.is_available(), then cpu.",
         "With a preference, build torch.device(prefer) and look at its .type and .index.",
-        "cpu and meta always exist; cuda:i exists when CUDA is available and i < torch.cuda.device_count().",
+        ("cpu and meta always exist; plain cuda exists when torch.cuda.is_available(); cuda:i when, in addition, "
+         "i < torch.cuda.device_count()."),
         "Otherwise raise RuntimeError(f'... {prefer} ...') so the message names the device.",
     )),
 )

@@ -5,6 +5,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 import torch
 
+from devicelab.fakes import fake_machine, on_device
 from devicelab.feedback import Exercise, checker
 
 Pair = namedtuple("Pair", ["x", "y"])
@@ -31,6 +32,13 @@ def _to_is_noop(to_is_noop) -> None:
                                     ("meta", None, False), (torch.device("cpu"), None, True)]:
         got = to_is_noop(t, device, dtype)
         assert got is expected, f"to_is_noop(float32 cpu tensor, {device!r}, {dtype}) should be {expected}, not {got!r}."
+    with fake_machine(cuda=2, current=1):  # two pretend GPUs, cuda:1 the current one
+        for where, device, expected in [("cuda:1", "cuda", True), ("cuda:0", "cuda", False),
+                                        ("cuda:0", "cuda:0", True), ("cuda:1", torch.device("cuda", 0), False)]:
+            got = to_is_noop(on_device(torch.zeros(3), where), device)
+            assert got is expected, (
+                f"With cuda:1 the current GPU, to_is_noop(a tensor on {where}, {device!r}) should be {expected}, not "
+                f"{got!r}: t.to('cuda') goes to the current GPU, so plain cuda means cuda:1 here.")
 
 
 def _make_leaf(make_leaf) -> None:
@@ -59,8 +67,11 @@ _exercises = checker(
         "Pass non_blocking=non_blocking to every .to() call, also in the recursive calls.",
     )),
     Exercise("to_is_noop", _to_is_noop, hints=(
-        "t.to(...) returns t itself exactly when nothing has to change.",
-        "Compare t.device with torch.device(device), and t.dtype with dtype when dtype is not None.",
+        "t.to(...) returns t itself exactly when nothing has to change: same device, same dtype.",
+        ("Compare t.device with torch.device(device), and t.dtype with dtype when dtype is not None. But a GPU "
+         "tensor always reports an index (cuda:0), and plain cuda has none."),
+        ("Plain cuda is the current GPU when you put a tensor there: give it the index "
+         "torch.cuda.current_device() before comparing (only for cuda without an index)."),
     )),
     Exercise("make_leaf", _make_leaf, hints=(
         "A tensor made by moving another one is not a leaf.",

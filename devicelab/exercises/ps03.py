@@ -3,7 +3,56 @@
 import torch
 from torch import nn
 
+from devicelab.fakes import on_device
 from devicelab.feedback import Exercise, checker
+
+
+def call_keeping_the_model(forward_on_model_device, model, x):
+    """Return forward_on_model_device(model, x), turning 'the model was copied off meta' into a clear failure.
+
+    The graded test cells use it."""
+    try:
+        return forward_on_model_device(model, x)
+    except NotImplementedError as exc:
+        if "meta" not in str(exc):
+            raise
+        raise AssertionError(
+            f"forward_on_model_device tried to copy the model's meta tensors to the cpu ({exc}): move x to the "
+            "model's device, never the model"
+        ) from exc
+    except RuntimeError as exc:
+        if "device" not in str(exc):
+            raise
+        raise AssertionError(
+            f"calling the model raised {exc!r}: move x to the device of the model's first parameter"
+        ) from exc
+
+
+def expect_conflict(check_same_device, *tensors, names=()) -> None:
+    """Check that check_same_device(*tensors) raises RuntimeError naming every device in `names`.
+
+    The graded test cells use it."""
+    where = ", ".join(f"{'0-dim ' if t.dim() == 0 else ''}{t.device}" for t in tensors)
+    try:
+        got = check_same_device(*tensors)
+    except NotImplementedError:
+        raise
+    except RuntimeError as exc:
+        message = str(exc)
+    except Exception as exc:
+        raise AssertionError(
+            f"check_same_device({where}) raised {type(exc).__name__}: {exc}; raise RuntimeError instead"
+        ) from exc
+    else:
+        raise AssertionError(
+            f"check_same_device({where}) returned {got!r}, but these tensors cannot be combined: raise RuntimeError"
+        )
+    for name in names:
+        device = torch.device(name)
+        assert str(device) in message or repr(device) in message, (
+            f"the RuntimeError for tensors on {where} should name the device {str(device)!r}; "
+            f"its message was {message!r}"
+        )
 
 
 def _forward_on_model_device(forward_on_model_device) -> None:
@@ -27,6 +76,14 @@ def _off_device(off_device) -> None:
     expected = ["1.bias", "1.num_batches_tracked", "1.running_mean", "1.running_var", "1.weight"]
     assert list(got) == expected, f"off_device(net, 'cpu') should be {expected} (buffers too, sorted), not {got!r}."
     assert off_device(net, "meta") == ["0.bias", "0.weight"], "names come from named_parameters()/named_buffers()."
+    gpu = nn.Linear(2, 2)
+    gpu.register_buffer("table", on_device(torch.ones(3), "cuda:1"))  # a buffer that reports cuda:1 (no GPU needed)
+    for device, expected in [("cuda", ["bias", "weight"]), ("cuda:1", ["bias", "weight"]),
+                             ("cuda:0", ["bias", "table", "weight"])]:
+        got = off_device(gpu, device)
+        assert got == expected, (
+            f"With a buffer on cuda:1, off_device(model, {device!r}) should be {expected}, not {got!r}: asking about "
+            "plain cuda (no index) asks about the type only, any GPU will do; with an index, only that GPU.")
 
 
 def _check_same_device(check_same_device) -> None:
@@ -57,8 +114,9 @@ _exercises = checker(
     )),
     Exercise("off_device", _off_device, hints=(
         "module.named_parameters() and module.named_buffers() give qualified names like '1.running_mean'.",
-        ("target = torch.device(device): with an index (cuda:1) a tensor's device must equal it; without one "
-         "(cuda, cpu) only the type must match. Then sort the names."),
+        ("off_device asks where tensors are. A GPU tensor always reports an index (cuda:0), so asking about plain "
+         "cuda can only mean the type: any GPU will do. With an index (cuda:1), only that very GPU."),
+        "Compare with target = torch.device(device): its .index is None or a number. Then sort the names.",
     )),
     Exercise("check_same_device", _check_same_device, hints=(
         "Leave out the 0-dim CPU tensors (t.dim() == 0 and t.device.type == 'cpu'): they fit anywhere.",

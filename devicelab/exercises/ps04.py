@@ -96,12 +96,15 @@ def _bandwidth_gbps(bandwidth_gbps) -> None:
 
 
 _MEASURE_HINTS = (
-    ("GPU calls return as soon as the work is queued. Call sync() right before you read the clock at the start, "
-     "and again right before you read it at the end."),
-    ("Shape: call fn() `warmup` times without timing it; then `repeats` times: sync(), start = clock(), fn(), "
-     "sync(), and keep clock() - start."),
-    ("Return one call's time, the median of the list: sort it and take the middle (the mean of the two middle "
-     "values for an even count), or `import statistics` and use statistics.median."),
+    ("Start from what a clock read means. fn() returns as soon as its work is queued: when you read clock() right "
+     "after it, what has the GPU finished? And when you read clock() before fn(), what may still be running from "
+     "earlier (a warm-up call, someone else's work)? Experiments 1 and 3 above show both."),
+    ("sync() is your one way to empty the queue. An interval holds exactly one call's work when the queue is empty "
+     "at both of its ends: at the start, so that earlier work stays out; at the stop, so that this call's work is "
+     "in. Place sync() so that every clock() read happens on an empty queue."),
+    ("First calls pay one-off costs (CUDA context creation, cold caches, autotuning) that are not the speed of the "
+     "operation: run them, don't time them. Keep each timed call's seconds, then summarise with the median: one "
+     "slow call (another process, a page fault) drags the mean, and the minimum reports a lucky run."),
 )
 _BANDWIDTH_HINTS = (
     "GB/s = bytes / seconds / 1e9 (GB/s counts 10**9 bytes per second, not 2**30).",
