@@ -21,7 +21,7 @@ MEMBERS = [Member("ann", "Ann Lee", "student"), Member("bob", "Bob Ray", "studen
 
 def settings(tmp_path: Path, **changes) -> HubSettings:
     base = HubSettings(root=str(tmp_path / "root"), course_id="device-lab", course_source=str(ROOT), prefix="dl-",
-                       python=sys.executable)
+                       python=sys.executable, proxy=sys.executable)  # any executable stands in for the proxy
     return replace(base, **changes)
 
 
@@ -109,6 +109,12 @@ def test_dummy_is_fine_on_loopback(tmp_path: Path) -> None:
 def test_ports_must_differ(tmp_path: Path) -> None:
     with pytest.raises(HubError, match="ports must differ"):
         check_settings(settings(tmp_path, port=8081))
+
+
+def test_setup_needs_the_proxy(tmp_path: Path) -> None:
+    for proxy in ("", str(tmp_path / "missing")):
+        with pytest.raises(HubError, match="make hub-proxy"):
+            check_settings(settings(tmp_path, proxy=proxy))
 
 
 def test_roster(tmp_path: Path) -> None:

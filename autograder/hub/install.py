@@ -51,9 +51,9 @@ def check_settings(s: HubSettings) -> None:
                        f"{s.proxy_api_port}, formgrader service {s.service_port}")
     if not (Path(s.bin_dir) / "jupyterhub").exists():
         raise HubError(f"no jupyterhub in {s.bin_dir}: install the hub extra (pip install -e '.[hub]')")
-    if s.proxy and not os.access(s.proxy, os.X_OK):
-        raise HubError(f"configurable-http-proxy not found at {s.proxy}: run `make hub-setup` or "
-                       "`npm install configurable-http-proxy`")
+    if not s.proxy or not os.access(s.proxy, os.X_OK):
+        raise HubError(f"configurable-http-proxy not found{f' at {s.proxy}' if s.proxy else ''}: run `make hub-proxy` "
+                       "(npm) or pass --proxy")
 
 
 def check_python(s: HubSettings) -> None:
