@@ -14,6 +14,8 @@ from autograder.course import lessons
 from devicelab.feedback import Exercise, Outcome, checker, evaluate
 
 LESSON_MODULES = sorted(p.stem for p in (COURSE_ROOT / "devicelab" / "exercises").glob("lesson*.py"))
+# Lessons whose practice needs more than torch (simulated GPUs, loaders) test it in their own file, the same way.
+OWN_TEST_FILE = {m for m in LESSON_MODULES if (COURSE_ROOT / "tests" / f"test_{m}.py").is_file()}
 
 # A realistic wrong answer for each practice exercise.
 WRONG = {
@@ -44,7 +46,7 @@ def _namespace(source: str) -> dict:
     return namespace
 
 
-@pytest.mark.parametrize("module_name", LESSON_MODULES)
+@pytest.mark.parametrize("module_name", sorted(set(LESSON_MODULES) - OWN_TEST_FILE))
 def test_practice_solutions_are_correct_and_stubs_not_attempted(module_name):
     for name, exercise in _exercise_set(module_name).exercises.items():
         assert exercise.solution, f"practice exercise {name} needs a solution"
@@ -147,7 +149,7 @@ SOURCES = sorted((COURSE_ROOT / "source").glob("*/*.ipynb"))
 @pytest.mark.parametrize("source_path", SOURCES, ids=lambda p: p.stem)
 def test_assignment_checks_agree_with_the_solution_and_the_stub(source_path):
     text = "\n".join(c.source for c in nbformat.read(source_path, as_version=4).cells)
-    module = re.search(r"from devicelab\.exercises\.(\w+) import check, hint", text)
+    module = re.search(r"from devicelab\.exercises\.(\w+) import [^\n]*\bcheck\b", text)
     assert module, f"{source_path.name} imports check and hint from its exercise module"
     exercises = _exercise_set(module.group(1)).exercises
     solved, stub = _assignment_namespaces(source_path)
@@ -169,3 +171,17 @@ def test_a_stub_is_not_attempted_but_pytorchs_own_not_implemented_error_is_a_bug
     assert found.outcome is Outcome.INCORRECT and "NotImplementedError" in found.message and "meta" in found.message
     deeper = "def helper():\n    raise NotImplementedError('not written')\n\ndef double(x):\n    return helper()"
     assert evaluate(exercise, _namespace(deeper)).outcome is Outcome.INCORRECT
+
+
+def test_a_withheld_solution_prints_why_not_the_code(capsys):
+    exercise = Exercise("stopwatch", lambda f: None, hints=("sync first",), solution="def stopwatch(): ...",
+                        withheld="No worked solution here: it is graded in ps04.")
+    checker(exercise).solution("stopwatch")
+    out = capsys.readouterr().out
+    assert "graded in ps04" in out and "hint('stopwatch')" in out and "def stopwatch" not in out
+
+
+def test_lessons_with_their_own_practice_tests_check_solutions_stubs_and_wrong_answers():
+    for module_name in OWN_TEST_FILE:
+        text = (COURSE_ROOT / "tests" / f"test_{module_name}.py").read_text()
+        assert "NOT_ATTEMPTED" in text and "INCORRECT" in text and ".solution" in text, module_name

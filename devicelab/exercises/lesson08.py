@@ -343,11 +343,16 @@ _exercises = checker(
         "DataLoader(dataset, batch_size=batch_size, shuffle=True, pin_memory=...) as in the script, plus pinning.",
         "pin_memory=torch.device(device).type == 'cuda': decided from the target, not torch.cuda.is_available().",
         "In the loop: x.to(device, non_blocking=True) and the same for y; keep the losses as in your train.",
-    ), solution=_FAST_EPOCH, success="From a pinned batch each copy only queues: the host goes on to the next batch."),
+    ), solution=_FAST_EPOCH, withheld=(
+        "No worked solution here: choosing pin_memory from the target device and copying without blocking is "
+        "graded in ps05 (make_loader, train_epoch); use what you wrote there."),
+        success="From a pinned batch each copy only queues: the host goes on to the next batch."),
     Exercise("time_it", _time_it, hints=(
         "A GPU call returns once the work is queued: sync() before each clock() read, at the start and at the end.",
         "First call fn() `warmup` times untimed; then `repeats` times: sync(), clock(), fn(), sync(), clock().",
         "Return statistics.median of the per-call times (not the mean, the minimum or the total).",
-    ), solution=_TIME_IT, success="On a GPU pass sync=torch.cuda.synchronize and clock=time.perf_counter."),
+    ), solution=_TIME_IT, withheld=(
+        "No worked solution here: an honest stopwatch is ps04's graded measure(); use what you wrote there."),
+    success="On a GPU pass sync=torch.cuda.synchronize and clock=time.perf_counter."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
