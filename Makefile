@@ -9,11 +9,13 @@ JOBS   ?= auto
 # no nbgrader, no JupyterLab, and the helper package installed without its dependencies.
 COLAB_VENV  := .colab-venv
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
+# `make lab` adds this Jupyter config folder: it switches off nbgrader's instructor tools (a student's view).
+STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student
 # JupyterLab refuses to run as root unless told (containers, cloud VMs).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv colab-env lab test test-fast build tidy validate lint mywork clean-venv
+.PHONY: help venv colab-env lab lab-instructor test test-fast build tidy validate lint mywork clean-venv
 
 help:  ## List the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -38,7 +40,10 @@ $(COLAB_STAMP): pyproject.toml $(wildcard devicelab/*.py devicelab/*/*.py)
 
 colab-env: $(COLAB_STAMP)  ## Build the Colab-shaped environment the Colab test runs notebooks in
 
-lab: $(STAMP)  ## Open the course in JupyterLab (with nbgrader's extensions)
+lab: $(STAMP)  ## Open the course in JupyterLab as a student sees it (no nbgrader instructor tools)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JUPYTER_CONFIG_PATH="$(STUDENT_JUPYTER)" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
+
+lab-instructor: $(STAMP)  ## Open the course in JupyterLab with nbgrader's instructor tools (formgrader, Create Assignment, Validate)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks and browser included)

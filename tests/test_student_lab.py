@@ -1,0 +1,47 @@
+"""`make lab` opens the course as a student sees it: none of nbgrader's instructor tools; `make lab-instructor` has them."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+from autograder import COURSE_ROOT
+
+STUDENT_CONFIG = COURSE_ROOT / "etc" / "jupyter" / "student"
+INSTRUCTOR_TOOLS = ("formgrader", "create-assignment", "validate-assignment", "course-list")
+
+PROBE = """
+from jupyter_server.serverapp import ServerApp
+app = ServerApp()
+app.initialize(argv=["--no-browser", "--port=0"], find_extensions=True, new_httpserver=False)
+print(sorted(n for n, e in app.extension_manager.extensions.items() if e.enabled and n.startswith("nbgrader")))
+"""
+
+
+def enabled_nbgrader_server_extensions(extra_config_path: str | None) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_CONFIG_PATH"}
+    if extra_config_path:
+        env["JUPYTER_CONFIG_PATH"] = extra_config_path
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120,
+                          check=True)
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1])  # the printed list of names
+
+
+def test_the_students_lab_has_no_nbgrader_server_extension_and_the_instructors_has_formgrader():
+    assert enabled_nbgrader_server_extensions(str(STUDENT_CONFIG)) == []
+    assert "nbgrader.server_extensions.formgrader" in enabled_nbgrader_server_extensions(None)
+
+
+def test_the_students_lab_hides_nbgraders_instructor_panels_and_buttons():
+    disabled = json.loads((STUDENT_CONFIG / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    for tool in INSTRUCTOR_TOOLS:
+        assert disabled.get(f"@jupyter/nbgrader:{tool}") is True, tool
+
+
+def test_make_lab_uses_the_student_config_and_lab_instructor_does_not():
+    makefile = (COURSE_ROOT / "Makefile").read_text()
+    student, instructor = makefile.split("\nlab:", 1)[1], makefile.split("\nlab-instructor:", 1)[1]
+    assert "JUPYTER_CONFIG_PATH=\"$(STUDENT_JUPYTER)\"" in student.split("\n\n")[0]
+    assert "JUPYTER_CONFIG_PATH" not in instructor.split("\n\n")[0]
+    assert "STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student" in makefile
