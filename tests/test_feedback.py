@@ -66,6 +66,26 @@ def test_each_lesson_checks_its_practice_exercises(lesson):
         assert f'check("{name}")' in text and f"def {name}(" in text
 
 
+def _graded_names() -> set[str]:
+    """The functions the problem sets grade (def names in their solution cells)."""
+    names: set[str] = set()
+    for path in sorted((COURSE_ROOT / "source").glob("*/*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if utils.is_solution(cell):
+                names.update(re.findall(r"^def (\w+)\(", cell.source, re.MULTILINE))
+    return names
+
+
+@pytest.mark.parametrize("lesson", lessons(), ids=lambda p: p.stem)
+def test_lesson_practice_never_reuses_a_graded_function_name(lesson):
+    cells = nbformat.read(lesson, as_version=4).cells
+    defined = r"^def (\w+)\("
+    asked = {name for c in cells if c.cell_type == "code" for name in re.findall(defined, c.source, re.MULTILINE)}
+    asked |= {name for c in cells if c.cell_type == "markdown" for name in re.findall(r"Write `(\w+)\(", c.source)}
+    clash = asked & _graded_names()
+    assert not clash, f"{lesson.name} asks for {sorted(clash)}, which a problem set grades under the same name"
+
+
 def _toy():
     def expectations(fn):
         assert fn(2) == 4, "double(2) should be 4"
