@@ -536,6 +536,24 @@ class SimulatedGPU:
         return t
 
 
+class KernelSequence:
+    """GPU work to time: call `n` queues the `n`-th of `durations` as a kernel; calling it more often fails."""
+
+    def __init__(self, gpu: SimulatedGPU, durations: Sequence[float], caller: str = "the timer",
+                 name: str = "kernel") -> None:
+        self.gpu = gpu
+        self.durations = list(durations)
+        self.caller = caller
+        self.name = name
+        self.calls = 0
+
+    def __call__(self) -> None:
+        if self.calls >= len(self.durations):
+            raise AssertionError(f"{self.caller} called fn more than warmup + repeats = {len(self.durations)} times.")
+        self.gpu.launch(self.durations[self.calls], name=self.name)
+        self.calls += 1
+
+
 def _with_nbytes(buffer: SimBuffer, nbytes: int) -> SimBuffer:
     """Return a copy of `buffer` that claims `nbytes` bytes (same place, readiness and data)."""
     return SimBuffer(buffer.gpu, nbytes, buffer.location, pinned=buffer.pinned, ready_at=buffer.ready_at,

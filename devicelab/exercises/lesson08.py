@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from devicelab.capstone import SlowNet, make_dataset, with_forward
 from devicelab.exercises.ps05 import LoopWatcher
 from devicelab.feedback import Exercise, checker
-from devicelab.simgpu import SimulatedGPU
+from devicelab.simgpu import KernelSequence, SimulatedGPU
 
 
 class _MadeOnCPU(TorchFunctionMode):
@@ -214,19 +214,8 @@ def _fast_epoch(fast_epoch) -> None:
     _check_result(result, losses, model, reference)
 
 
-class _Steps:
-    """GPU work for `time_it`: each call queues the next kernel duration on the simulated GPU."""
-
-    def __init__(self, gpu: SimulatedGPU, durations: list[float]) -> None:
-        self.gpu = gpu
-        self.durations = list(durations)
-        self.calls = 0
-
-    def __call__(self) -> None:
-        if self.calls >= len(self.durations):
-            raise AssertionError(f"time_it called fn more than warmup + repeats = {len(self.durations)} times.")
-        self.gpu.launch(self.durations[self.calls], name="training step")
-        self.calls += 1
+def _steps(gpu: SimulatedGPU, durations: list[float]) -> KernelSequence:
+    return KernelSequence(gpu, durations, caller="time_it", name="training step")
 
 
 def _close(got, expected) -> bool:
@@ -249,24 +238,24 @@ def _time_it(time_it) -> None:
         "the time of one call, not the total.")
 
     gpu = SimulatedGPU(initialized=True)
-    fn = _Steps(gpu, [0.010] * 7)
+    fn = _steps(gpu, [0.010] * 7)
     time_it(fn, gpu.synchronize, gpu.clock, warmup=2, repeats=5)
     assert fn.calls == 7, f"With warmup=2 and repeats=5, call fn 7 times; you called it {fn.calls} times."
 
     gpu = SimulatedGPU(initialized=True)
     gpu.launch(0.5, name="earlier work")
-    got = time_it(_Steps(gpu, [0.010]), gpu.synchronize, gpu.clock, warmup=0, repeats=1)
+    got = time_it(_steps(gpu, [0.010]), gpu.synchronize, gpu.clock, warmup=0, repeats=1)
     assert _close(got, 0.010 + launch), (
         f"Work queued before the timed call leaked into your time ({got:.3g} s): call sync() before you start the "
         "clock too.")
 
     gpu = SimulatedGPU(initialized=True)
-    got = time_it(_Steps(gpu, [0.300, 0.020]), gpu.synchronize, gpu.clock, warmup=1, repeats=1)
+    got = time_it(_steps(gpu, [0.300, 0.020]), gpu.synchronize, gpu.clock, warmup=1, repeats=1)
     assert _close(got, 0.020 + launch), (
         f"The slow first call (cold caches, CUDA start-up) was timed ({got:.3g} s): run `warmup` calls untimed first.")
 
     gpu = SimulatedGPU(initialized=True)
-    got = time_it(_Steps(gpu, [0.01, 0.05, 0.01, 0.30, 0.02]), gpu.synchronize, gpu.clock, warmup=0, repeats=5)
+    got = time_it(_steps(gpu, [0.01, 0.05, 0.01, 0.30, 0.02]), gpu.synchronize, gpu.clock, warmup=0, repeats=5)
     expected = statistics.median([0.01, 0.05, 0.01, 0.30, 0.02]) + launch
     assert _close(got, expected), (
         f"Steps of 10, 50, 10, 300 and 20 ms have a median of 20 ms (plus the launch); you returned {got:.4g} s. "

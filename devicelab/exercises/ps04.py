@@ -3,22 +3,11 @@
 import math
 
 from devicelab.feedback import Exercise, checker
-from devicelab.simgpu import SimulatedGPU
+from devicelab.simgpu import KernelSequence, SimulatedGPU
 
 
-class _Kernels:
-    """A piece of GPU work for `measure`: each call queues the next kernel duration on the simulator."""
-
-    def __init__(self, gpu: SimulatedGPU, durations: list[float]) -> None:
-        self.gpu = gpu
-        self.durations = list(durations)
-        self.calls = 0
-
-    def __call__(self) -> None:
-        if self.calls >= len(self.durations):
-            raise AssertionError(f"measure called fn more than warmup + repeats = {len(self.durations)} times.")
-        self.gpu.launch(self.durations[self.calls])
-        self.calls += 1
+def _kernels(gpu: SimulatedGPU, durations: list[float]) -> KernelSequence:
+    return KernelSequence(gpu, durations, caller="measure")
 
 
 def _close(got: float, expected: float) -> bool:
@@ -44,7 +33,7 @@ def _measure(measure) -> None:
         f"A 10 ms kernel (plus a 5 us launch) should measure 0.010005 s on the simulator; you returned {got!r}.")
 
     gpu = SimulatedGPU(initialized=True)
-    fn = _Kernels(gpu, [0.010] * 5)
+    fn = _kernels(gpu, [0.010] * 5)
     measure(fn, sync=gpu.synchronize, clock=gpu.clock, warmup=2, repeats=3)
     assert fn.calls == 5, f"With warmup=2 and repeats=3, call fn 5 times; you called it {fn.calls} times."
 
@@ -56,13 +45,13 @@ def _measure(measure) -> None:
         "start the clock, so each timed call includes none of the work queued before it.")
 
     gpu = SimulatedGPU(initialized=True)
-    fn = _Kernels(gpu, [0.300, 0.020])  # a slow first call, as when caches are cold
+    fn = _kernels(gpu, [0.300, 0.020])  # a slow first call, as when caches are cold
     got = measure(fn, sync=gpu.synchronize, clock=gpu.clock, warmup=1, repeats=1)
     assert _close(got, 0.020 + launch), (
         f"The slow first call was timed ({got:.3g} s): make the first `warmup` calls untimed.")
 
     gpu = SimulatedGPU(initialized=True)
-    fn = _Kernels(gpu, [0.01, 0.05, 0.01, 0.30, 0.02])
+    fn = _kernels(gpu, [0.01, 0.05, 0.01, 0.30, 0.02])
     got = measure(fn, sync=gpu.synchronize, clock=gpu.clock, warmup=0, repeats=5)
     assert _close(got, 0.02 + launch), (
         f"Calls of 10, 50, 10, 300 and 20 ms have a median of 20 ms (plus the launch); you returned {got:.4g} s. "
