@@ -81,7 +81,7 @@ grade: $(STAMP)  ## Grade a class: make grade ASSIGNMENT=<id> SUBMISSIONS=<folde
 demo: $(STAMP)  ## Build a small realistic class from the assignments and grade it (graded/demo/)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder demo $(DEMO_ARGS)
 
-.PHONY: hub-proxy hub-setup hub-start hub-test
+.PHONY: hub-proxy hub-setup hub-start hub-test hub-latency
 
 # A class on one JupyterHub (README, "Run a class on a hub"). The hub's folder; hub-setup and hub-start need root.
 HUB_ROOT  ?= /srv/devicelab-hub
@@ -102,4 +102,7 @@ hub-start: $(STAMP)  ## Run the class's JupyterHub in the foreground (root; Ctrl
 	$(PY) -m autograder hub start --root "$(HUB_ROOT)"
 
 hub-test: $(STAMP) $(HUB_PROXY)  ## Run the hub tests (root: makes and removes Unix accounts, starts a hub on loopback)
-	DEVICELAB_HUB_TESTS=1 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p no:xdist tests/test_hub_config.py tests/test_hub_end_to_end.py tests/test_hub_browser.py
+	DEVICELAB_HUB_TESTS=1 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p no:xdist tests/test_hub_config.py tests/test_hub_autograde.py tests/test_hub_end_to_end.py tests/test_hub_browser.py
+
+hub-latency: $(STAMP) $(HUB_PROXY)  ## Benchmark submit-to-feedback latency of autograde on submit (root; 1 and 20 students)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/hub_latency.py

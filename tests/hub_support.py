@@ -1,7 +1,10 @@
 """Helpers for the hub tests: free ports, a Python every Unix account can run, a running hub, users' tokens."""
 
 import contextlib
+import copy
+import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -15,8 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
 import pytest
 
+from autograder.grading.demo import solved
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
 from autograder.hub.install import find_proxy
@@ -25,6 +30,8 @@ from autograder.hub.settings import HubSettings
 ROOT = Path(__file__).resolve().parent.parent
 
 OPT_IN = "DEVICELAB_HUB_TESTS"
+COURSE = "device-lab"
+STUB = re.compile(r"^(\s*)raise NotImplementedError\(.*\)\s*$", re.MULTILINE)
 
 
 def hub_tests_or_skip() -> None:
@@ -206,3 +213,63 @@ def class_hub(tmp_path: Path, roster_text: str) -> Iterator["Hub"]:
             accounts.remove_account(prefix + member)
         subprocess.run(["groupdel", group], capture_output=True, check=False)
         subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def smallest_assignment() -> str:
+    """Return the assignment in release/ with the smallest notebook."""
+    return min((p for p in (ROOT / "release").glob("*/*.ipynb")), key=lambda p: p.stat().st_size).parent.name
+
+
+def _nbgrader(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def answers(assignment: str) -> dict[str, nbformat.NotebookNode]:
+    """Return the three students' notebooks: right, wrong (every answer returns None), hostile (a loop)."""
+    release = nbformat.read(ROOT / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    right = solved(release, source)
+    wrong = copy.deepcopy(release)
+    for cell in wrong.cells:
+        if _nbgrader(cell).get("solution") and cell.cell_type == "code":
+            cell.source = STUB.sub(r"\1return None", cell.source)
+    hostile = copy.deepcopy(right)
+    last = [c for c in hostile.cells if _nbgrader(c).get("solution") and c.cell_type == "code"][-1]
+    last.source += "\n\nwhile True:  # never ends\n    pass\n"
+    return {"right": right, "wrong": wrong, "hostile": hostile}
+
+
+def start_server(hub: Hub, member: str, token: str) -> HubAPI:
+    """Start the member's server through the hub with their token; return its REST client."""
+    api = hub.as_user(token, "/hub/api")
+    reply = api.call("POST", f"/users/{hub.user(member)}/server")
+    assert reply.status in (201, 202), reply
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        server = (api.call("GET", f"/users/{hub.user(member)}").body["servers"] or {}).get("", {})
+        if server.get("ready"):
+            return hub.as_user(token, f"/user/{hub.user(member)}")
+        time.sleep(1)
+    pytest.fail(f"{member}'s server did not start:\n{hub.log.read_text()[-3000:]}")
+
+
+def hand_in(server: HubAPI, assignment: str, notebook: nbformat.NotebookNode, fetch: bool = True) -> None:
+    """Fetch the assignment (first time), save the notebook as the student's answer and submit it."""
+    if fetch:
+        fetched = server.call("POST", "/assignments/fetch", {"course_id": COURSE, "assignment_id": assignment})
+        assert fetched.status == 200 and fetched.body["success"], fetched
+    path = f"{COURSE}/{assignment}/{assignment}.ipynb"
+    saved = server.call("PUT", f"/api/contents/{path}", {"type": "notebook", "format": "json",
+                                                          "content": json.loads(nbformat.writes(notebook))})
+    assert saved.status == 200, saved
+    submitted = server.call("POST", "/assignments/submit", {"course_id": COURSE, "assignment_id": assignment})
+    assert submitted.status == 200 and submitted.body["success"], submitted
+
+
+def submissions_of(server: HubAPI, assignment: str) -> list[dict]:
+    """Return the student's submissions of the assignment as their Assignments tab lists them, newest first."""
+    listed = server.call("GET", f"/assignments?course_id={COURSE}")
+    assert listed.status == 200, listed
+    subs = [s for a in listed.body["value"] if a["assignment_id"] == assignment and a["status"] == "submitted"
+            for s in a.get("submissions", [])]
+    return sorted(subs, key=lambda s: s["timestamp"], reverse=True)

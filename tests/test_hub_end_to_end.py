@@ -10,14 +10,12 @@ student's files, the exchange's inbound and feedback folders, the course's sourc
 another student's server. Opt in with DEVICELAB_HUB_TESTS=1, as root; under CI=true a skip is a failure.
 """
 
-import copy
 import csv
 import http.cookiejar
 import json
 import re
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -25,13 +23,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.grading.demo import solved
 from autograder.hub.api import HubAPI
-from tests.hub_support import Hub, class_hub, hub_tests_or_skip
+from tests.hub_support import Hub, answers, class_hub, hub_tests_or_skip, smallest_assignment, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = "device-lab"
-STUB = re.compile(r"^(\s*)raise NotImplementedError\(.*\)\s*$", re.MULTILINE)
 SCORE = re.compile(r"<h4>(?P<nb>[^<]+) \(Score: (?P<score>[\d.]+) / (?P<max>[\d.]+)\)</h4>")
 
 ROSTER = ("id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\ncat,Cat Hostile,student\n"
@@ -40,50 +36,12 @@ ROSTER = ("id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\ncat,Cat H
 pytestmark = pytest.mark.timeout(1800)
 
 
-def smallest_assignment() -> str:
-    """Return the assignment in release/ with the smallest notebook."""
-    return min((p for p in (ROOT / "release").glob("*/*.ipynb")), key=lambda p: p.stat().st_size).parent.name
-
-
-def _nbgrader(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def answers(assignment: str) -> dict[str, nbformat.NotebookNode]:
-    """Return the three students' notebooks: right, wrong (every answer returns None), hostile (a loop)."""
-    release = nbformat.read(ROOT / "release" / assignment / f"{assignment}.ipynb", as_version=4)
-    source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
-    right = solved(release, source)
-    wrong = copy.deepcopy(release)
-    for cell in wrong.cells:
-        if _nbgrader(cell).get("solution") and cell.cell_type == "code":
-            cell.source = STUB.sub(r"\1return None", cell.source)
-    hostile = copy.deepcopy(right)
-    last = [c for c in hostile.cells if _nbgrader(c).get("solution") and c.cell_type == "code"][-1]
-    last.source += "\n\nwhile True:  # never ends\n    pass\n"
-    return {"right": right, "wrong": wrong, "hostile": hostile}
-
-
 @pytest.fixture
 def hub(tmp_path: Path):
     """Make the accounts, set the hub up, start it; afterwards stop it and remove every trace."""
     hub_tests_or_skip()
     with class_hub(tmp_path, ROSTER) as running_hub:
         yield running_hub
-
-
-def start_server(hub: Hub, member: str, token: str) -> HubAPI:
-    """Start the member's server through the hub with their token; return its REST client."""
-    api = hub.as_user(token, "/hub/api")
-    reply = api.call("POST", f"/users/{hub.user(member)}/server")
-    assert reply.status in (201, 202), reply
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        server = (api.call("GET", f"/users/{hub.user(member)}").body["servers"] or {}).get("", {})
-        if server.get("ready"):
-            return hub.as_user(token, f"/user/{hub.user(member)}")
-        time.sleep(1)
-    pytest.fail(f"{member}'s server did not start:\n{hub.log.read_text()[-3000:]}")
 
 
 def feedback_score(server: HubAPI, assignment: str) -> tuple[float, float]:

@@ -182,8 +182,13 @@ def combine(student: str, assignment: str, attempts: list[AttemptReport], notes:
 
 def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | None = None,
                 timeout: float = DEFAULT_TIMEOUT, memory_mib: int = DEFAULT_MEMORY_MIB, out: Path | None = None,
-                sandbox: str = "auto", force: bool = False, progress: bool = True, echo=print) -> RunSummary:
-    """Grade every student folder in `submissions`; write grades, feedback, summary; fill the gradebook."""
+                sandbox: str = "auto", force: bool = False, progress: bool = True, echo=print,
+                hidden: tuple[Path, ...] = ()) -> RunSummary:
+    """Grade every student folder in `submissions`; write grades, feedback, summary; fill the gradebook.
+
+    `hidden`: more folders the sandbox hides from student code (beside the course, the submissions and the
+    output), e.g. the exchange of a hub whose grader account may read every submission.
+    """
     root = root.resolve()
     if str(root) not in sys.path:  # as nbgrader does: plugins (late penalties, exporters) live beside the config
         sys.path.insert(0, str(root))
@@ -198,6 +203,7 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
     run_root = Path(tempfile.mkdtemp(prefix="dlg-", dir=_short_tmp()))
     run = ClassRun(root, assignment, Path(submissions).resolve(), (out or root / "graded" / assignment).resolve(),
                    run_root, jobs or default_jobs(), timeout, memory_mib, echo)
+    run.extra_hidden = [Path(p) for p in hidden]
     try:
         try:
             folder = open_submissions(run.submissions, run_root, assignment)
@@ -259,6 +265,7 @@ class ClassRun:
         self.multi = False
         self.isolation: Isolation | None = None  # set by isolate()
         self.reused: set[str] = set()  # students whose saved result was reused (plan())
+        self.extra_hidden: list[Path] = []  # more folders the sandbox hides (grade_class's hidden)
 
     def grade(self, folder: Path, sandbox: str, force: bool, progress: bool) -> RunSummary:
         """Prepare, reuse what is unchanged, grade the rest in parallel, write the reports."""
@@ -324,8 +331,8 @@ class ClassRun:
                     if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
         inbox = self.submissions if self.submissions.is_dir() else self.submissions.parent
         try:
-            isolation = detect_isolation(sandbox, hidden=[self.root, inbox, folder, self.out, self.run_root],
-                                         visible=packages)
+            hide = [self.root, inbox, folder, self.out, self.run_root, *self.extra_hidden]
+            isolation = detect_isolation(sandbox, hidden=hide, visible=packages)
         except RuntimeError as exc:
             raise GradingError(str(exc)) from exc
         for note in isolation.notes:

@@ -60,6 +60,13 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
             parser.add_argument("--jobs", default=None, help="students at the same time (default: CPU cores)")
             parser.add_argument("--sandbox", default=None, choices=["auto", "bwrap", "unshare", "none"])
             parser.add_argument("--force", action="store_true", help="grade every student again")
+    autograde = action("autograde", "grade each submission of an assignment as it arrives (the autograde "
+                                    "service), or stop; status lists its queue")
+    autograde.add_argument("mode", choices=["on", "off", "status"])
+    autograde.add_argument("assignment")
+    autograde.add_argument("--per-hour", type=int, default=None,
+                           help="at most this many graded submissions per student per hour (0: no limit)")
+    autograde.add_argument("--timeout", type=float, default=None, help="seconds per notebook (default: 120)")
     export = action("export", "write the gradebook's grades as CSV")
     export.add_argument("--to", default="grades.csv", help="CSV file to write (default: grades.csv)")
 
@@ -119,6 +126,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"grades, feedback and summary: {settings.paths.course / 'graded' / args.assignment}")
     elif args.action == "feedback":
         print("feedback released to: " + ", ".join(loop.feedback(settings, args.assignment)))
+    elif args.action == "autograde":
+        print(loop.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout), end="")
     elif args.action == "export":
         print(f"wrote {loop.export(settings, Path(args.to).resolve())}")
     return 0

@@ -13,7 +13,7 @@ from autograder.hub import accounts
 from autograder.hub.api import HubAPI
 from autograder.hub.render import render_all, write_all
 from autograder.hub.roster import Member, check_member, read_roster, write_roster
-from autograder.hub.settings import LOOPBACK, HubError, HubSettings
+from autograder.hub.settings import LOOPBACK, HubError, HubSettings, grader_env
 
 COURSE_FILES = ("source", "release", "nbgrader_config.py")
 
@@ -109,12 +109,6 @@ def make_folders(s: HubSettings) -> None:
     if not paths.cli_token.exists():
         paths.cli_token.write_text(secrets.token_hex(32) + "\n")
     paths.cli_token.chmod(0o600)
-
-
-def grader_env(s: HubSettings) -> dict[str, str]:
-    """Return the environment of commands the grader account runs (nbgrader, the grader from the course repo)."""
-    return {"JUPYTER_CONFIG_PATH": str(s.paths.grader_etc), "PYTHONPATH": s.course_source,
-            "PATH": os.pathsep.join([str(s.bin_dir), "/usr/local/bin", "/usr/bin", "/bin"])}
 
 
 NO_HUB_AUTH = "--Authenticator.plugin_class=nbgrader.auth.NoAuthPlugin"

@@ -132,6 +132,18 @@ def feedback(s: HubSettings, assignment: str) -> list[str]:
     return released
 
 
+def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None = None,
+              timeout: float | None = None) -> str:
+    """Turn autograde-on-submit on or off for an assignment, or list its queue (as the grader account)."""
+    _known(s, assignment)
+    options = [*(["--per-hour", str(per_hour)] if per_hour is not None and mode == "on" else []),
+               *(["--timeout", str(timeout)] if timeout is not None and mode == "on" else [])]
+    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.autograde_service", mode, "--course",
+                                      str(s.paths.course), assignment, *options],
+                           cwd=s.paths.course, env=grader_env(s), timeout=120)
+    return done.stdout
+
+
 def export(s: HubSettings, to: Path) -> Path:
     """Write the course gradebook's grades (every assignment) as CSV with `nbgrader export`."""
     nbgrader(s, "export", "--to", "grades-export.csv")

@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 
 from autograder.hub.roster import Member
-from autograder.hub.settings import HubSettings
+from autograder.hub.settings import HubSettings, grader_env
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -54,6 +54,7 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         "admins": sorted(u for u, m in users.items() if m.role == "instructor"),
         "formgraders": sorted([s.grader, *(u for u, m in users.items() if m.role in ("instructor", "grader"))]),
         "students": sorted(u for u, m in users.items() if m.role in ("student", "instructor")),
+        "grader_env": grader_env(s),
     }
 
     def one(template: str, path: Path, mode: int = 0o644) -> Rendered:

@@ -1,6 +1,7 @@
 """The hub's settings (chosen once by `hub setup`, saved as hub.json) and the paths they imply."""
 
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -125,3 +126,9 @@ class HubPaths:
     def grader_etc(self) -> Path:
         """Return the Jupyter config folder of the grader's server and commands."""
         return self.root / "etc" / "grader"
+
+
+def grader_env(s: HubSettings) -> dict[str, str]:
+    """Return the environment of commands the grader account runs (nbgrader, the grader from the course repo)."""
+    return {"JUPYTER_CONFIG_PATH": str(s.paths.grader_etc), "PYTHONPATH": s.course_source,
+            "PATH": os.pathsep.join([str(s.bin_dir), "/usr/local/bin", "/usr/bin", "/bin"])}

@@ -1,0 +1,353 @@
+"""Autograde on submit: a JupyterHub service, run as the grader account, that grades each new submission.
+
+Every POLL_S seconds it lists the exchange's inbound folder for the assignments the instructor turned on, and
+queues each new submission (autograde_queue.py). It takes batches off the queue, copies them out of the
+exchange, grades them with our grader (`grade_class`: parallel workers, the sandbox, the tamper guard) into the
+course gradebook, and releases each student's feedback the way `nbgrader release_feedback` does, so the
+student's Assignments tab offers Fetch Feedback. It has no HTTP port: the instructor's switches are
+`python -m autograder hub autograde on|off|status`, which write the queue's file as the grader account.
+
+    python -m autograder.hub.autograde_service run --course DIR --exchange DIR --course-id ID
+"""
+
+import argparse
+import html
+import os
+import pwd
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from nbgrader.utils import notebook_hash
+
+from autograder.hub.autograde_queue import DONE, FAILED, MAX_TRIES, Entry, Queue
+
+POLL_S = 1.0
+BATCH_PER_CORE = 4  # a batch holds at most this many students per core (a later submission waits at most that)
+MAX_FILE_BYTES = 20 << 20  # files bigger than this in a submission are not copied out of the exchange
+QUEUE_FILE = "queue.sqlite"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the service works: the grader's course, the exchange, the course id."""
+
+    course: Path
+    exchange: Path
+    course_id: str
+
+    @property
+    def home(self) -> Path:
+        """Return the service's folder in the course (queue, copies of submissions, results)."""
+        return self.course / "autograde"
+
+    @property
+    def inbound(self) -> Path:
+        return self.exchange / self.course_id / "inbound"
+
+    @property
+    def outbound_feedback(self) -> Path:
+        return self.exchange / self.course_id / "feedback"
+
+    def queue(self) -> Queue:
+        return Queue(self.home / QUEUE_FILE)
+
+    def graded(self, assignment: str) -> Path:
+        """Return the grader's output folder of an assignment (grades.csv, feedback/, results/)."""
+        return self.home / "graded" / assignment
+
+    def work(self, assignment: str) -> Path:
+        """Return the folder a batch's submissions are copied to."""
+        return self.home / "work" / assignment
+
+
+def log(message: str) -> None:
+    """Print one line to the hub's log."""
+    print(f"[autograde {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _owner(path: Path) -> str | None:
+    try:
+        return pwd.getpwuid(path.lstat().st_uid).pw_name
+    except (KeyError, OSError):
+        return None
+
+
+def scan(place: Place, queue: Queue, now: float | None = None) -> int:
+    """Queue every new submission of the enabled assignments (oldest first); return how many were new."""
+    enabled = set(queue.enabled())
+    if not enabled:
+        return 0
+    try:
+        names = os.listdir(place.inbound)
+    except OSError:
+        return 0  # nothing released yet
+    found = []
+    for name in names:
+        parts = name.split("+")
+        if len(parts) < 3 or parts[1] not in enabled:
+            continue
+        student, assignment, timestamp = parts[0], parts[1], parts[2]
+        found.append((timestamp, student, assignment, name))
+    known = {a: queue.known(a) for a in enabled}
+    new = 0
+    for timestamp, student, assignment, name in sorted(found):
+        if (student, timestamp) in known[assignment]:
+            continue
+        folder = place.inbound / name
+        if not folder.is_dir() or folder.is_symlink() or _owner(folder) != student:
+            continue  # nbgrader's collect checks the owner too: nobody submits in another student's name
+        try:
+            secret = (folder / "submission_secret.txt").read_text(encoding="utf-8").strip()
+        except OSError:
+            secret = ""
+        state = queue.add(student, assignment, timestamp, name, secret, now)
+        known[assignment].add((student, timestamp))
+        log(f"{student} submitted {assignment} at {timestamp}: {state}")
+        new += 1
+    return new
+
+
+def _copy_submission(src: Path, dest: Path) -> None:
+    """Copy a submission out of the exchange: regular files only, none bigger than MAX_FILE_BYTES."""
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = set()
+        for name in names:
+            path = Path(folder) / name
+            if path.is_symlink() or (path.is_file() and path.stat().st_size > MAX_FILE_BYTES):
+                skipped.add(name)
+        return skipped
+
+    shutil.copytree(src, dest, symlinks=True, ignore=ignore)
+
+
+def stage(place: Place, batch: list[Entry]) -> tuple[Path, list[Entry]]:
+    """Copy the batch's submissions to the work folder (student/assignment/); return it and the ones missing."""
+    work = place.work(batch[0].assignment)
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    missing = []
+    for e in batch:
+        try:
+            _copy_submission(place.inbound / e.folder, work / e.student / e.assignment)
+        except (OSError, shutil.Error):
+            missing.append(e)
+    return work, missing
+
+
+NOT_RAN_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{title}</title></head>
+<body><h1>{title}</h1><h4>{notebook} (Score: 0.0 / {max_score:g})</h4>
+<p>Your submission could not be graded: <b>{status}</b>.</p><p>{detail}</p>
+<p>Fix it and submit again; the newest submission counts.</p></body></html>
+"""
+
+
+def feedback_pages(place: Place, entry: Entry, result, work: Path) -> dict[str, str]:
+    """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not."""
+    pages_dir = place.graded(entry.assignment) / "feedback" / entry.student
+    pages = {p.stem: p.read_text(encoding="utf-8") for p in sorted(pages_dir.glob("*.html"))} if result.ran else {}
+    if pages:
+        return pages
+    names = sorted(p.stem for p in (work / entry.student / entry.assignment).glob("*.ipynb")) or [entry.assignment]
+    return {name: NOT_RAN_PAGE.format(title=html.escape(f"{entry.assignment}: {name}"), notebook=html.escape(name),
+                                      max_score=result.max_score, status=html.escape(result.status),
+                                      detail=html.escape(result.detail or "")) for name in names}
+
+
+def release_feedback(place: Place, entry: Entry, pages: dict[str, str]) -> None:
+    """Give the pages back as `nbgrader release_feedback` does: course feedback/ and the exchange's feedback/."""
+    if not entry.secret:
+        return  # not an nbgrader submission: nothing to hand it back through
+    mine = place.course / "feedback" / entry.student / entry.assignment
+    if mine.exists():
+        shutil.rmtree(mine)
+    mine.mkdir(parents=True)
+    (mine / "timestamp.txt").write_text(entry.timestamp, encoding="utf-8")
+    (mine / "submission_secret.txt").write_text(entry.secret, encoding="utf-8")
+    if not place.outbound_feedback.is_dir():
+        place.outbound_feedback.mkdir()
+        place.outbound_feedback.chmod(0o711)  # as nbgrader makes it: students may not list it
+    for notebook, text in pages.items():
+        (mine / f"{notebook}.html").write_text(text, encoding="utf-8")
+        checksum = notebook_hash(secret=entry.secret, notebook_id=notebook)
+        tmp = place.outbound_feedback / f"{checksum}-tmp.html"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o644)
+        tmp.replace(place.outbound_feedback / f"{checksum}.html")
+
+
+def _stamp(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+class Releaser(threading.Thread):
+    """Hand each student's feedback back as soon as the grader has recorded them, not when the batch ends.
+
+    The grader records a student in the gradebook, writes their feedback pages, then saves their result
+    (results/<student>.json) last; a new result file is the sign that all of it is done. So a quick student
+    does not wait for a slow (or hostile) one graded beside them.
+    """
+
+    def __init__(self, place: Place, batch: list[Entry], work: Path) -> None:
+        super().__init__(name="autograde-releaser", daemon=True)
+        self.place, self.work = place, work
+        self.out = place.graded(batch[0].assignment)
+        self.pending = {e.student: (e, _stamp(self.out / "results" / f"{e.student}.json")) for e in batch}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        queue = self.place.queue()
+        try:
+            while not self.stop.wait(0.2):
+                self.sweep(queue)
+            self.sweep(queue)
+        finally:
+            queue.close()
+
+    def sweep(self, queue: Queue) -> None:
+        """Release and finish every pending student whose result is new."""
+        from autograder.grading.results import StudentResult
+
+        for student, (entry, before) in list(self.pending.items()):
+            path = self.out / "results" / f"{student}.json"
+            if _stamp(path) == before:
+                continue
+            try:
+                result = StudentResult.from_json(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError, TypeError, KeyError):
+                continue  # being replaced right now: next sweep
+            finish(self.place, queue, entry, result, self.work, graded=True)
+            del self.pending[student]
+
+
+def finish(place: Place, queue: Queue, entry: Entry, result, work: Path, graded: bool) -> None:
+    """Release a graded submission's feedback, then mark it done."""
+    release_feedback(place, entry, feedback_pages(place, entry, result, work))
+    detail = "; ".join([result.detail, *(f"flag: {f}" for f in result.flags)]).strip("; ")
+    queue.finish(entry, state=DONE, graded=graded, status=result.status, score=result.final_score,
+                 max_score=result.max_score, detail=detail)
+    log(f"{entry.student} {entry.assignment} {entry.timestamp}: {result.status} "
+        f"{result.final_score:g}/{result.max_score:g}"
+        + ("" if graded else " (recorded before a restart; not graded again)"))
+
+
+def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None = None) -> None:
+    """Grade one batch and release its feedback, each student's as soon as they are recorded."""
+    from autograder.grading.session import GradingError, grade_class
+
+    assignment = batch[0].assignment
+    setting = queue.setting(assignment)
+    work, missing = stage(place, batch)
+    for e in missing:
+        queue.finish(e, state=FAILED, graded=False, status="missing", score=None, max_score=None,
+                     detail="its folder left the exchange before it was graded")
+    batch = [e for e in batch if e not in missing]
+    if not batch:
+        return
+    started = time.monotonic()
+    releaser = Releaser(place, batch, work)
+    releaser.start()
+    try:
+        summary = grade_class(place.course, assignment, work, jobs=jobs, timeout=setting.timeout,
+                              out=place.graded(assignment), progress=False, echo=lambda line: log(f"  {line}"),
+                              hidden=(place.exchange,))
+    except GradingError as exc:
+        releaser.stop.set()
+        releaser.join()
+        if "another grading run" in str(exc):  # the instructor's `hub grade`: wait for it
+            log(f"waiting: {exc}")
+            queue.requeue([e for e in batch if e.student in releaser.pending], "waiting for another grading run")
+            time.sleep(5)
+            return
+        raise
+    finally:
+        releaser.stop.set()
+        releaser.join()
+    results = {r.student: r for r in summary.results}
+    for student, (entry, _) in releaser.pending.items():  # results saved before a restart, reused as they were
+        if student in results:
+            finish(place, queue, entry, results[student], work, graded=False)
+        else:
+            queue.finish(entry, state=FAILED, graded=False, status="invalid", score=None, max_score=None,
+                         detail="the grader found no student folder in it")
+    log(f"batch of {len(batch)} for {assignment} in {time.monotonic() - started:.1f} s")
+
+
+def run(place: Place, jobs: int | None = None, once: bool = False) -> None:
+    """The service's loop: recover, then scan, grade, release, forever (or until nothing is left, with once)."""
+    from autograder.grading.session import default_jobs
+
+    os.umask(0o077)
+    size = BATCH_PER_CORE * (jobs or default_jobs())
+    queue = place.queue()
+    for e in queue.recover():
+        log(f"{e.student} {e.assignment} {e.timestamp}: was being graded when the service stopped; "
+            + ("failed" if e.tries >= MAX_TRIES else "queued again"))
+    log(f"watching {place.inbound} for {', '.join(queue.enabled()) or 'no assignment yet'}")
+    while True:
+        scan(place, queue)
+        batch = queue.next_batch(size)
+        if batch:
+            try:
+                grade_batch(place, queue, batch, jobs)
+            except Exception:  # noqa: BLE001  (a bug or a broken course must not stop the service)
+                log("grading a batch failed:\n" + traceback.format_exc())
+                queue.recover()
+                time.sleep(POLL_S)
+            continue
+        if once:
+            return
+        time.sleep(POLL_S)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="autograde_service", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    for name in ("run", "on", "off", "status"):
+        p = sub.add_parser(name)
+        p.add_argument("--course", required=True)
+        if name == "run":
+            p.add_argument("--exchange", required=True)
+            p.add_argument("--course-id", required=True)
+            p.add_argument("--jobs", type=int, default=None)
+            p.add_argument("--once", action="store_true", help="stop when the queue is empty")
+        else:
+            p.add_argument("assignment")
+        if name == "on":
+            p.add_argument("--per-hour", type=int, default=None)
+            p.add_argument("--timeout", type=float, default=None)
+    args = parser.parse_args(argv)
+    course = Path(args.course)
+    if args.action == "run":
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        run(Place(course, Path(args.exchange), args.course_id), args.jobs, args.once)
+        return 0
+    queue = Place(course, Path("/nonexistent"), "").queue()
+    if args.action in ("on", "off"):
+        s = queue.configure(args.assignment, args.action == "on", getattr(args, "per_hour", None),
+                            getattr(args, "timeout", None))
+        print(f"autograde {args.assignment}: {'on' if s.enabled else 'off'}"
+              + (f", at most {s.per_hour} graded submissions per student per hour" if s.per_hour else "")
+              + f", {s.timeout:g} s per notebook")
+        return 0
+    s = queue.setting(args.assignment)
+    print(f"autograde {args.assignment}: {'on' if s.enabled else 'off'}"
+          + (f", at most {s.per_hour} per student per hour" if s.per_hour else ""))
+    for e in queue.entries(args.assignment):
+        score = f"{e.score:g}/{e.max_score:g}" if e.score is not None and e.max_score is not None else ""
+        print(f"{e.student:24} {e.timestamp:28} {e.state:10} {e.status:9} {score:11} {e.detail[:80]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Submit-to-feedback latency of autograde on submit, on a real class hub (a benchmark, not a test).
+
+Run as root, with what the hub tests need (README, "Run a class on a hub"):
+
+    sudo .venv/bin/python benchmarks/hub_latency.py [--students 20] [--single 5]
+
+It sets up a hub on loopback with N students (accounts removed afterwards), releases the smallest assignment and
+turns autograding on. Each student fetches it and submits a right answer with nbgrader's own commands run as
+their Unix account (what the Assignments tab's Submit button runs, without a browser or a server per student).
+The clock starts when a student's submit returns and stops when their feedback is in the exchange, i.e. when
+their Assignments tab offers Fetch Feedback. First one student alone, several times in a row; then every
+student at once. It prints the median and the 95th percentile of each.
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from nbgrader.utils import notebook_hash
+
+from autograder.hub import accounts
+from autograder.hub.install import NO_HUB_AUTH
+from tests.hub_support import COURSE, Hub, answers, class_hub, smallest_assignment
+
+
+def as_student(hub: Hub, member: str, *args: str) -> subprocess.CompletedProcess:
+    """Run an nbgrader command as the student's Unix account, in their home, as their server would."""
+    s = hub.settings
+    env = {"JUPYTER_CONFIG_PATH": str(s.paths.student_etc), "PATH": f"{s.bin_dir}:/usr/bin:/bin"}
+    home = accounts.lookup(hub.user(member)).home
+    return accounts.run_as(hub.user(member), [str(s.bin_dir / "nbgrader"), *args, "--course", COURSE,
+                                              NO_HUB_AUTH], cwd=home, env=env, timeout=600)
+
+
+def prepare(hub: Hub, member: str, assignment: str, notebook: str) -> None:
+    """Fetch the assignment and put the answer in place (not timed)."""
+    as_student(hub, member, "fetch_assignment", assignment)
+    account = accounts.lookup(hub.user(member))
+    target = account.home / COURSE / assignment / f"{assignment}.ipynb"
+    target.write_text(notebook, encoding="utf-8")
+    os.chown(target, account.uid, account.gid)
+
+
+def newest_secret(hub: Hub, member: str, assignment: str) -> tuple[str, str]:
+    """Return the (timestamp, secret) of the student's newest submission in the exchange's inbound folder."""
+    inbound = hub.settings.paths.exchange / COURSE / "inbound"
+    folder = max(p for p in inbound.iterdir() if p.name.startswith(f"{hub.user(member)}+{assignment}+"))
+    return folder.name.split("+")[2], (folder / "submission_secret.txt").read_text().strip()
+
+
+def submit_and_wait(hub: Hub, member: str, assignment: str, timeout: float = 600) -> float:
+    """Submit, then wait for the feedback of that submission; return the seconds in between."""
+    as_student(hub, member, "submit", assignment)
+    start = time.monotonic()
+    _, secret = newest_secret(hub, member, assignment)
+    page = hub.settings.paths.exchange / COURSE / "feedback" / f"{notebook_hash(secret=secret, notebook_id=assignment)}.html"
+    while not page.exists():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"no feedback for {member} within {timeout} s")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def p95(values: list[float]) -> float:
+    """Return the 95th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-95 * len(ordered) // 100) - 1)]
+
+
+def line(label: str, values: list[float]) -> str:
+    return (f"{label:34} n={len(values):3}  median {statistics.median(values):5.1f} s  p95 {p95(values):5.1f} s  "
+            f"max {max(values):5.1f} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=20)
+    parser.add_argument("--single", type=int, default=5, help="submissions of one student, one after the other")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("run as root (it makes Unix accounts and starts a hub)", file=sys.stderr)
+        return 2
+    assignment = smallest_assignment()
+    import nbformat
+
+    right = nbformat.writes(answers(assignment)["right"])
+    members = [f"s{i:02}" for i in range(1, args.students + 1)]
+    roster = "id,name,role\n" + "".join(f"{m},Student {m},student\n" for m in members)
+    with tempfile.TemporaryDirectory() as tmp, class_hub(Path(tmp), roster) as hub:
+        hub.cli("release", assignment)
+        hub.cli("autograde", "on", assignment)
+        for member in members:
+            prepare(hub, member, assignment, right)
+        single = [submit_and_wait(hub, members[0], assignment) for _ in range(args.single)]
+        crowd: dict[str, float] = {}
+        threads = [threading.Thread(target=lambda m=m: crowd.__setitem__(m, submit_and_wait(hub, m, assignment)))
+                   for m in members]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(f"{assignment} on {platform.node()}: {len(os.sched_getaffinity(0))} cores, "
+              f"{os.getloadavg()[0]:.1f} load")
+        print(line("one submission", single))
+        print(line(f"{len(members)} students at once", list(crowd.values())))
+        print(hub.cli("autograde", "status", assignment).stdout.splitlines()[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Autograde on submit: the queue's rules (no root needed), then the service on a real hub, end to end.
+
+On the hub (DEVICELAB_HUB_TESTS=1, root; under CI=true a skip is a failure): the instructor releases and turns
+autograding on; three students (right, wrong, hostile) submit through their own servers and, with no instructor
+action, each fetches graded feedback with the grader's score, which the gradebook (`hub export`) holds too. A
+resubmission replaces the grade. Then the service is killed (SIGKILL) in the middle of a batch, after some of it
+was recorded: the hub restarts it and every submission is graded exactly once.
+"""
+
+import csv
+import os
+import signal
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from autograder.hub.api import HubAPI
+from autograder.hub.autograde_queue import DONE, FAILED, GRADING, MAX_TRIES, QUEUED, SUPERSEDED, Queue
+from tests.hub_support import (
+    COURSE,
+    Hub,
+    answers,
+    class_hub,
+    hand_in,
+    hub_tests_or_skip,
+    smallest_assignment,
+    start_server,
+    submissions_of,
+)
+from tests.test_hub_end_to_end import SCORE, refused
+
+ROSTER = ("id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\ncat,Cat Hostile,student\n"
+          "ivy,Ivy Teacher,instructor\n")
+
+
+# The queue, without a hub
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Queue:
+    q = Queue(tmp_path / "queue.sqlite")
+    q.configure("ps01", True)
+    return q
+
+
+def add(q: Queue, student: str, stamp: str, now: float, assignment: str = "ps01") -> str:
+    return q.add(student, assignment, stamp, f"{student}+{assignment}+{stamp}+x", "secret", now)
+
+
+def test_newest_submission_wins_and_keeps_its_place(queue: Queue) -> None:
+    assert add(queue, "ann", "t1", now=1) == QUEUED
+    assert add(queue, "bob", "t2", now=2) == QUEUED
+    assert add(queue, "ann", "t3", now=3) == QUEUED  # replaces t1, at t1's place (before bob), not an extra one
+    assert add(queue, "ann", "t3", now=4) == QUEUED  # seen again: nothing changes
+    assert add(queue, "ann", "t0", now=5) == SUPERSEDED  # an older one found late never counts
+    states = {(e.student, e.timestamp): e.state for e in queue.entries()}
+    assert states == {("ann", "t1"): SUPERSEDED, ("bob", "t2"): QUEUED, ("ann", "t3"): QUEUED,
+                      ("ann", "t0"): SUPERSEDED}
+    assert [(e.student, e.timestamp) for e in queue.next_batch(8, now=6)] == [("ann", "t3"), ("bob", "t2")]
+
+
+def test_a_batch_is_fair_and_bounded(queue: Queue) -> None:
+    for i in range(20):  # a whole class at once
+        add(queue, f"s{i:02}", "t1", now=i)
+    add(queue, "late", "t1", now=100)
+    first = queue.next_batch(8, now=101)
+    assert [e.student for e in first] == [f"s{i:02}" for i in range(8)]
+    assert {e.state for e in queue.entries(state=GRADING)} == {GRADING} and len(queue.entries(state=GRADING)) == 8
+    for e in first:
+        queue.finish(e, graded=True, status="graded", score=1, max_score=1, detail="", now=102)
+    # The one who came late waits for those ahead of them only, never behind a later crowd:
+    for i in range(20, 40):
+        add(queue, f"s{i:02}", "t1", now=103)
+    order = [e.student for b in iter(lambda: queue.next_batch(8, now=104), []) for e in b]
+    assert order.index("late") == 12 and order[:12] == [f"s{i:02}" for i in range(8, 20)]
+
+
+def test_one_assignment_per_batch_and_only_enabled_ones(queue: Queue) -> None:
+    add(queue, "ann", "t1", now=1, assignment="ps02")  # not turned on: waits
+    add(queue, "ann", "t2", now=2)
+    assert [e.assignment for e in queue.next_batch(8, now=3)] == ["ps01"]
+    assert queue.next_batch(8, now=3) == []
+    queue.configure("ps02", True)
+    assert [e.assignment for e in queue.next_batch(8, now=4)] == ["ps02"]
+    queue.configure("ps02", False)
+    assert not queue.setting("ps02").enabled and queue.setting("ps02").timeout == 120
+
+
+def test_a_restart_requeues_what_was_being_graded_and_fails_a_poison_pill(queue: Queue) -> None:
+    add(queue, "ann", "t1", now=1)
+    add(queue, "cat", "t1", now=2)
+    for attempt in range(1, MAX_TRIES + 1):
+        batch = queue.next_batch(8, now=10 + attempt)
+        assert {e.student for e in batch} == {"ann", "cat"}, attempt
+        if attempt < MAX_TRIES:
+            queue.recover(now=20)  # the service was killed in the middle of the batch
+        else:
+            queue.finish(batch[0], graded=True, status="graded", score=1, max_score=1, detail="", now=30)
+            queue.recover(now=31)
+    states = {e.student: (e.state, e.tries) for e in queue.entries()}
+    assert states == {"ann": (DONE, MAX_TRIES), "cat": (FAILED, MAX_TRIES)}
+    assert "stopped 3 times" in queue.entries(state=FAILED)[0].detail
+
+
+def test_an_hourly_limit_delays_and_never_drops(queue: Queue) -> None:
+    queue.configure("ps01", True, per_hour=2)
+    for n, now in enumerate((0, 10)):
+        add(queue, "ann", f"t{n}", now=now)
+        (e,) = queue.next_batch(8, now=now + 1)
+        queue.finish(e, graded=True, status="graded", score=1, max_score=1, detail="", now=now + 2)
+    add(queue, "ann", "t2", now=20)
+    add(queue, "bob", "t0", now=21)
+    assert [e.student for e in queue.next_batch(8, now=22)] == ["bob"]  # ann waits; bob does not wait behind her
+    assert queue.next_batch(8, now=3000) == []
+    assert [e.timestamp for e in queue.next_batch(8, now=3603)] == ["t2"]  # an hour after her first one
+
+
+def test_the_queue_survives_a_reopen(tmp_path: Path) -> None:
+    q = Queue(tmp_path / "queue.sqlite")
+    q.configure("ps01", True, per_hour=3, timeout=30)
+    add(q, "ann", "t1", now=1)
+    q.close()
+    again = Queue(tmp_path / "queue.sqlite")
+    assert again.setting("ps01").per_hour == 3 and again.setting("ps01").timeout == 30
+    assert [e.state for e in again.entries()] == [QUEUED]
+
+
+# The service on a hub
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    """Make the accounts, set the hub up, start it; afterwards stop it and remove every trace."""
+    hub_tests_or_skip()
+    with class_hub(tmp_path, ROSTER) as running_hub:
+        yield running_hub
+
+
+def wait_for_feedback(server, assignment: str, after: str = "", seconds: float = 240) -> str:
+    """Wait until the newest submission (newer than `after`) has feedback to fetch; return its timestamp."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        subs = submissions_of(server, assignment)
+        if subs and subs[0]["timestamp"] > after and subs[0]["has_exchange_feedback"]:
+            return subs[0]["timestamp"]
+        time.sleep(0.5)
+    pytest.fail(f"no feedback for {assignment} within {seconds} s: {submissions_of(server, assignment)[:1]}")
+
+
+def fetched_score(server, assignment: str, stamp: str) -> tuple[float, float]:
+    """Fetch the feedback (the student's Fetch Feedback) and return the score on the page of that submission."""
+    reply = server.call("POST", "/assignments/fetch_feedback", {"course_id": COURSE, "assignment_id": assignment})
+    assert reply.status == 200 and reply.body["success"], reply
+    folder = f"{COURSE}/{assignment}/feedback/{urllib.parse.quote(stamp)}"
+    page = server.call("GET", f"/api/contents/{folder}/{assignment}.html?type=file")
+    assert page.status == 200, page
+    match = SCORE.search(page.body["content"])
+    assert match, page.body["content"][:500]
+    return float(match["score"]), float(match["max"])
+
+
+def queue_of(hub: Hub) -> Queue:
+    return Queue(Path(hub.settings.paths.course) / "autograde" / "queue.sqlite")
+
+
+def service_pids(hub: Hub) -> list[int]:
+    """Return the autograde service's process ids (its command names this hub's course folder)."""
+    pids, course = [], str(hub.settings.paths.course)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"autograder.hub.autograde_service" in argv and b"run" in argv and course.encode() in argv:
+                pids.append(int(entry.name))
+    return pids
+
+
+def main_service_pid(hub: Hub) -> int:
+    """Return the service's own process (not one of its grading workers, which run the same command)."""
+    pids = service_pids(hub)
+    parents = {}
+    for pid in pids:
+        status = Path(f"/proc/{pid}/status").read_text()
+        parents[pid] = int(next(x for x in status.splitlines() if x.startswith("PPid:")).split()[1])
+    (main,) = [p for p in pids if parents[p] not in pids]
+    return main
+
+
+def exported(hub: Hub, assignment: str) -> dict[str, float]:
+    path = Path(hub.settings.root) / "export.csv"
+    hub.cli("export", "--to", str(path))
+    with path.open() as handle:
+        return {r["student_id"]: float(r["score"]) for r in csv.DictReader(handle) if r["assignment"] == assignment}
+
+
+def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> None:
+    assignment = smallest_assignment()
+    plan = {"ann": "right", "bob": "wrong", "cat": "hostile"}
+    notebooks = answers(assignment)
+    hub.cli("release", assignment)
+    assert "on" in hub.cli("autograde", "on", assignment, "--timeout", "20").stdout
+    assert service_pids(hub), "the hub did not start the autograde service"
+
+    servers = {m: start_server(hub, m, hub.token(m)) for m in plan}
+    submitted_at = {}
+    for member, kind in plan.items():
+        hand_in(servers[member], assignment, notebooks[kind])
+        submitted_at[member] = time.monotonic()
+    stamps, scores = {}, {}
+    waited = {}
+    for member in ("ann", "bob", "cat"):
+        stamps[member] = wait_for_feedback(servers[member], assignment)
+        waited[member] = time.monotonic() - submitted_at[member]
+        print(f"{member}: feedback {waited[member]:.1f} s after Submit")
+    # The quick students do not wait for the hostile one graded beside them (its loop runs to the time limit).
+    assert waited["ann"] < 20 and waited["bob"] < 20, waited
+    for member in plan:
+        scores[member] = fetched_score(servers[member], assignment, stamps[member])
+    top = scores["ann"][1]
+    assert top > 0 and scores["ann"] == (top, top)
+    assert scores["bob"][0] < top and scores["cat"][0] < top
+    done = {e.student: e for e in queue_of(hub).entries(assignment)}
+    assert {e.state for e in done.values()} == {DONE}
+    assert done[hub.user("cat")].status == "timeout" and done[hub.user("bob")].status == "graded"
+    grades = exported(hub, assignment)
+    assert {m: grades[hub.user(m)] for m in plan} == {m: scores[m][0] for m in plan}
+    # Students cannot reach the service's controls: it has no URL (no route, no HTTP), its queue and switch are
+    # in the course folder, the grader's alone.
+    services = HubAPI.for_settings(hub.settings).call("GET", "/services").body
+    assert not services[f"{COURSE}-autograde"].get("url"), services
+    refused(hub, "cat", ["ls", str(Path(hub.settings.paths.course) / "autograde")])
+
+    # A resubmission replaces the grade (bob fixes his answers).
+    hand_in(servers["bob"], assignment, notebooks["right"], fetch=False)
+    newer = wait_for_feedback(servers["bob"], assignment, after=stamps["bob"])
+    assert fetched_score(servers["bob"], assignment, newer) == (top, top)
+    assert exported(hub, assignment)[hub.user("bob")] == top
+
+    # Killed in the middle of a batch: nothing lost, nothing graded twice. Three resubmissions wait while
+    # autograding is off, then go as one batch; the two quick ones are recorded, the hostile one still runs.
+    hub.cli("autograde", "off", assignment)
+    for member, kind in (("ann", "right"), ("bob", "wrong"), ("cat", "hostile")):
+        hand_in(servers[member], assignment, notebooks[kind], fetch=False)
+    results = Path(hub.settings.paths.course) / "autograde" / "graded" / assignment / "results"
+    hub.cli("autograde", "on", assignment)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        newest = {e.student: e for e in queue_of(hub).entries(assignment)
+                  if e.timestamp > {**stamps, "bob": newer}[e.student[len(hub.prefix):]]}
+        if len(newest) == 3 and [newest[hub.user(m)].state for m in plan] == [DONE, DONE, GRADING]:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"the batch did not record the quick students first: {queue_of(hub).entries(assignment)}")
+    pid = main_service_pid(hub)
+    os.kill(pid, signal.SIGKILL)
+    recorded = {m: (results / f"{hub.user(m)}.json").stat().st_mtime_ns for m in plan}
+    previous = {**stamps, "bob": newer}
+    for member in plan:
+        stamp = wait_for_feedback(servers[member], assignment, after=previous[member], seconds=300)
+        assert stamp == newest[hub.user(member)].timestamp
+    assert main_service_pid(hub) != pid, "the hub did not restart the service"
+    after = {m: (results / f"{hub.user(m)}.json").stat().st_mtime_ns for m in plan}
+    assert after["ann"] == recorded["ann"] and after["bob"] == recorded["bob"], "graded again after the restart"
+    assert after["cat"] != recorded["cat"]
+    entries = queue_of(hub).entries(assignment)
+    last = {e.student: e for e in entries if e.key == newest[e.student].key}
+    assert [(last[hub.user(m)].state, last[hub.user(m)].tries) for m in plan] == [(DONE, 1), (DONE, 1), (DONE, 2)]
+    assert all(e.graded for e in last.values())
+    assert len(entries) == 7 and {e.state for e in entries} == {DONE}
+    assert fetched_score(servers["ann"], assignment, newest[hub.user("ann")].timestamp) == (top, top)
+    assert fetched_score(servers["cat"], assignment, newest[hub.user("cat")].timestamp)[0] < top
+    assert "was being graded when the service stopped; queued again" in hub.log.read_text()
