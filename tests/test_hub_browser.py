@@ -1,17 +1,21 @@
 """A class on the hub in a real browser: a student logs in (PAM), fetches, answers, saves and submits from the
-Assignments tab; the instructor collects and grades, and sees the submission in formgrader. Headless Chromium
+Assignments tab; the autograde service grades it, and the student fetches the feedback and opens it (the score
+shown); the instructor sees the graded submission in formgrader, with no step of theirs in between. Headless Chromium
 (Debian's), screenshots to docs/images/. Needs what tests/test_hub_end_to_end.py needs (DEVICELAB_HUB_TESTS=1,
 root) and Chromium; under CI=true a skip is a failure.
 """
 
 import contextlib
 import re
+import time
+import urllib.parse
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from autograder.grading.demo import MARKER
+from autograder.hub import accounts
 from tests.browser_support import CHROMIUM_ARGS, browser_or_skip, screenshot
 from tests.hub_support import Hub, class_hub, hub_tests_or_skip
 
@@ -85,6 +89,7 @@ def open_assignments(page) -> None:
 def test_a_student_submits_in_the_browser_and_the_grader_sees_it(hub: Hub, browser) -> None:
     assignment = smallest_assignment()
     hub.cli("release", assignment)
+    hub.cli("autograde", "on", assignment, "--timeout", "120")
     page = log_in(browser, hub, "ann")
     try:
         open_assignments(page)
@@ -108,15 +113,30 @@ def test_a_student_submits_in_the_browser_and_the_grader_sees_it(hub: Hub, brows
         page.get_by_role("button", name="Submit").first.click()
         page.get_by_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")).first.wait_for(timeout=60_000)
         page.screenshot(path=str(IMAGES / "hub-submitted.png"))
+
+        # The autograde service grades it; seconds later the tab says feedback is there to fetch (on refresh).
+        available = page.get_by_text("(feedback available to fetch)")
+        deadline = time.monotonic() + 180
+        while not available.count():
+            assert time.monotonic() < deadline, "no feedback to fetch within 180 s of Submit"
+            page.locator("#refresh_assignments_list").click()
+            page.wait_for_timeout(1000)
+        page.get_by_role("button", name="Fetch Feedback").first.click()
+        page.get_by_text("(view feedback)").first.wait_for(timeout=60_000)
+        page.screenshot(path=str(IMAGES / "hub-feedback-fetched.png"))
+        home = accounts.lookup(hub.user("ann")).home
+        (fetched,) = (home / COURSE / assignment / "feedback").glob("*/*.html")
+        page.goto(f"{hub.public}/user/{hub.user('ann')}/files/{urllib.parse.quote(str(fetched.relative_to(home)))}")
+        shown = page.get_by_text(re.compile(r"\(Score: [\d.]+ / [\d.]+\)")).first
+        shown.wait_for(timeout=60_000)
+        score, top = map(float, re.search(r"Score: ([\d.]+) / ([\d.]+)", shown.inner_text()).groups())
+        assert 0 < score < top, shown.inner_text()  # the saved answer: the first exercise only
+        page.screenshot(path=str(IMAGES / "hub-feedback.png"))
     except Exception:
         screenshot(page, "hub-student-failed")
         raise
     status = hub.cli("status", assignment).stdout
     assert "1 of 1 submitted" in status, status
-    submitted = hub.cli("collect", assignment)
-    assert hub.user("ann") in submitted.stdout + submitted.stderr
-    graded = hub.cli("grade", assignment, "--timeout", "120").stdout
-    assert re.search(rf"{re.escape(hub.user('ann'))}\s+[1-9][\d.]*/\d+ graded", graded), graded  # the saved answer
 
     grader = log_in(browser, hub, "ivy")
     try:

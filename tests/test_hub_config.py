@@ -61,6 +61,16 @@ def test_groups_and_roles_follow_nbgrader(tmp_path: Path) -> None:
     assert {svc["name"]: svc for svc in c.JupyterHub.services}["devicelab-cli"]["api_token"] == "t0ken"
 
 
+def test_the_autograde_service_runs_as_the_grader_with_no_url_and_no_scopes(tmp_path: Path) -> None:
+    s = written(tmp_path)
+    c = load(s.paths.config)
+    service = {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-autograde"]
+    assert service["user"] == "dl-grader" and "url" not in service and "api_token" not in service
+    assert service["command"][1:4] == ["-m", "autograder.hub.autograde_service", "run"]
+    assert service["environment"]["PYTHONPATH"] == str(ROOT)
+    assert not any("device-lab-autograde" in r.get("services", []) for r in c.JupyterHub.load_roles)
+
+
 def test_no_culler_when_switched_off(tmp_path: Path) -> None:
     c = load(written(tmp_path, cull_idle_s=0).paths.config)
     assert not any(svc["name"] == "idle-culler" for svc in c.JupyterHub.services)
