@@ -209,6 +209,11 @@ def class_hub(tmp_path: Path, roster_text: str) -> Iterator["Hub"]:
                 yield Hub(settings, prefix, log, passwords)
     finally:
         stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
+        uids = {a.uid for a in map(accounts.lookup, (prefix + m for m in members)) if a is not None}
+        for scratch in Path(tempfile.gettempdir()).glob("dlg-*"):  # a grading run killed on purpose leaves its own
+            with contextlib.suppress(OSError):
+                if scratch.stat().st_uid in uids:
+                    shutil.rmtree(scratch, ignore_errors=True)
         for member in members:
             accounts.remove_account(prefix + member)
         subprocess.run(["groupdel", group], capture_output=True, check=False)
