@@ -64,7 +64,8 @@ def _grade(args) -> int:
     try:
         run = grade_class(Path(args.course), args.assignment, Path(args.submissions), jobs=args.jobs,
                           timeout=args.timeout, memory_mib=args.memory, out=Path(args.out) if args.out else None,
-                          sandbox=args.sandbox, force=args.force, progress=not args.quiet)
+                          sandbox=args.sandbox, force=args.force, progress=not args.quiet,
+                          hidden=tuple(Path(p) for p in args.hide))
     except GradingError as exc:
         print(f"grade: {exc}", file=sys.stderr)
         return 2
@@ -149,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--force", action="store_true", help="regrade every student, even unchanged ones")
     grade.add_argument("--course", default=str(COURSE_ROOT), help="course root (default: this repository)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    grade.add_argument("--hide", action="append", default=[], metavar="FOLDER",
+                       help="one more folder the sandbox hides from student code (repeatable), e.g. a hub's exchange")
     grade.set_defaults(func=_grade)
     demo = commands.add_parser("demo", help="build a small realistic class from the assignments and grade it")
     demo.add_argument("assignments", nargs="*", help="assignment ids (default: all)")

@@ -106,3 +106,22 @@ def test_the_detail_counts_tests_only_and_says_what_awaits_a_person():
                      CellScore("tiny.ipynb", "plot-task", 0.0, 2.0, True, "", "task")]
     result = combine("ada", "tiny", [report], [], POINTS, multi=False)
     assert result.detail == "failed 1 of 2 tests: double-tests; 2 cells await manual grading: essay, plot-task"
+
+
+def test_grade_hide_reaches_the_sandbox_as_more_hidden_folders(monkeypatch, tmp_path):
+    from autograder import __main__ as cli
+    from autograder.grading import session
+
+    seen = {}
+
+    def fake_grade_class(root, assignment, submissions, **options):
+        seen.update(options)
+        raise session.GradingError("stop here")
+
+    monkeypatch.setattr(session, "grade_class", fake_grade_class)
+    exchange = tmp_path / "exchange"
+    assert cli.main(["grade", "tiny", str(tmp_path), "--hide", str(exchange), "--hide", "/srv/other"]) != 0
+    assert seen["hidden"] == (exchange, session.Path("/srv/other"))
+    run = session.ClassRun(tmp_path, "tiny", tmp_path, tmp_path / "out", tmp_path / "run", 1, 10, 100, print,
+                           [exchange])
+    assert run.extra_hidden == [exchange]

@@ -202,8 +202,7 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
                            + ". Use plain `nbgrader autograde` for it (README, 'Grading a class').")
     run_root = Path(tempfile.mkdtemp(prefix="dlg-", dir=_short_tmp()))
     run = ClassRun(root, assignment, Path(submissions).resolve(), (out or root / "graded" / assignment).resolve(),
-                   run_root, jobs or default_jobs(), timeout, memory_mib, echo)
-    run.extra_hidden = [Path(p) for p in hidden]
+                   run_root, jobs or default_jobs(), timeout, memory_mib, echo, [Path(p) for p in hidden])
     try:
         try:
             folder = open_submissions(run.submissions, run_root, assignment)
@@ -247,7 +246,7 @@ class ClassRun:
     """The state of one `grade` run; `grade` does it all, the other methods are its steps."""
 
     def __init__(self, root: Path, assignment: str, submissions: Path, out: Path, run_root: Path, jobs: int,
-                 timeout: float, memory_mib: int, echo) -> None:
+                 timeout: float, memory_mib: int, echo, extra_hidden: list[Path] | None = None) -> None:
         self.root, self.assignment, self.submissions, self.out = root, assignment, submissions, out
         self.run_root, self.jobs, self.timeout, self.memory_mib, self.echo = run_root, jobs, timeout, memory_mib, echo
         self.db_url, self.course = gbook.course_db_url(root), gbook.course_id(root)
@@ -265,7 +264,7 @@ class ClassRun:
         self.multi = False
         self.isolation: Isolation | None = None  # set by isolate()
         self.reused: set[str] = set()  # students whose saved result was reused (plan())
-        self.extra_hidden: list[Path] = []  # more folders the sandbox hides (grade_class's hidden)
+        self.extra_hidden = list(extra_hidden or [])  # more folders the sandbox hides (grade_class's hidden)
 
     def grade(self, folder: Path, sandbox: str, force: bool, progress: bool) -> RunSummary:
         """Prepare, reuse what is unchanged, grade the rest in parallel, write the reports."""

@@ -89,7 +89,7 @@ def grade(s: HubSettings, assignment: str, extra: list[str]) -> list[Grade]:
         raise HubError(f"nothing collected for {assignment}: run `hub collect {assignment}` first")
     out = course / "graded" / assignment
     command = [s.python, "-m", "autograder", "grade", assignment, str(course / "submitted"), "--course",
-               str(course), "--out", str(out), "--quiet", *extra]
+               str(course), "--out", str(out), "--hide", str(s.paths.exchange), "--quiet", *extra]
     accounts.run_as(s.grader, command, cwd=course, env=grader_env(s), timeout=None)
     return read_grades(out / "grades.csv")
 
