@@ -307,6 +307,44 @@ def test_a_stopped_run_exits_130_leaves_nothing_running_and_the_next_run_finishe
     assert sorted(rows(course)) == sorted(students)
 
 
+def test_a_killed_run_leaves_no_process_and_the_next_run_removes_its_scratch(tmp_path):
+    """SIGKILL (an out-of-memory kill, a crashed service) cannot tidy up: the next run does, and only that."""
+    course = make_course(tmp_path)
+    students = {f"s{k}": CLASS["correct"] for k in range(4)} | {"loop": CLASS["loop"]}
+    write_class(course / "incoming", students, course)
+    cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(course / "incoming"), "--course", str(course),
+           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MIB), "--quiet"]
+    run = subprocess.Popen(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    results = course / "graded" / "tiny" / "results"
+    deadline = time.monotonic() + 120
+    while not list(results.glob("*.json")) and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.2)
+    left = [p for p in Path("/tmp").glob("dlg-*") if f'"pid": {run.pid},' in _read(p / "owner.json")]
+    run.kill()
+    run.wait(timeout=60)
+    assert len(left) == 1 and left[0].is_dir()
+    deadline = time.monotonic() + 30  # the workers notice their parent is gone and stop their kernels
+    while time.monotonic() < deadline and _processes_of(course):
+        time.sleep(0.5)
+    assert not _processes_of(course)
+    again = grade(course, course / "incoming")
+    assert again.returncode == 0, again.stderr
+    assert not left[0].exists() and f"removed {left[0]}" in again.stdout
+    assert sorted(rows(course)) == sorted(students)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _processes_of(course: Path) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if str(course) in " ".join(p.info["cmdline"] or [])]
+
+
 def test_without_a_sandbox_a_student_who_kills_the_grading_process_costs_only_that_cell(tmp_path):
     course = make_course(tmp_path)
     daemon = "4321.75"

@@ -8,6 +8,7 @@ was recorded: the hub restarts it and every submission is graded exactly once.
 """
 
 import csv
+import json
 import os
 import signal
 import time
@@ -281,6 +282,8 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     else:
         pytest.fail(f"the batch did not record the quick students first: {queue_of(hub).entries(assignment)}")
     pid = main_service_pid(hub)
+    killed_scratch = [p for p in Path("/tmp").glob("dlg-*") if (p / "owner.json").is_file()
+                      and json.loads((p / "owner.json").read_text())["pid"] == pid]
     os.kill(pid, signal.SIGKILL)
     recorded = {m: (results / f"{hub.user(m)}.json").stat().st_mtime_ns for m in plan}
     previous = {**stamps, "bob": newer}
@@ -299,3 +302,6 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     assert fetched_score(servers["ann"], assignment, newest[hub.user("ann")].timestamp) == (top, top)
     assert fetched_score(servers["cat"], assignment, newest[hub.user("cat")].timestamp)[0] < top
     assert "was being graded when the service stopped; queued again" in hub.log.read_text()
+    # The killed batch's scratch (the hostile notebook's copy among it) is removed by the next batch.
+    assert len(killed_scratch) == 1 and not killed_scratch[0].exists()
+    assert f"removed {killed_scratch[0]}, the scratch of a grading run that was killed" in hub.log.read_text()

@@ -15,7 +15,6 @@ import importlib.util
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from autograder.cells import grade_id
 from autograder.grading import gradebook as gbook
+from autograder.grading import scratch
 from autograder.grading.attempt import (
     COMPLETED,
     AttemptReport,
@@ -95,11 +95,6 @@ def default_jobs() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover  (not Linux)
         return os.cpu_count() or 1
-
-
-def _short_tmp() -> str | None:
-    """Return a temporary folder with a short path (kernel sockets need paths under 108 characters)."""
-    return "/tmp" if os.access("/tmp", os.W_OK) else None
 
 
 def _where(failure: Failure | Event, multi: bool) -> str:
@@ -200,7 +195,9 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
     if problems:
         raise GradingError("this course cannot be graded here: " + "; ".join(problems)
                            + ". Use plain `nbgrader autograde` for it (README, 'Grading a class').")
-    run_root = Path(tempfile.mkdtemp(prefix="dlg-", dir=_short_tmp()))
+    for left in scratch.remove_stale():
+        echo(f"removed {left}, the scratch of a grading run that was killed")
+    run_root = scratch.make_run_root()
     run = ClassRun(root, assignment, Path(submissions).resolve(), (out or root / "graded" / assignment).resolve(),
                    run_root, jobs or default_jobs(), timeout, memory_mib, echo, [Path(p) for p in hidden])
     try:
@@ -215,6 +212,7 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
             raise GradingError(str(exc)) from exc
     finally:
         if os.environ.get("DEVICELAB_KEEP_SCRATCH"):
+            scratch.keep(run_root)
             echo(f"scratch kept in {run_root}")
         else:
             shutil.rmtree(run_root, ignore_errors=True)
