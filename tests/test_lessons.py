@@ -1,5 +1,7 @@
 """Every lesson runs top to bottom on this machine; GPU-only cells are marked so they can be skipped."""
 
+import re
+
 import nbformat
 import pytest
 
@@ -43,3 +45,30 @@ def test_lesson_opens_with_imports_and_never_asserts_a_gpu(path):
     text = "\n".join(c.source for c in cells)
     assert "assert torch.cuda.is_available()" not in text
 
+
+
+def markdown_headings(path) -> list[str]:
+    """Return every `#`-heading of a lesson's markdown cells, in order (headings may sit inside a cell)."""
+    cells = nbformat.read(path, as_version=4).cells
+    return [line for c in cells if c.cell_type == "markdown" for line in c.source.splitlines() if line.startswith("#")]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_lesson_says_how_long_it_takes_and_ends_with_next(path):
+    cells = nbformat.read(path, as_version=4).cells
+    opening = next(c.source for c in cells if c.cell_type == "markdown" and c.source.startswith("# "))
+    assert re.search(r"\*About \d+ minutes", opening), f"{path.name}: the title cell says how long the lesson takes"
+    headings = markdown_headings(path)
+    assert headings[-1] == "## Next", f"{path.name}: the last section is '## Next'"
+    if "## Going further (optional)" in headings:
+        assert headings.index("## Going further (optional)") < headings.index("## Next")
+        assert "optional" in opening, f"{path.name}: the title cell says the Going further section is optional"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_numbered_sections_run_in_order_and_references_to_them_exist(path):
+    numbers = [int(m.group(1)) for h in markdown_headings(path) if (m := re.match(r"## (\d+)\. ", h))]
+    assert numbers == list(range(1, len(numbers) + 1)), f"{path.name}: sections numbered {numbers}"
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    cited = {int(n) for n in re.findall(r"\bsections? (\d+)\b", text)}
+    assert cited <= set(numbers), f"{path.name}: refers to section(s) {sorted(cited - set(numbers))}, which it lacks"
