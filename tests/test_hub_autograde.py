@@ -8,15 +8,23 @@ was recorded: the hub restarts it and every submission is graded exactly once.
 """
 
 import csv
+import datetime
 import json
 import os
+import secrets
 import signal
+import subprocess
+import sys
 import time
 import urllib.parse
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbgrader.api import Gradebook
 
+from autograder import COURSE_ROOT
+from autograder.course import with_venv_on_path
 from autograder.hub.api import HubAPI
 from autograder.hub.autograde_queue import DONE, FAILED, GRADING, MAX_TRIES, QUEUED, SUPERSEDED, Queue
 from tests.hub_support import (
@@ -151,6 +159,104 @@ def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_b
     assert page.read_text().startswith("<h4>") and page.stat().st_mode & 0o777 == 0o644
     assert place.outbound_feedback.stat().st_mode & 0o777 == 0o711  # students may not list it
     assert (place.course / "feedback" / me / "ps01" / "timestamp.txt").read_text() == entry.timestamp
+
+
+# Deadlines, without a hub: the service itself on a scratch course and exchange
+
+def nbgrader_time(moment: datetime.datetime) -> str:
+    """Return a UTC time written as nbgrader's submit writes it."""
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+class ScratchClass:
+    """A course holding `tiny`, an exchange, and this user as the one student who submits."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import pwd
+
+        from autograder.hub.autograde_service import Place
+        from tests.test_grading_end_to_end import make_course
+
+        (tmp_path / "course").mkdir()
+        self.course = make_course(tmp_path / "course")
+        with (self.course / "nbgrader_config.py").open("a") as config:  # a late submission scores nothing
+            config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+        self.place = Place(self.course, tmp_path / "exchange", COURSE)
+        self.student = pwd.getpwuid(os.getuid()).pw_name
+        self.queue = self.place.queue()
+        self.queue.configure("tiny", True, timeout=30)
+
+    def due(self, moment: datetime.datetime) -> None:
+        """Set the due date as `hub release --due` does."""
+        subprocess.run(["nbgrader", "db", "assignment", "add", "tiny", "--duedate", nbgrader_time(moment)],
+                       cwd=self.course, env=with_venv_on_path(), capture_output=True, check=True)
+
+    def submit(self, claimed: datetime.datetime) -> str:
+        """Write a right answer into the exchange, as nbgrader's submit does, claiming this time; return it."""
+        from tests.test_grading_end_to_end import assignment
+
+        stamp = nbgrader_time(claimed)
+        folder = self.place.inbound / f"{self.student}+tiny+{stamp}+{secrets.token_hex(4)}"
+        folder.mkdir(parents=True)
+        nbformat.write(assignment(), folder / "tiny.ipynb")
+        (folder / "timestamp.txt").write_text(stamp)
+        (folder / "submission_secret.txt").write_text(secrets.token_hex(8))
+        return stamp
+
+    def serve_once(self) -> str:
+        """Run the service until its queue is empty; return its log."""
+        done = subprocess.run([sys.executable, "-m", "autograder.hub.autograde_service", "run", "--course",
+                               str(self.course), "--exchange", str(self.place.exchange), "--course-id", COURSE,
+                               "--jobs", "1", "--once"], cwd=COURSE_ROOT, env=with_venv_on_path(), check=False,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
+    def graded(self, stamp: str):
+        """Return the queue's entry for the submission claiming this time."""
+        (entry,) = [e for e in self.queue.entries("tiny") if e.timestamp == stamp]
+        return entry
+
+    def penalty(self) -> float:
+        with Gradebook(f"sqlite:///{self.course / 'gradebook.db'}", "device-lab") as gb:
+            return gb.find_submission("tiny", self.student).late_submission_penalty
+
+
+@pytest.mark.notebook
+def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arrived(tmp_path: Path) -> None:
+    """nbgrader trusts the time a submission states, and a student writes it: the service checks it.
+
+    A student may write into the exchange's inbound with any folder name and timestamp.txt (nbgrader's
+    exchange lets every student create folders there). The time the file system gave the folder's files
+    cannot be set back by its owner, so a submission that claims to be older than its files is graded as
+    made when its files were written, and the instructor is told.
+    """
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    scratch = ScratchClass(tmp_path)
+    scratch.due(now + datetime.timedelta(hours=1))
+    on_time = scratch.submit(now)
+    log = scratch.serve_once()
+    entry = scratch.graded(on_time)
+    assert (entry.state, entry.score, entry.max_score) == (DONE, 3, 3), log
+    assert scratch.penalty() == 0 and "claims" not in entry.detail
+
+    scratch.due(now - datetime.timedelta(hours=1))  # the deadline has passed: an honest late resubmission
+    late = scratch.submit(now + datetime.timedelta(seconds=1))
+    log = scratch.serve_once()
+    entry = scratch.graded(late)
+    assert (entry.state, entry.score, entry.max_score) == (DONE, 0, 3), log
+    assert scratch.penalty() == 3 and "claims" not in entry.detail
+
+    (tmp_path / "second").mkdir()  # a student who first submits after the deadline, claiming a time before it
+    scratch = ScratchClass(tmp_path / "second")
+    scratch.due(now - datetime.timedelta(hours=1))
+    backdated = scratch.submit(now - datetime.timedelta(hours=2))
+    log = scratch.serve_once()
+    entry = scratch.graded(backdated)
+    assert (entry.state, entry.score, entry.max_score) == (DONE, 0, 3), log
+    assert scratch.penalty() == 3
+    assert f"claims {backdated}" in entry.detail and "graded as submitted at" in entry.detail, entry.detail
+    assert "claims" in log
 
 
 # The service on a hub

@@ -1,5 +1,6 @@
 """The hub's generated configuration, roster and refusals, without root or a running hub."""
 
+import datetime
 import subprocess
 import sys
 from dataclasses import replace
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
+from autograder.hub import loop
 from autograder.hub.install import check_settings, is_loopback
 from autograder.hub.loop import _ignore, status
 from autograder.hub.render import render_all, write_all
@@ -176,3 +178,11 @@ def test_commands_say_when_there_is_no_hub(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "autograder", "hub", "status", "ps01", "--root", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 2 and "hub setup" in done.stderr
+
+
+def test_a_due_date_is_read_as_nbgrader_reads_it_and_a_bad_one_is_refused_before_the_release(tmp_path: Path) -> None:
+    assert loop.parse_due("2026-12-01 17:00:00 UTC") == datetime.datetime(2026, 12, 1, 17, 0)
+    assert loop.parse_due("2026-12-01T17:00:00-05:00") == datetime.datetime(2026, 12, 1, 22, 0)
+    assert loop.parse_due("2026-12-01 17:00") == datetime.datetime(2026, 12, 1, 17, 0)  # no zone: UTC
+    with pytest.raises(HubError, match="cannot read the due date 'next friday'"):
+        loop.release(settings(tmp_path), "ps01-tensors-and-devices", due="next friday")  # nothing is run

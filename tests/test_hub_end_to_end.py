@@ -101,7 +101,8 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
     notebooks = answers(assignment)
 
     # The instructor releases; each student fetches, answers and submits through their own server.
-    hub.cli("release", assignment)
+    said = hub.cli("release", assignment, "--due", "2099-12-31T17:00:00-05:00").stdout
+    assert "due 2099-12-31 22:00:00 UTC" in said, said
     servers = {}
     for member, kind in plan.items():
         servers[member] = server = start_server(hub, member, hub.token(member))
@@ -139,6 +140,8 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
         exported = {row["student_id"]: row for row in csv.DictReader(handle) if row["assignment"] == assignment}
     for member in plan:
         assert float(exported[hub.user(member)]["score"]) == float(grades[hub.user(member)]["score"])
+        assert exported[hub.user(member)]["duedate"].startswith("2099-12-31 22:00:00")  # set by release --due
+        assert float(exported[hub.user(member)]["late_submission_penalty"]) == 0
 
     # Each student fetches their feedback and reads the score they were given.
     for member in plan:

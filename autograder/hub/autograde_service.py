@@ -13,18 +13,18 @@ student's Assignments tab offers Fetch Feedback. It has no HTTP port: the instru
 import argparse
 import html
 import os
-import pwd
 import shutil
 import signal
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbgrader.utils import notebook_hash
 
+from autograder.hub.arrival import STAMP_FILE, arrival, owner
 from autograder.hub.autograde_queue import DONE, FAILED, MAX_TRIES, Entry, Queue
 
 POLL_S = 1.0
@@ -71,13 +71,6 @@ def log(message: str) -> None:
     print(f"[autograde {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def _owner(path: Path) -> str | None:
-    try:
-        return pwd.getpwuid(path.lstat().st_uid).pw_name
-    except (KeyError, OSError):
-        return None
-
-
 def scan(place: Place, queue: Queue, now: float | None = None) -> int:
     """Queue every new submission of the enabled assignments (oldest first); return how many were new."""
     enabled = set(queue.enabled())
@@ -100,7 +93,7 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
         if (student, timestamp) in known[assignment]:
             continue
         folder = place.inbound / name
-        if not folder.is_dir() or folder.is_symlink() or _owner(folder) != student:
+        if not folder.is_dir() or folder.is_symlink() or owner(folder) != student:
             continue  # nbgrader's collect checks the owner too: nobody submits in another student's name
         try:
             secret = (folder / "submission_secret.txt").read_text(encoding="utf-8").strip()
@@ -126,19 +119,35 @@ def _copy_submission(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, symlinks=True, ignore=ignore)
 
 
-def stage(place: Place, batch: list[Entry]) -> tuple[Path, list[Entry]]:
-    """Copy the batch's submissions to the work folder (student/assignment/); return it and the ones missing."""
-    work = place.work(batch[0].assignment)
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    missing = []
+@dataclass
+class Staged:
+    """A batch copied out of the exchange: the work folder, the entries whose folder had gone, and notes per student."""
+
+    work: Path
+    missing: list[Entry] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)  # student -> why their stated time was not used
+
+
+def stage(place: Place, batch: list[Entry]) -> Staged:
+    """Copy the batch's submissions to the work folder (student/assignment/), each with a time it cannot fake."""
+    staged = Staged(place.work(batch[0].assignment))
+    if staged.work.exists():
+        shutil.rmtree(staged.work)
+    staged.work.mkdir(parents=True)
     for e in batch:
+        src, dest = place.inbound / e.folder, staged.work / e.student / e.assignment
         try:
-            _copy_submission(place.inbound / e.folder, work / e.student / e.assignment)
+            when = arrival(src)
+            _copy_submission(src, dest)
         except (OSError, shutil.Error):
-            missing.append(e)
-    return work, missing
+            staged.missing.append(e)
+            continue
+        (dest / STAMP_FILE).unlink(missing_ok=True)
+        (dest / STAMP_FILE).write_text(when.timestamp, encoding="utf-8")
+        if when.note():
+            staged.notes[e.student] = when.note()
+            log(f"{e.student} {e.assignment} {e.timestamp}: {when.note()}")
+    return staged
 
 
 NOT_RAN_PAGE = """<!DOCTYPE html>
@@ -198,9 +207,9 @@ class Releaser(threading.Thread):
     does not wait for a slow (or hostile) one graded beside them.
     """
 
-    def __init__(self, place: Place, batch: list[Entry], work: Path) -> None:
+    def __init__(self, place: Place, batch: list[Entry], staged: Staged) -> None:
         super().__init__(name="autograde-releaser", daemon=True)
-        self.place, self.work = place, work
+        self.place, self.staged = place, staged
         self.out = place.graded(batch[0].assignment)
         self.pending = {e.student: (e, _stamp(self.out / "results" / f"{e.student}.json")) for e in batch}
         self.stop = threading.Event()
@@ -226,14 +235,15 @@ class Releaser(threading.Thread):
                 result = StudentResult.from_json(path.read_text(encoding="utf-8"))
             except (OSError, ValueError, TypeError, KeyError):
                 continue  # being replaced right now: next sweep
-            finish(self.place, queue, entry, result, self.work, graded=True)
+            finish(self.place, queue, entry, result, self.staged, graded=True)
             del self.pending[student]
 
 
-def finish(place: Place, queue: Queue, entry: Entry, result, work: Path, graded: bool) -> None:
+def finish(place: Place, queue: Queue, entry: Entry, result, staged: Staged, graded: bool) -> None:
     """Release a graded submission's feedback, then mark it done."""
-    release_feedback(place, entry, feedback_pages(place, entry, result, work))
-    detail = "; ".join([result.detail, *(f"flag: {f}" for f in result.flags)]).strip("; ")
+    release_feedback(place, entry, feedback_pages(place, entry, result, staged.work))
+    notes = [result.detail, *(f"flag: {f}" for f in result.flags), staged.notes.get(entry.student, "")]
+    detail = "; ".join(n for n in notes if n)
     queue.finish(entry, state=DONE, graded=graded, status=result.status, score=result.final_score,
                  max_score=result.max_score, detail=detail)
     log(f"{entry.student} {entry.assignment} {entry.timestamp}: {result.status} "
@@ -247,18 +257,18 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
 
     assignment = batch[0].assignment
     setting = queue.setting(assignment)
-    work, missing = stage(place, batch)
-    for e in missing:
+    staged = stage(place, batch)
+    for e in staged.missing:
         queue.finish(e, state=FAILED, graded=False, status="missing", score=None, max_score=None,
                      detail="its folder left the exchange before it was graded")
-    batch = [e for e in batch if e not in missing]
+    batch = [e for e in batch if e not in staged.missing]
     if not batch:
         return
     started = time.monotonic()
-    releaser = Releaser(place, batch, work)
+    releaser = Releaser(place, batch, staged)
     releaser.start()
     try:
-        summary = grade_class(place.course, assignment, work, jobs=jobs, timeout=setting.timeout,
+        summary = grade_class(place.course, assignment, staged.work, jobs=jobs, timeout=setting.timeout,
                               out=place.graded(assignment), progress=False, echo=lambda line: log(f"  {line}"),
                               hidden=(place.exchange,))
     except GradingError as exc:
@@ -276,7 +286,7 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
     results = {r.student: r for r in summary.results}
     for student, (entry, _) in releaser.pending.items():  # results saved before a restart, reused as they were
         if student in results:
-            finish(place, queue, entry, results[student], work, graded=False)
+            finish(place, queue, entry, results[student], staged, graded=False)
         else:
             queue.finish(entry, state=FAILED, graded=False, status="invalid", score=None, max_score=None,
                          detail="the grader found no student folder in it")

@@ -55,6 +55,9 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
         parser.add_argument("assignment")
         if name == "release":
             parser.add_argument("--force", action="store_true", help="release again, replacing the release")
+            parser.add_argument("--due", default=None, metavar="WHEN",
+                                help="due date, e.g. '2026-12-01 17:00:00 UTC' or '2026-12-01T17:00:00-05:00' "
+                                     "(no zone: UTC, as nbgrader reads it); later submissions are late")
         if name == "grade":
             parser.add_argument("--timeout", default=None, help="seconds per notebook (grade's default: 300)")
             parser.add_argument("--jobs", default=None, help="students at the same time (default: CPU cores)")
@@ -110,7 +113,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "start":
         start.start(settings, args.debug)
     elif args.action == "release":
-        print(loop.release(settings, args.assignment, args.force))
+        print(loop.release(settings, args.assignment, args.force, args.due))
     elif args.action == "status":
         rows = loop.status(settings, args.assignment)
         for row in rows:

@@ -1,13 +1,17 @@
 """The instructor's loop: release, status, collect, grade (with our grader), feedback, export."""
 
 import csv
+import datetime
 import fnmatch
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbgrader.utils import parse_utc
+
 from autograder.hub import accounts
+from autograder.hub.arrival import recheck_collected
 from autograder.hub.install import grader_env, nbgrader
 from autograder.hub.roster import read_roster
 from autograder.hub.settings import HubError, HubSettings
@@ -41,11 +45,29 @@ def _known(s: HubSettings, assignment: str) -> None:
         raise HubError(f"no assignment {assignment!r} in {s.paths.course / 'release'} (have: {', '.join(have)})")
 
 
-def release(s: HubSettings, assignment: str, force: bool = False) -> str:
-    """Put the student version into the exchange for every student to fetch."""
+def release(s: HubSettings, assignment: str, force: bool = False, due: str | None = None) -> str:
+    """Put the student version into the exchange for every student to fetch; record its due date when given."""
+    due_utc = parse_due(due) if due else None
     _known(s, assignment)
     done = nbgrader(s, "release_assignment", assignment, *(["--force"] if force else []))
-    return (done.stdout + done.stderr).strip()
+    said = (done.stdout + done.stderr).strip()
+    if due_utc is None:
+        return said
+    dated = nbgrader(s, "db", "assignment", "add", assignment, "--duedate", f"{due_utc:%Y-%m-%d %H:%M:%S} UTC")
+    if dated.returncode != 0:
+        raise HubError(f"released, but the due date was not recorded: {(dated.stdout + dated.stderr).strip()}")
+    return (f"{said}\ndue {due_utc:%Y-%m-%d %H:%M:%S} UTC; a later submission is late, and nbgrader's "
+            "LateSubmissionPlugin.penalty_method (nbgrader_config.py; default 'none': marked late, no penalty) "
+            "decides what it costs")
+
+
+def parse_due(text: str) -> datetime.datetime:
+    """Return a due date as naive UTC, read as nbgrader reads it (a time without a zone or offset is UTC)."""
+    try:
+        return parse_utc(text)
+    except (ValueError, OverflowError) as exc:
+        raise HubError(f"cannot read the due date {text!r} ({exc}); write it like '2026-12-01 17:00:00 UTC' "
+                       "or '2026-12-01T17:00:00-05:00'") from None
 
 
 def status(s: HubSettings, assignment: str) -> list[Handin]:
@@ -78,7 +100,8 @@ def collect(s: HubSettings, assignment: str) -> str:
     """Copy the latest submissions from the exchange into the course's submitted/ (newer ones replace older)."""
     _known(s, assignment)
     done = nbgrader(s, "collect", assignment, "--update", *(f"--CourseDirectory.ignore={p}" for p in _ignore(s)))
-    return (done.stdout + done.stderr).strip()
+    changed = recheck_collected(s.paths.course, s.paths.exchange / s.course_id / "inbound", assignment)
+    return "\n".join([(done.stdout + done.stderr).strip(), *changed]).strip()
 
 
 def grade(s: HubSettings, assignment: str, extra: list[str]) -> list[Grade]:
