@@ -283,9 +283,10 @@ def test_rerun_changes_nothing_and_an_interrupted_run_finishes_the_rest(graded, 
         assert gb.find_submission("tiny", "wrong").score == 1
 
 
-def test_a_stopped_run_exits_130_leaves_nothing_running_and_the_next_run_finishes(tmp_path):
+def grading_in_background(tmp_path: Path, correct: int, saved: int) -> tuple[Path, dict, subprocess.Popen]:
+    """Start grading `correct` right students and one who loops; return once `saved` results are saved."""
     course = make_course(tmp_path)
-    students = {f"s{k}": CLASS["correct"] for k in range(5)} | {"loop": CLASS["loop"]}
+    students = {f"s{k}": CLASS["correct"] for k in range(correct)} | {"loop": CLASS["loop"]}
     write_class(course / "incoming", students, course)
     cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(course / "incoming"), "--course", str(course),
            "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MIB), "--quiet"]
@@ -293,8 +294,14 @@ def test_a_stopped_run_exits_130_leaves_nothing_running_and_the_next_run_finishe
                            stderr=subprocess.PIPE, text=True)
     results = course / "graded" / "tiny" / "results"
     deadline = time.monotonic() + 120
-    while len(list(results.glob("*.json"))) < 2 and time.monotonic() < deadline and run.poll() is None:
+    while len(list(results.glob("*.json"))) < saved and time.monotonic() < deadline and run.poll() is None:
         time.sleep(0.2)
+    return course, students, run
+
+
+def test_a_stopped_run_exits_130_leaves_nothing_running_and_the_next_run_finishes(tmp_path):
+    course, students, run = grading_in_background(tmp_path, correct=5, saved=2)
+    results = course / "graded" / "tiny" / "results"
     run.terminate()  # what Ctrl-C does too
     _, err = run.communicate(timeout=60)
     assert run.returncode == 130 and "run the same command again" in err
@@ -309,20 +316,10 @@ def test_a_stopped_run_exits_130_leaves_nothing_running_and_the_next_run_finishe
 
 def test_a_killed_run_leaves_no_process_and_the_next_run_removes_its_scratch(tmp_path):
     """SIGKILL (an out-of-memory kill, a crashed service) cannot tidy up: the next run does, and only that."""
-    course = make_course(tmp_path)
-    students = {f"s{k}": CLASS["correct"] for k in range(4)} | {"loop": CLASS["loop"]}
-    write_class(course / "incoming", students, course)
-    cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(course / "incoming"), "--course", str(course),
-           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MIB), "--quiet"]
-    run = subprocess.Popen(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-    results = course / "graded" / "tiny" / "results"
-    deadline = time.monotonic() + 120
-    while not list(results.glob("*.json")) and time.monotonic() < deadline and run.poll() is None:
-        time.sleep(0.2)
+    course, students, run = grading_in_background(tmp_path, correct=4, saved=1)
     left = [p for p in Path("/tmp").glob("dlg-*") if f'"pid": {run.pid},' in _read(p / "owner.json")]
     run.kill()
-    run.wait(timeout=60)
+    run.communicate(timeout=60)
     assert len(left) == 1 and left[0].is_dir()
     deadline = time.monotonic() + 30  # the workers notice their parent is gone and stop their kernels
     while time.monotonic() < deadline and _processes_of(course):
