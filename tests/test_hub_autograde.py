@@ -257,6 +257,10 @@ def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arr
     assert scratch.penalty() == 3
     assert f"claims {backdated}" in entry.detail and "graded as submitted at" in entry.detail, entry.detail
     assert "claims" in log
+    status = subprocess.run([sys.executable, "-m", "autograder.hub.autograde_service", "status", "--course",
+                             str(scratch.course), "tiny"], cwd=COURSE_ROOT, capture_output=True, text=True,
+                            check=True).stdout
+    assert entry.detail in status  # what `hub autograde status` prints, whole
 
 
 # The service on a hub

@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f", at most {s.per_hour} per student per hour" if s.per_hour else ""))
     for e in queue.entries(args.assignment):
         score = f"{e.score:g}/{e.max_score:g}" if e.score is not None and e.max_score is not None else ""
-        print(f"{e.student:24} {e.timestamp:28} {e.state:10} {e.status:9} {score:11} {e.detail[:80]}")
+        print(f"{e.student:24} {e.timestamp:28} {e.state:10} {e.status:9} {score:11} {e.detail}")
     return 0
 
 
