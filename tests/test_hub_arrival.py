@@ -81,3 +81,19 @@ def test_collected_submissions_get_the_time_of_the_folder_nbgrader_collected(tmp
     assert recheck_collected(course, inbound, "ps01") == []  # already fixed: nothing more to say
     assert recheck_collected(course, inbound, "ps02") == []
     assert (course / "submitted" / me / "ps02" / STAMP_FILE).read_text() == honest
+
+
+def test_a_collected_submission_without_a_timestamp_gets_one(tmp_path: Path) -> None:
+    """A student who deletes timestamp.txt is not left undated (nbgrader would apply no late penalty)."""
+    import os
+    import pwd
+
+    from autograder.hub.arrival import recheck_collected
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    inbound, collected = tmp_path / "inbound", tmp_path / "course" / "submitted" / me / "ps01"
+    (inbound / f"{me}+ps01+2026-01-01 10:00:00 UTC+a").mkdir(parents=True)
+    collected.mkdir(parents=True)
+    (line,) = recheck_collected(tmp_path / "course", inbound, "ps01")
+    assert "has no readable timestamp.txt" in line
+    assert (collected / STAMP_FILE).read_text().endswith(" UTC")

@@ -98,9 +98,16 @@ def recheck_collected(course: Path, inbound: Path, assignment: str) -> list[str]
         collected = course / "submitted" / student / assignment
         if not collected.is_dir():
             continue
-        when = arrival(folder)
-        if when.note() and (collected / STAMP_FILE).read_text(encoding="utf-8", errors="replace").strip() \
-                != when.timestamp:
-            (collected / STAMP_FILE).write_text(when.timestamp, encoding="utf-8")
+        when, stamp = arrival(folder), collected / STAMP_FILE
+        if when.note() and _read(stamp) != when.timestamp:
+            stamp.unlink(missing_ok=True)
+            stamp.write_text(when.timestamp, encoding="utf-8")
             changed.append(f"{student}: {when.note()}")
     return changed
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
