@@ -26,6 +26,7 @@ from nbgrader.api import Gradebook
 from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
 from autograder.hub.api import HubAPI
+from autograder.hub.arrival import nbgrader_time
 from autograder.hub.autograde_queue import DONE, FAILED, GRADING, MAX_TRIES, QUEUED, SUPERSEDED, Queue
 from tests.hub_support import (
     COURSE,
@@ -162,11 +163,6 @@ def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_b
 
 
 # Deadlines, without a hub: the service itself on a scratch course and exchange
-
-def nbgrader_time(moment: datetime.datetime) -> str:
-    """Return a UTC time written as nbgrader's submit writes it."""
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-
 
 class ScratchClass:
     """A course holding `tiny`, an exchange, and this user as the one student who submits."""
