@@ -10,8 +10,9 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.hub import loop
+from autograder.hub.exchange import course_ignore
 from autograder.hub.install import check_settings, is_loopback
-from autograder.hub.loop import _ignore, status
+from autograder.hub.loop import status
 from autograder.hub.render import render_all, write_all
 from autograder.hub.roster import Member, read_roster, write_roster
 from autograder.hub.settings import HubError, HubSettings
@@ -152,18 +153,24 @@ def test_bad_rosters_are_refused(tmp_path: Path, text: str, message: str) -> Non
 
 
 def test_status_reads_the_exchange(tmp_path: Path) -> None:
+    import os
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name  # the one account that owns these folders
     s = settings(tmp_path)
     s.paths.hub.mkdir(parents=True)
     write_roster(s.paths.roster, MEMBERS)
     inbound = s.paths.exchange / "device-lab" / "inbound"
-    for name in ("dl-ann+ps01+2026-01-01 10:00:00 UTC+abc", "dl-ann+ps01+2026-01-02 10:00:00 UTC+def",
-                 "dl-bob+ps02+2026-01-01 10:00:00 UTC+ghi"):
+    for name in (f"{me}+ps01+2026-01-01 10:00:00 UTC+abc", f"{me}+ps01+2026-01-02 10:00:00 UTC+def",
+                 f"{me}+ps02+2026-01-03 10:00:00 UTC+ghi", "dl-bob+ps01+2026-01-01 10:00:00 UTC+jkl"):
         (inbound / name).mkdir(parents=True)
-    (s.paths.course / "submitted" / "dl-ann" / "ps01").mkdir(parents=True)
-    rows = {r.student: r for r in status(s, "ps01")}
-    assert set(rows) == {"dl-ann", "dl-bob"}
-    assert rows["dl-ann"].submitted == "2026-01-02 10:00:00 UTC" and rows["dl-ann"].collected
-    assert rows["dl-bob"].submitted is None
+    (s.paths.course / "submitted" / me / "ps01").mkdir(parents=True)
+    found = status(s, "ps01")
+    rows = {r.student: r for r in found.handins}
+    assert set(rows) == {"dl-ann", "dl-bob", me}
+    assert rows[me].submitted == "2026-01-02 10:00:00 UTC" and rows[me].collected
+    assert rows["dl-bob"].submitted is None  # a folder in bob's name that bob did not make is not his
+    assert [b.name for b in found.skipped] == ["dl-bob+ps01+2026-01-01 10:00:00 UTC+jkl"]
 
 
 def test_collect_keeps_nbgrader_submission_files(tmp_path: Path) -> None:
@@ -171,7 +178,9 @@ def test_collect_keeps_nbgrader_submission_files(tmp_path: Path) -> None:
     s.paths.course.mkdir(parents=True)
     (s.paths.course / "nbgrader_config.py").write_text(
         "c = get_config()\nc.CourseDirectory.ignore = ['*.txt', '*.py', '.ipynb_checkpoints', 'timestamp.txt']\n")
-    assert _ignore(s) == ["*.py", ".ipynb_checkpoints"]
+    skip = course_ignore(s.paths.course)
+    assert [skip(p) for p in ("timestamp.txt", "submission_secret.txt", "a.py", "d/.ipynb_checkpoints/x")] == [
+        False, False, True, True]
 
 
 def test_commands_say_when_there_is_no_hub(tmp_path: Path) -> None:

@@ -6,12 +6,15 @@ folder and its files is set by the kernel on every write and cannot be set back 
 that claims to be older than its files is graded as made when its files were written.
 """
 
+import contextlib
 import datetime
-import pwd
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from nbgrader.utils import parse_utc
+
+from autograder.safe_copy import Refusal, read_small
 
 # nbgrader's submit writes the time first, then copies the files: allow for a slow copy and clock skew
 TOLERANCE = datetime.timedelta(minutes=2)
@@ -56,58 +59,17 @@ class Arrival:
 def written_at(folder: Path) -> datetime.datetime:
     """Return the newest change time of a folder and everything in it (links not followed), as naive UTC."""
     newest = folder.lstat().st_ctime
-    for path in folder.rglob("*"):
-        try:
-            newest = max(newest, path.lstat().st_ctime)
-        except OSError:
-            continue
+    for parent, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.lstat(os.path.join(parent, name)).st_ctime)
     return datetime.datetime.fromtimestamp(newest, datetime.timezone.utc).replace(tzinfo=None)
 
 
 def arrival(folder: Path) -> Arrival:
-    """Read a submission folder in the exchange: its stated time and when its files were written."""
-    stamp = folder / STAMP_FILE
+    """Read a submission folder: its stated time (a small regular file, no link followed) and when it was written."""
     try:
-        claimed = stamp.read_text(encoding="utf-8", errors="strict").strip() if not stamp.is_symlink() else None
-    except (OSError, UnicodeDecodeError):
+        claimed = read_small(folder, STAMP_FILE).decode("utf-8", errors="strict").strip()
+    except (Refusal, UnicodeDecodeError):
         claimed = None
     return Arrival(claimed or None, written_at(folder))
-
-
-def owner(path: Path) -> str | None:
-    """Return the account that owns a path (links not followed), None when unknown."""
-    try:
-        return pwd.getpwuid(path.lstat().st_uid).pw_name
-    except (KeyError, OSError):
-        return None
-
-
-def recheck_collected(course: Path, inbound: Path, assignment: str) -> list[str]:
-    """Give each collected submission of `assignment` a time it cannot fake; return a line per one changed.
-
-    `nbgrader collect` copies the newest folder of each student (by the time in its name, owned by the
-    student) with its timestamp.txt; this finds that folder again and checks it as the autograde service does.
-    """
-    newest: dict[str, tuple[str, Path]] = {}
-    for folder in inbound.iterdir() if inbound.is_dir() else []:
-        parts = folder.name.split("+")
-        if len(parts) >= 3 and parts[1] == assignment and owner(folder) == parts[0] and not folder.is_symlink():
-            newest[parts[0]] = max(newest.get(parts[0], ("", folder)), (parts[2], folder), key=lambda x: x[0])
-    changed = []
-    for student, (_, folder) in sorted(newest.items()):
-        collected = course / "submitted" / student / assignment
-        if not collected.is_dir():
-            continue
-        when, stamp = arrival(folder), collected / STAMP_FILE
-        if when.note() and _read(stamp) != when.timestamp:
-            stamp.unlink(missing_ok=True)
-            stamp.write_text(when.timestamp, encoding="utf-8")
-            changed.append(f"{student}: {when.note()}")
-    return changed
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return ""

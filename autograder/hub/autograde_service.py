@@ -22,14 +22,13 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbgrader.utils import notebook_hash
-
-from autograder.hub.arrival import STAMP_FILE, arrival, owner
+from autograder.hub import exchange
 from autograder.hub.autograde_queue import DONE, FAILED, MAX_TRIES, Entry, Queue
+from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
+from autograder.safe_copy import Refusal, read_small
 
 POLL_S = 1.0
 BATCH_PER_CORE = 4  # a batch holds at most this many students per core (a later submission waits at most that)
-MAX_FILE_BYTES = 20 << 20  # files bigger than this in a submission are not copied out of the exchange
 QUEUE_FILE = "queue.sqlite"
 
 
@@ -47,12 +46,17 @@ class Place:
         return self.course / "autograde"
 
     @property
+    def dirs(self) -> Exchange:
+        """Return the exchange's folders for the course."""
+        return Exchange(self.exchange, self.course_id)
+
+    @property
     def inbound(self) -> Path:
-        return self.exchange / self.course_id / "inbound"
+        return self.dirs.inbound
 
     @property
     def outbound_feedback(self) -> Path:
-        return self.exchange / self.course_id / "feedback"
+        return self.dirs.feedback
 
     def queue(self) -> Queue:
         return Queue(self.home / QUEUE_FILE)
@@ -76,47 +80,22 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
     enabled = set(queue.enabled())
     if not enabled:
         return 0
-    try:
-        names = os.listdir(place.inbound)
-    except OSError:
-        return 0  # nothing released yet
-    found = []
-    for name in names:
-        parts = name.split("+")
-        if len(parts) < 3 or parts[1] not in enabled:
-            continue
-        student, assignment, timestamp = parts[0], parts[1], parts[2]
-        found.append((timestamp, student, assignment, name))
+    inbox = place.dirs.read_inbox(enabled, now=None)
     known = {a: queue.known(a) for a in enabled}
     new = 0
-    for timestamp, student, assignment, name in sorted(found):
+    for sub in sorted(inbox.submissions, key=lambda sub: sub.name.when):
+        student, assignment, timestamp = sub.name.student, sub.name.assignment, sub.name.timestamp
         if (student, timestamp) in known[assignment]:
             continue
-        folder = place.inbound / name
-        if not folder.is_dir() or folder.is_symlink() or owner(folder) != student:
-            continue  # nbgrader's collect checks the owner too: nobody submits in another student's name
-        try:
-            secret = (folder / "submission_secret.txt").read_text(encoding="utf-8").strip()
-        except OSError:
+        try:  # a small regular file of the student's own: never a link followed, a FIFO waited on
+            secret = read_small(sub.folder, SECRET_FILE, owner=sub.uid).decode("utf-8", errors="replace").strip()
+        except Refusal:
             secret = ""
-        state = queue.add(student, assignment, timestamp, name, secret, now)
+        state = queue.add(student, assignment, timestamp, sub.folder.name, secret, now)
         known[assignment].add((student, timestamp))
-        log(f"{student} submitted {assignment} at {timestamp}: {state}")
+        log(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
         new += 1
     return new
-
-
-def _copy_submission(src: Path, dest: Path) -> None:
-    """Copy a submission out of the exchange: regular files only, none bigger than MAX_FILE_BYTES."""
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        skipped = set()
-        for name in names:
-            path = Path(folder) / name
-            if path.is_symlink() or (path.is_file() and path.stat().st_size > MAX_FILE_BYTES):
-                skipped.add(name)
-        return skipped
-
-    shutil.copytree(src, dest, symlinks=True, ignore=ignore)
 
 
 @dataclass
@@ -125,6 +104,7 @@ class Staged:
 
     work: Path
     missing: list[Entry] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # student -> why their submission was not copied
     notes: dict[str, str] = field(default_factory=dict)  # student -> why their stated time was not used
 
 
@@ -134,19 +114,26 @@ def stage(place: Place, batch: list[Entry]) -> Staged:
     if staged.work.exists():
         shutil.rmtree(staged.work)
     staged.work.mkdir(parents=True)
+    skip = exchange.course_ignore(place.course)
     for e in batch:
-        src, dest = place.inbound / e.folder, staged.work / e.student / e.assignment
-        try:
-            when = arrival(src)
-            _copy_submission(src, dest)
-        except (OSError, shutil.Error):
-            staged.missing.append(e)
+        found = place.dirs.submission(e.folder)
+        if isinstance(found, BadName):
+            if not os.path.lexists(place.inbound / e.folder):
+                staged.missing.append(e)
+            else:
+                staged.refused[e.student] = found.reason
             continue
-        (dest / STAMP_FILE).unlink(missing_ok=True)
-        (dest / STAMP_FILE).write_text(when.timestamp, encoding="utf-8")
-        if when.note():
-            staged.notes[e.student] = when.note()
-            log(f"{e.student} {e.assignment} {e.timestamp}: {when.note()}")
+        (staged.work / e.student).mkdir()
+        try:
+            taken = exchange.take(found, staged.work / e.student / e.assignment, skip)
+        except Refusal as exc:
+            staged.refused[e.student] = str(exc)
+            log(printable(f"{e.student} {e.assignment} {e.timestamp}: refused: {exc}"))
+            continue
+        notes = [n for n in (taken.arrival.note(), taken.report.summary()) if n]
+        if notes:
+            staged.notes[e.student] = "; ".join(notes)
+            log(printable(f"{e.student} {e.assignment} {e.timestamp}: {'; '.join(notes)}"))
     return staged
 
 
@@ -174,22 +161,8 @@ def release_feedback(place: Place, entry: Entry, pages: dict[str, str]) -> None:
     """Give the pages back as `nbgrader release_feedback` does: course feedback/ and the exchange's feedback/."""
     if not entry.secret:
         return  # not an nbgrader submission: nothing to hand it back through
-    mine = place.course / "feedback" / entry.student / entry.assignment
-    if mine.exists():
-        shutil.rmtree(mine)
-    mine.mkdir(parents=True)
-    (mine / "timestamp.txt").write_text(entry.timestamp, encoding="utf-8")
-    (mine / "submission_secret.txt").write_text(entry.secret, encoding="utf-8")
-    if not place.outbound_feedback.is_dir():
-        place.outbound_feedback.mkdir()
-        place.outbound_feedback.chmod(0o711)  # as nbgrader makes it: students may not list it
-    for notebook, text in pages.items():
-        (mine / f"{notebook}.html").write_text(text, encoding="utf-8")
-        checksum = notebook_hash(secret=entry.secret, notebook_id=notebook)
-        tmp = place.outbound_feedback / f"{checksum}-tmp.html"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.chmod(0o644)
-        tmp.replace(place.outbound_feedback / f"{checksum}.html")
+    exchange.release_feedback(place.dirs, place.course, entry.student, entry.assignment, entry.timestamp,
+                              entry.secret, pages)
 
 
 def _stamp(path: Path) -> int | None:
@@ -261,7 +234,11 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
     for e in staged.missing:
         queue.finish(e, state=FAILED, graded=False, status="missing", score=None, max_score=None,
                      detail="its folder left the exchange before it was graded")
-    batch = [e for e in batch if e not in staged.missing]
+    for e in batch:
+        if e.student in staged.refused:
+            queue.finish(e, state=FAILED, graded=False, status="refused", score=None, max_score=None,
+                         detail=staged.refused[e.student])
+    batch = [e for e in batch if e not in staged.missing and e.student not in staged.refused]
     if not batch:
         return
     started = time.monotonic()
@@ -355,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f", at most {s.per_hour} per student per hour" if s.per_hour else ""))
     for e in queue.entries(args.assignment):
         score = f"{e.score:g}/{e.max_score:g}" if e.score is not None and e.max_score is not None else ""
-        print(f"{e.student:24} {e.timestamp:28} {e.state:10} {e.status:9} {score:11} {e.detail}")
+        print(printable(f"{e.student:24} {e.timestamp:28} {e.state:10} {e.status:9} {score:11} {e.detail}"))
     return 0
 
 

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from autograder.hub import install, loop, start
+    from autograder.hub.exchange import printable
     from autograder.hub.roster import Member
 
     root = Path(args.root)
@@ -115,12 +116,15 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "release":
         print(loop.release(settings, args.assignment, args.force, args.due))
     elif args.action == "status":
-        rows = loop.status(settings, args.assignment)
-        for row in rows:
-            print(f"{row.student:24} {row.submitted or 'not submitted':28} {'collected' if row.collected else ''}")
-        print(f"{sum(1 for r in rows if r.submitted)} of {len(rows)} submitted")
+        found = loop.status(settings, args.assignment)
+        for row in found.handins:
+            print(printable(f"{row.student:24} {row.submitted or 'not submitted':28} "
+                            f"{'collected' if row.collected else ''}"))
+        for bad in found.skipped:
+            print(f"not a submission: {bad.line()}")
+        print(f"{sum(1 for r in found.handins if r.submitted)} of {len(found.handins)} submitted")
     elif args.action == "collect":
-        print(loop.collect(settings, args.assignment))
+        print("\n".join(loop.collect(settings, args.assignment).lines()))
     elif args.action == "grade":
         extra = [*(["--timeout", args.timeout] if args.timeout else []), *(["--jobs", args.jobs] if args.jobs else []),
                  *(["--sandbox", args.sandbox] if args.sandbox else []), *(["--force"] if args.force else [])]
@@ -130,7 +134,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "feedback":
         print("feedback released to: " + ", ".join(loop.feedback(settings, args.assignment)))
     elif args.action == "autograde":
-        print(loop.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout), end="")
+        said = loop.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout)
+        print("\n".join(printable(line) for line in said.splitlines()))
     elif args.action == "export":
         print(f"wrote {loop.export(settings, Path(args.to).resolve())}")
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
+from autograder.hub.exchange import Exchange, secure_tree
 from autograder.hub.render import render_all, write_all
 from autograder.hub.roster import Member, check_member, read_roster, write_roster
 from autograder.hub.settings import LOOPBACK, HubError, HubSettings, grader_env
@@ -98,20 +99,26 @@ def install_course(s: HubSettings, grader: accounts.Account) -> None:
 
 
 def make_folders(s: HubSettings) -> None:
-    """Make the root (0755), the hub's folder (0700) and nbgrader's exchange (1777, as nbgrader documents)."""
+    """Make the root (0755) and the hub's folder (0700)."""
     paths = s.paths
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.root.chmod(0o755)
     paths.hub.mkdir(exist_ok=True)
     paths.hub.chmod(0o700)
-    paths.exchange.mkdir(exist_ok=True)
-    paths.exchange.chmod(0o1777)
     if not paths.cli_token.exists():
         paths.cli_token.write_text(secrets.token_hex(32) + "\n")
     paths.cli_token.chmod(0o600)
 
 
 NO_HUB_AUTH = "--Authenticator.plugin_class=nbgrader.auth.NoAuthPlugin"
+
+
+def secure_exchange(s: HubSettings) -> list[str]:
+    """Make (or repair) the exchange's tree: root's, with nbgrader's modes; return a line per repair."""
+    grader = accounts.lookup(s.grader)
+    if grader is None:
+        raise HubError(f"no grader account {s.grader}: run `hub setup` again")
+    return secure_tree(Exchange(s.paths.exchange, s.course_id), grader.uid, grader.gid)
 
 
 def nbgrader(s: HubSettings, *args: str, timeout: float | None = 600):
@@ -169,6 +176,7 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
         created.append(s.grader)
     grader = accounts.ensure_account(s.grader, f"{s.course_id} grader", s.extra_group)
     check_python(s)
+    secure_exchange(s)
     install_course(s, grader)
     configure(s, members)
     register_students(s, members)

@@ -2,21 +2,19 @@
 
 import csv
 import datetime
-import fnmatch
-import os
+import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbgrader.utils import parse_utc
 
-from autograder.hub import accounts
-from autograder.hub.arrival import recheck_collected
-from autograder.hub.install import grader_env, nbgrader
+from autograder.hub import accounts, exchange
+from autograder.hub.exchange import BadName, CollectReport, Exchange
+from autograder.hub.install import grader_env, nbgrader, secure_exchange
 from autograder.hub.roster import read_roster
 from autograder.hub.settings import HubError, HubSettings
-
-SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")
+from autograder.safe_copy import Refusal
 
 
 @dataclass(frozen=True)
@@ -49,8 +47,12 @@ def release(s: HubSettings, assignment: str, force: bool = False, due: str | Non
     """Put the student version into the exchange for every student to fetch; record its due date when given."""
     due_utc = parse_due(due) if due else None
     _known(s, assignment)
-    done = nbgrader(s, "release_assignment", assignment, *(["--force"] if force else []))
-    said = (done.stdout + done.stderr).strip()
+    repaired = secure_exchange(s)
+    try:
+        exchange.release(_exchange(s), s.paths.course / "release" / assignment, assignment, force)
+    except (FileExistsError, Refusal) as exc:
+        raise HubError(str(exc)) from None
+    said = "\n".join([*repaired, f"released {assignment} to {_exchange(s).outbound / assignment}"])
     if due_utc is None:
         return said
     dated = nbgrader(s, "db", "assignment", "add", assignment, "--duedate", f"{due_utc:%Y-%m-%d %H:%M:%S} UTC")
@@ -70,38 +72,40 @@ def parse_due(text: str) -> datetime.datetime:
                        "or '2026-12-01T17:00:00-05:00'") from None
 
 
-def status(s: HubSettings, assignment: str) -> list[Handin]:
-    """Return every student on the roster with their latest submission in the exchange."""
-    inbound = s.paths.exchange / s.course_id / "inbound"
-    latest: dict[str, str] = {}
-    for entry in (inbound.iterdir() if inbound.is_dir() else []):
-        parts = entry.name.split("+")
-        if len(parts) >= 3 and parts[1] == assignment:
-            latest[parts[0]] = max(latest.get(parts[0], ""), parts[2])
+def _exchange(s: HubSettings) -> Exchange:
+    return Exchange(s.paths.exchange, s.course_id)
+
+
+@dataclass
+class Status:
+    """Who has submitted an assignment, and the inbound's folders that are nobody's submission."""
+
+    handins: list[Handin]
+    skipped: list[BadName] = field(default_factory=list)
+
+
+def status(s: HubSettings, assignment: str) -> Status:
+    """Return every student on the roster with their latest own submission in the exchange."""
+    inbox = _exchange(s).read_inbox({assignment})
+    latest = {student: sub.name.timestamp for student, sub in inbox.newest().items()}
     students = [m.username(s.prefix) for m in read_roster(s.paths.roster, s.prefix) if m.role == "student"]
     collected = s.paths.course / "submitted"
-    return [Handin(u, latest.get(u), (collected / u / assignment).is_dir())
-            for u in sorted(set(students) | set(latest))]
+    return Status([Handin(u, latest.get(u), (collected / u / assignment).is_dir())
+                   for u in sorted(set(students) | set(latest))], inbox.skipped)
 
 
-def _ignore(s: HubSettings) -> list[str]:
-    """Return the course's ignore patterns less those that would drop nbgrader's own submission files.
-
-    A course may ignore `*.txt` to keep notes out of release/; collecting must still keep timestamp.txt (late
-    penalties) and submission_secret.txt (feedback goes back through it).
-    """
-    from autograder.course import course_directory
-
-    patterns = course_directory(s.paths.course).ignore
-    return [p for p in patterns if not any(fnmatch.fnmatch(name, p) for name in SUBMISSION_FILES)] or [".ipynb_checkpoints"]
+def _as_grader(s: HubSettings, action: str, assignment: str) -> str:
+    """Run an exchange action (exchange.py's main) as the grader account; return what it printed."""
+    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.exchange", action, assignment, "--course",
+                                      str(s.paths.course), "--exchange", str(s.paths.exchange), "--course-id",
+                                      s.course_id], cwd=s.paths.course, env=grader_env(s), timeout=None)
+    return done.stdout.strip().splitlines()[-1]
 
 
-def collect(s: HubSettings, assignment: str) -> str:
-    """Copy the latest submissions from the exchange into the course's submitted/ (newer ones replace older)."""
+def collect(s: HubSettings, assignment: str) -> CollectReport:
+    """Copy each student's newest own submission into the course's submitted/ (as the grader account)."""
     _known(s, assignment)
-    done = nbgrader(s, "collect", assignment, "--update", *(f"--CourseDirectory.ignore={p}" for p in _ignore(s)))
-    changed = recheck_collected(s.paths.course, s.paths.exchange / s.course_id / "inbound", assignment)
-    return "\n".join([(done.stdout + done.stderr).strip(), *changed]).strip()
+    return CollectReport.from_json(_as_grader(s, "collect", assignment))
 
 
 def grade(s: HubSettings, assignment: str, extra: list[str]) -> list[Grade]:
@@ -127,31 +131,9 @@ def read_grades(path: Path) -> list[Grade]:
 def feedback(s: HubSettings, assignment: str) -> list[str]:
     """Release the grader's feedback pages to the students who were graded; return those students."""
     _known(s, assignment)
-    course, grader = s.paths.course, accounts.lookup(s.grader)
-    assert grader is not None
-    pages = course / "graded" / assignment / "feedback"
-    released = []
-    for student_dir in sorted(p for p in pages.iterdir() if p.is_dir()) if pages.is_dir() else []:
-        submitted = course / "submitted" / student_dir.name / assignment
-        html = sorted(student_dir.glob("*.html"))
-        if not html or not (submitted / "submission_secret.txt").is_file():
-            continue  # not a submission from the exchange (nothing to hand it back through)
-        target = course / "feedback" / student_dir.name / assignment
-        if target.exists():
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-        for page in html:
-            shutil.copyfile(page, target / page.name)
-        for name in ("timestamp.txt", "submission_secret.txt"):
-            shutil.copyfile(submitted / name, target / name)
-        for folder in (course / "feedback", target.parent, target):
-            os.chown(folder, grader.uid, grader.gid)
-        for path in target.iterdir():
-            os.chown(path, grader.uid, grader.gid)
-        released.append(student_dir.name)
+    released = json.loads(_as_grader(s, "feedback", assignment))
     if not released:
         raise HubError(f"no graded submissions of {assignment} to give feedback on: run `hub grade` first")
-    nbgrader(s, "release_feedback", assignment)
     return released
 
 
