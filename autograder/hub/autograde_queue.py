@@ -16,19 +16,25 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 QUEUED, GRADING, DONE, SUPERSEDED, FAILED = "queued", "grading", "done", "superseded", "failed"
 MAX_TRIES = 3  # the service died this many times while grading a submission: it is failed, not retried
 DEFAULT_TIMEOUT = 120  # seconds per notebook, unless the instructor sets --timeout
 HOUR = 3600.0
+# What feedback on submit shows of the hidden tests before the due date: only each one's score and the
+# instructor's message (protected, the default), or everything, as nbgrader's feedback does (shown).
+PROTECTED, SHOWN = "protected", "shown"
+HIDDEN_TESTS = (PROTECTED, SHOWN)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS assignments (
     assignment TEXT PRIMARY KEY,
     enabled INTEGER NOT NULL,
     per_hour INTEGER NOT NULL DEFAULT 0,
-    timeout REAL NOT NULL DEFAULT 120
+    timeout REAL NOT NULL DEFAULT 120,
+    hidden_tests TEXT NOT NULL DEFAULT 'protected'
 );
 CREATE TABLE IF NOT EXISTS submissions (
     student TEXT NOT NULL,
@@ -82,12 +88,21 @@ class Entry:
 
 @dataclass(frozen=True)
 class Setting:
-    """Autograding of one assignment: on or off, the limit of graded submissions per student per hour."""
+    """Autograding of one assignment: on or off, the limit of graded submissions per student per hour, and
+    whether feedback on submit protects the hidden tests."""
 
     assignment: str
     enabled: bool
     per_hour: int = 0  # 0: no limit
     timeout: float = DEFAULT_TIMEOUT
+    hidden_tests: str = PROTECTED
+
+    def protects_hidden_tests(self, due: datetime | None, now: datetime) -> bool:
+        """Return whether feedback given now must keep the hidden tests hidden (`due`, `now`: naive UTC).
+
+        Protected until the due date has passed; with no due date, until the instructor says `shown`.
+        """
+        return self.hidden_tests != SHOWN and (due is None or now <= due)
 
 
 class Queue:
@@ -99,6 +114,9 @@ class Queue:
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.executescript(SCHEMA)
+        columns = {r["name"] for r in self.db.execute("PRAGMA table_info(assignments)")}
+        if "hidden_tests" not in columns:  # a queue made before the setting existed: protected, the default
+            self.db.execute(f"ALTER TABLE assignments ADD COLUMN hidden_tests TEXT NOT NULL DEFAULT '{PROTECTED}'")
 
     def close(self) -> None:
         """Close the file."""
@@ -117,14 +135,18 @@ class Queue:
 
     # The instructor's switches
     def configure(self, assignment: str, enabled: bool, per_hour: int | None = None,
-                  timeout: float | None = None) -> Setting:
+                  timeout: float | None = None, hidden_tests: str | None = None) -> Setting:
         """Turn autograding of an assignment on or off (keeping its other settings unless given)."""
+        if hidden_tests is not None and hidden_tests not in HIDDEN_TESTS:
+            raise ValueError(f"hidden tests are {' or '.join(HIDDEN_TESTS)}, not {hidden_tests!r}")
         old = self.setting(assignment)
         new = Setting(assignment, enabled, old.per_hour if per_hour is None else per_hour,
-                      old.timeout if timeout is None else timeout)
+                      old.timeout if timeout is None else timeout,
+                      old.hidden_tests if hidden_tests is None else hidden_tests)
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO assignments VALUES (?, ?, ?, ?)",
-                       (assignment, int(new.enabled), new.per_hour, new.timeout))
+            db.execute("INSERT OR REPLACE INTO assignments (assignment, enabled, per_hour, timeout, hidden_tests) "
+                       "VALUES (?, ?, ?, ?, ?)",
+                       (assignment, int(new.enabled), new.per_hour, new.timeout, new.hidden_tests))
         return new
 
     def setting(self, assignment: str) -> Setting:
@@ -132,7 +154,7 @@ class Queue:
         row = self.db.execute("SELECT * FROM assignments WHERE assignment = ?", (assignment,)).fetchone()
         if row is None:
             return Setting(assignment, False)
-        return Setting(row["assignment"], bool(row["enabled"]), row["per_hour"], row["timeout"])
+        return Setting(row["assignment"], bool(row["enabled"]), row["per_hour"], row["timeout"], row["hidden_tests"])
 
     def enabled(self) -> list[str]:
         """Return the assignments being autograded."""
