@@ -68,5 +68,5 @@ def test_the_kernelspec_starts_the_grading_kernel_with_its_channel(tmp_path):
     worker.prepare(job, scratch)
     worker.write_kernelspec(job, scratch)
     argv = json.loads((scratch / "jupyter" / "kernels" / "python3" / "kernel.json").read_text())["argv"]
-    assert str(scratch / "rt" / GUARD_SCRIPT) in argv and str(scratch / "rt" / GUARD_CHANNEL) in argv
+    assert str(scratch / "rt" / GUARD_SCRIPT) in argv and str(scratch / "kernel" / "channel" / GUARD_CHANNEL) in argv
     assert (scratch / "rt" / GUARD_SCRIPT).is_file() and argv[-2:] == ["-f", "{connection_file}"]

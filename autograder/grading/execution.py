@@ -5,6 +5,9 @@
 - capped outputs, so a flood of prints cannot fill the grader's memory or the feedback;
 - a progress file that says which cell is running, so a grader that has to kill the kernel knows where;
 - cells to skip: a cell that crashed or hung the kernel in an earlier attempt is not run again, and fails;
+- a working folder of the kernel's own: before the first kernel starts, it gets copies of the regular files
+  nbgrader put beside the notebooks (the student's extra files, the instructor's data), and the kernel runs
+  there; nbgrader's own folder, where it writes the graded notebook, is never the kernel's (see worker.py);
 - the grading kernel's guard (guard_kernel.py, tamper.py): graded test cells are marked as such in their
   execute requests, a test cell that the guard cannot confirm ran on the pristine path fails, and every
   change a cell made to the execution path becomes a "tamper" event.
@@ -13,7 +16,10 @@
 import json
 import math
 import os
+import shutil
+import stat
 import time
+from pathlib import Path
 
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -62,6 +68,8 @@ class GraderExecute(Execute):
     notebook_output_chars = Integer(2_000_000, help="output characters kept per notebook").tag(config=True)
     guard_channel = Unicode("", help="FIFO the grading kernel reports to; empty: no guard").tag(config=True)
     task_events = Unicode("", help="pids.events of the cgroup that caps processes; empty: none").tag(config=True)
+    work_folder = Unicode("", help="the kernel's working folder (made and filled before the first kernel); "
+                                   "empty: nbgrader's folder, as plain nbgrader").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         """Run the notebook, recording what happened in the progress file."""
@@ -90,7 +98,10 @@ class GraderExecute(Execute):
     # --- the guard -----------------------------------------------------------------------------------
 
     async def async_start_new_kernel(self, **kwargs):
-        """Open the guard's channel before the kernel starts (it opens the other end first thing)."""
+        """Start the kernel in its own working folder, with the guard's channel open (it opens the other end)."""
+        if self.work_folder:
+            fill_work_folder(Path(self.resources.get("metadata", {}).get("path") or "."), Path(self.work_folder))
+            kwargs["cwd"] = self.work_folder
         if self.guard_channel:
             self._close_channel()
             self._channel = ChannelReader(self.guard_channel)
@@ -321,6 +332,29 @@ class GraderExecute(Execute):
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(record, handle)
         os.replace(tmp, self.progress_file)
+
+
+def fill_work_folder(autograded: Path, work: Path) -> None:
+    """Make the kernel's working folder with copies of the regular files beside the notebooks (once only).
+
+    Runs before any student code of the attempt: later kernels of the same attempt find the folder as the
+    earlier ones left it, as they would find nbgrader's folder. Links and special files are not copied.
+    """
+    try:
+        work.mkdir()
+    except FileExistsError:
+        return
+    for folder, dirs, files in os.walk(autograded):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(folder, d)))
+        for name in sorted(files):
+            if name.endswith(".ipynb"):
+                continue
+            src = Path(folder) / name
+            if not stat.S_ISREG(src.lstat().st_mode):
+                continue
+            dest = work / src.relative_to(autograded)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest, follow_symlinks=False)
 
 
 def read_progress(path) -> dict:

@@ -70,18 +70,24 @@ class Isolation:
         """Return one line saying what this isolation gives."""
         return DESCRIPTIONS[self.mode]
 
-    def prefix(self, writable: list[Path], cwd: Path, tmp: Path | None = None) -> list[str]:
-        """Return the command prefix that runs a program inside this sandbox (`tmp` becomes its /tmp)."""
+    def prefix(self, writable: list[Path], cwd: Path, tmp: Path | None = None,
+               readable: tuple[Path, ...] = ()) -> list[str]:
+        """Return the command prefix that runs a program inside this sandbox (`tmp` becomes its /tmp).
+
+        `readable`: folders inside hidden ones that the program may read but not change (bwrap only).
+        """
         if self.mode == "bwrap":
-            return bwrap_prefix(writable, cwd, self.hidden, self.visible, self.bwrap_size_option, tmp)
+            return bwrap_prefix(writable, cwd, self.hidden, self.visible, self.bwrap_size_option, tmp, readable)
         if self.mode == "unshare":
             return unshare_prefix()
         return []
 
 
 def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visible: tuple[str, ...],
-                 size_option: bool = True, tmp: Path | None = None) -> list[str]:
+                 size_option: bool = True, tmp: Path | None = None, readable: tuple[Path, ...] = ()) -> list[str]:
     """Return a bubblewrap command line: everything read-only, `hidden` emptied, `writable` writable.
+
+    `readable` folders are shown read-only even where they lie in a hidden folder or under /tmp.
 
     /tmp and /var/tmp are `tmp` (on disk, where the grader counts what is written) or else small tmpfs.
     """
@@ -101,6 +107,8 @@ def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visib
     for path in sorted(set(visible), key=lambda p: (len(Path(p).parts), p)):
         if Path(path).exists() and _under(path, tuple(hidden) + covered):
             args += ["--ro-bind", path, path]
+    for path in readable:
+        args += ["--ro-bind", str(path), str(path)]
     for path in writable:
         args += ["--bind", str(path), str(path)]
     return [*args, "--chdir", str(cwd), "--"]
@@ -183,11 +191,12 @@ def limits_prefix(memory_mib: int, forget_parent: bool) -> list[str]:
 
 
 def kernel_command(isolation: Isolation, writable: list[Path], cwd: Path, memory_mib: int,
-                   kernel: list[str] | None = None, tmp: Path | None = None) -> list[str]:
+                   kernel: list[str] | None = None, tmp: Path | None = None,
+                   readable: tuple[Path, ...] = ()) -> list[str]:
     """Return the kernelspec argv that starts a kernel (by default IPython's) with the limits, in the sandbox."""
     # A kernel in a PID namespace cannot see its parent, so it must not watch for it (JPY_PARENT_PID).
     kernel = kernel or ["-m", "ipykernel_launcher"]
-    return [*limits_prefix(memory_mib, isolation.mode != "none"), *isolation.prefix(writable, cwd, tmp),
+    return [*limits_prefix(memory_mib, isolation.mode != "none"), *isolation.prefix(writable, cwd, tmp, readable),
             sys.executable, *kernel, "-f", "{connection_file}"]
 
 

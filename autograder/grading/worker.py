@@ -2,6 +2,19 @@
 
 Runs inside a worker process (see pool.py). Only the kernel runs student code, and it runs in the sandbox;
 this module is the trusted side that drives nbgrader and reads the results back out of the scratch gradebook.
+
+A scratch course (one attempt) is laid out so that the sandbox can write only `kernel/`:
+
+    source/ submitted/ autograded/ feedback/ gradebook.db   nbgrader's course: the grader's alone
+    rt/          the grader's runtime: connection file, guard program (read-only to the kernel)
+    grader/      HOME and Jupyter folders of the grader's own process while it drives nbgrader
+    jupyter/     the kernelspec
+    kernel/      the sandbox's: <assignment>/ (its working folder), home/ (with tmp/), rt/ (its sockets),
+                 channel/ (the guard's FIFO, made afresh for each kernel); each bound on its own, so that
+                 student code can change what is in them but cannot swap the folders themselves for links
+
+With `--sandbox bwrap` nothing the grader writes or reads lies in `kernel/`, so links student code plants there
+lead nowhere. With `unshare` or `none` student code can write whatever the grader can anyway.
 """
 
 import json
@@ -32,7 +45,9 @@ from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
+from autograder.grading.submissions import read_notebook_json, read_regular_file
 
+KERNEL_FOLDER = "kernel"
 GUARD_SCRIPT = "grading_kernel.py"
 GUARD_CHANNEL = "guard.fifo"
 RESTORE_NOTES = "restored.jsonl"
@@ -53,6 +68,28 @@ class Settings:
     memory_mib: int
     threads: int = 1  # CPU threads per kernel (OMP_NUM_THREADS and friends)
     keep_env: tuple[str, ...] = field(default=("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TZ"))
+
+
+@dataclass(frozen=True)
+class KernelFolders:
+    """The only folders of a scratch course that student code may write (under `root`)."""
+
+    root: Path
+    work: Path  # the kernel's working folder
+    home: Path  # HOME; its tmp/ is the sandbox's /tmp
+    runtime: Path  # the kernel's sockets
+    channel: Path  # the guard's FIFO (the kernel unlinks it once open)
+
+    @classmethod
+    def of(cls, scratch: Path, assignment: str) -> "KernelFolders":
+        """Return the kernel's folders of one scratch course."""
+        root = scratch / KERNEL_FOLDER
+        return cls(root, root / assignment, root / "home", root / "rt", root / "channel")
+
+    @property
+    def writable(self) -> list[Path]:
+        """Return the folders the sandbox binds writable, each a mount point of its own."""
+        return [self.work, self.home, self.runtime, self.channel]
 
 
 def repair_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -79,12 +116,18 @@ def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
                 or any(part.startswith(".") or part in ("__MACOSX", "__pycache__") for part in rel.parts)):
             continue
         size = path.stat().st_size
-        if size > MAX_EXTRA_FILE_BYTES or total + size > MAX_EXTRA_TOTAL_BYTES:
+        room = min(MAX_EXTRA_FILE_BYTES, MAX_EXTRA_TOTAL_BYTES - total)
+        try:
+            data = read_regular_file(path, room) if size <= room else None
+        except OSError:
+            notes.append(f"{rel} not copied (not a regular file, or unreadable)")
+            continue
+        if data is None:
             notes.append(f"{rel} not copied ({size >> 20} MiB; extra files are limited)")
             continue
-        total += size
+        total += len(data)
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, dest / rel)
+        (dest / rel).write_bytes(data)
 
 
 def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, str]:
@@ -131,8 +174,12 @@ class Worker:
         if job.timestamp:
             (submitted / "timestamp.txt").write_text(job.timestamp, encoding="utf-8")
         for name, path in sorted(job.notebooks.items()):
+            raw, problem = read_notebook_json(Path(path))  # the caps on size, cells and nesting, again
+            if raw is None:
+                unreadable.append(f"{Path(path).name}: {problem}")
+                continue
             try:
-                nb = nbformat.reader.reads(Path(path).read_text(encoding="utf-8"))
+                nb = nbformat.reader.reads(json.dumps(raw))
                 nb = repair_notebook(nbformat.convert(nb, 4))
                 nbformat.validate(nb)
             except Exception as exc:  # noqa: BLE001  (any unreadable notebook is a finding, not a crash)
@@ -140,21 +187,23 @@ class Worker:
                                   f"{str(exc).splitlines()[0][:150] if str(exc) else ''})")
                 continue
             (submitted / name).write_text(nbformat.v4.writes(nb), encoding="utf-8")  # validated just above
-        for sub in ("home/tmp", "rt", "jupyter/kernels/python3"):
-            (scratch / sub).mkdir(parents=True)
+        kernel = KernelFolders.of(scratch, s.assignment)
+        for folder in (scratch / "rt", scratch / "grader" / "tmp", scratch / "jupyter" / "kernels" / "python3",
+                       kernel.home / "tmp", kernel.runtime, kernel.channel):
+            folder.mkdir(parents=True)
         return notes, unreadable
 
-    def environment(self, scratch: Path) -> dict[str, str]:
-        """Return the environment a student's kernel gets: nothing of the grader's own but PATH and locale."""
+    def environment(self, scratch: Path, home: Path, runtime: Path) -> dict[str, str]:
+        """Return an environment with nothing of the grader's own but PATH and locale (HOME and Jupyter's
+        folders in `home` and `runtime`): the kernel's, or the grader's own while it drives nbgrader."""
         from autograder.course import with_venv_on_path
 
-        home = scratch / "home"
         env = {key: os.environ[key] for key in self.settings.keep_env if key in os.environ}
         threads = str(self.settings.threads)
         env.update({
             "PATH": with_venv_on_path()["PATH"], "HOME": str(home), "TMPDIR": str(home / "tmp"),
             "IPYTHONDIR": str(home / ".ipython"), "MPLCONFIGDIR": str(home / ".matplotlib"), "MPLBACKEND": "Agg",
-            "JUPYTER_PATH": str(scratch / "jupyter"), "JUPYTER_RUNTIME_DIR": str(scratch / "rt"),
+            "JUPYTER_PATH": str(scratch / "jupyter"), "JUPYTER_RUNTIME_DIR": str(runtime),
             "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "JUPYTER_DATA_DIR": str(home / ".jupyter-data"),
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
@@ -185,24 +234,26 @@ class Worker:
             skip.setdefault(cell.notebook, {})[str(cell.cell)] = cell.why
         config.GraderExecute.skip = skip
         config.GraderExecute.shutdown_kernel = "immediate"
-        config.GraderExecute.guard_channel = str(scratch / "rt" / GUARD_CHANNEL)
+        config.GraderExecute.guard_channel = str(KernelFolders.of(scratch, s.assignment).channel / GUARD_CHANNEL)
         config.GraderExecute.task_events = self.task_events
+        config.GraderExecute.work_folder = str(KernelFolders.of(scratch, s.assignment).work)
         config.KernelManager.transport = "ipc"
-        config.KernelManager.ip = str(scratch / "rt" / "k")
+        config.KernelManager.ip = str(KernelFolders.of(scratch, s.assignment).runtime / "k")
         config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")
         return config
 
     def write_kernelspec(self, job: Job, scratch: Path) -> None:
-        """Make `python3` mean: the grading kernel, with the limits, inside the sandbox, in the scratch course."""
+        """Make `python3` mean: the grading kernel, with the limits, inside the sandbox, in its own folders."""
         s = self.settings
-        cwd = scratch / "autograded" / job.student / s.assignment
+        kernel = KernelFolders.of(scratch, s.assignment)
         program = scratch / "rt" / GUARD_SCRIPT
         shutil.copyfile(guard_kernel.__file__, program)
-        argv = kernel_command(s.isolation, [cwd, scratch / "rt", scratch / "home"], cwd, s.memory_mib,
-                              [str(program), "--channel", str(scratch / "rt" / GUARD_CHANNEL)],
-                              tmp=scratch / "home" / "tmp")
+        argv = kernel_command(s.isolation, kernel.writable, kernel.work, s.memory_mib,
+                              [str(program), "--channel", str(kernel.channel / GUARD_CHANNEL)],
+                              tmp=kernel.home / "tmp", readable=(scratch / "rt",))
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
-                "interrupt_mode": "message", "metadata": {"debugger": False}}
+                "interrupt_mode": "message", "metadata": {"debugger": False},
+                "env": self.environment(scratch, kernel.home, kernel.runtime)}
         (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
 
     def grade(self, job: Job) -> AttemptReport:
@@ -219,7 +270,7 @@ class Worker:
             report.failure = Failure(FailureKind.INVALID, "; ".join(unreadable))
             return report
         self.write_kernelspec(job, scratch)
-        saved_env, env = dict(os.environ), self.environment(scratch)
+        saved_env, env = dict(os.environ), self.environment(scratch, scratch / "grader", scratch / "rt")
         os.environ.clear()
         os.environ.update(env)
         try:
@@ -251,7 +302,12 @@ class Worker:
                                 s.assignment, course_config(s.root, scratch).CourseDirectory.db_url)
         except Exception:  # noqa: BLE001  (fall back to nbgrader's own, slower, generate_feedback)
             traceback.print_exc()
-            if not api.generate_feedback(s.assignment, job.student, force=True).get("success"):
+            try:
+                made = api.generate_feedback(s.assignment, job.student, force=True).get("success")
+            except Exception:  # noqa: BLE001  (no feedback is this student's problem, not the class's)
+                traceback.print_exc()
+                made = False
+            if not made:
                 report.notes.append("feedback could not be generated")
 
     def failure(self, progress: dict, result: dict) -> Failure:
@@ -291,8 +347,8 @@ class Worker:
         """Return the first line of each failing graded cell's error, by (notebook, grade_id)."""
         found = {}
         for path in sorted(folder.glob("*.ipynb")):
-            nb = json.loads(path.read_text(encoding="utf-8"))
-            for cell in nb.get("cells", []):
+            nb, _ = read_notebook_json(path)
+            for cell in (nb or {}).get("cells", []):
                 gid = grade_id(cell)
                 errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
                 if gid and errors:
