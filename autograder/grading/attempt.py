@@ -19,7 +19,7 @@ class FailureKind(str, Enum):
 
     KERNEL_DIED = "kernel-died"
     CRASHED = "crashed"  # the grading process died
-    GRADER_ERROR = "grader-error"  # a bug of ours: reported, never retried
+    GRADER_ERROR = "grader-error"  # the grader failed on this student: `invalid` with the reason, never retried
     UNRESPONSIVE = "unresponsive"  # ignored the interrupt at the time limit
     TIMEOUT = "timeout"
     MEMORY = "memory"
@@ -31,7 +31,7 @@ class FailureKind(str, Enum):
     def status(self) -> str:
         """Return the student's status when this is the first failure."""
         return {"unresponsive": TIMEOUT, "timeout": TIMEOUT, "memory": MEMORY, "processes": PROCESSES,
-                "disk": DISK, "invalid": INVALID}.get(self.value, CRASHED)
+                "disk": DISK, "invalid": INVALID, "grader-error": INVALID}.get(self.value, CRASHED)
 
     @property
     def retried(self) -> bool:

@@ -69,7 +69,9 @@ def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path,
             report = worker.grade(job)
         except Exception as exc:  # noqa: BLE001  (a bug here must not lose the student: report it)
             traceback.print_exc()
-            report = AttemptReport(FAILED, Failure(FailureKind.GRADER_ERROR, f"{type(exc).__name__}: {exc}"[:300]))
+            text = str(exc).splitlines()[0] if str(exc) else ""
+            report = AttemptReport(FAILED, Failure(FailureKind.GRADER_ERROR,
+                                                   f"the grader failed on it ({type(exc).__name__}: {text})"[:300]))
         _kill_leftovers()
         reports.write(report.to_json() + "\n")
         reports.flush()

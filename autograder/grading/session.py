@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from autograder.grading.report import write_reports
 from autograder.grading.results import (
     DISK,
     GRADED,
+    INVALID,
     MEMORY,
     MISSING,
     PROCESSES,
@@ -275,7 +277,7 @@ class ClassRun:
         template = self.prepare()
         self.isolation = self.isolate(sandbox, folder)
         others = frozenset(p.name for p in (self.root / "source").iterdir() if p.is_dir()) - {self.assignment}
-        subs = [match_submission(f.name, f, self.expected, self.assignment, others) for f in students]
+        subs = [_matched(f, self.expected, self.assignment, others) for f in students]
         todo = self.plan(subs, force, self.isolation)
         self.echo(f"{self.assignment}: {len(subs)} students in {self.submissions}"
                   + (f" ({len(self.reused)} unchanged since the last run)" if self.reused else ""))
@@ -348,8 +350,13 @@ class ClassRun:
         todo = []
         for index, sub in enumerate(subs):
             self.subs[sub.student] = sub
-            self.prints[sub.student] = fingerprint(digest, hash_tree(regular_files(sub.folder), sub.folder),
-                                                   float(self.timeout), int(self.memory_mib), isolation.mode)
+            try:
+                files = hash_tree(regular_files(sub.folder), sub.folder)
+            except OSError as exc:  # a file that cannot be read: this student's problem only
+                files = ""
+                sub.status, sub.detail = INVALID, f"a file cannot be read ({_why(exc)})"
+            self.prints[sub.student] = fingerprint(digest, files, float(self.timeout), int(self.memory_mib),
+                                                   isolation.mode)
             cached = None if force else _cached(self.out, self.root, self.assignment, sub.student,
                                                  self.prints[sub.student])
             if cached is not None:
@@ -368,6 +375,21 @@ class ClassRun:
 
     def on_report(self, job: Job, report: AttemptReport) -> list[Job]:
         """Take one attempt's report: grade again without the guilty cell, or finish the student."""
+        try:
+            return self.take_report(job, report)
+        except GradingError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (one student's failure is theirs: the class goes on)
+            traceback.print_exc()
+            sub = self.subs[job.student]
+            self.finish(sub, StudentResult(sub.student, self.assignment, INVALID,
+                                           f"the grader could not finish this student ({_why(exc)})",
+                                           zero_cells(self.max_points)))
+            self.bar.update(1)
+            return []
+
+    def take_report(self, job: Job, report: AttemptReport) -> list[Job]:
+        """Grade again without the guilty cell, or combine the student's attempts and finish them."""
         history = self.attempts.setdefault(job.student, [])
         history.append(report)
         retry = next_attempt(job, report)
@@ -386,8 +408,30 @@ class ClassRun:
         return []
 
     def finish(self, sub: Submission, result: StudentResult, scratch: Path | None = None) -> None:
+        """Record a student, install their files and feedback, save the result; a failure makes them invalid."""
+        try:
+            self.record(sub, result, scratch)
+        except GradingError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (one student's failure is theirs: the class goes on)
+            traceback.print_exc()
+            failed = StudentResult(sub.student, self.assignment, INVALID,
+                                   f"the grader could not record this student ({_why(exc)})",
+                                   zero_cells(self.max_points))
+            shutil.rmtree(self.out / "feedback" / sub.student, ignore_errors=True)
+            try:
+                self.record(sub, failed)
+            except GradingError:
+                raise
+            except Exception:  # noqa: BLE001  (not even the zero could be recorded: the results say why)
+                traceback.print_exc()
+            failed.fingerprint = ""  # graded again by the next run
+            write_atomic(self.out / "results" / f"{sub.student}.json", failed.to_json())
+            self.results[sub.student] = failed
+
+    def record(self, sub: Submission, result: StudentResult, scratch: Path | None = None) -> None:
         """Record a student in the gradebook, install their files and feedback, then save the result."""
-        result.fingerprint = self.prints[sub.student]
+        result.fingerprint = self.prints.get(sub.student, "")
         try:
             gbook.record(self.db_url, self.course, self.assignment, result)
         except SQLAlchemyError as exc:
@@ -407,6 +451,21 @@ class ClassRun:
                 shutil.copyfile(page, feedback / page.name)
         write_atomic(self.out / "results" / f"{sub.student}.json", result.to_json())
         self.results[sub.student] = result
+
+
+def _why(exc: BaseException) -> str:
+    """Return an exception as one short line for a student's detail."""
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _matched(folder: Path, expected: dict[str, set[str]], assignment: str, others: frozenset[str]) -> Submission:
+    """Match one student's files; whatever goes wrong makes that student invalid, not the run fail."""
+    try:
+        return match_submission(folder.name, folder, expected, assignment, others)
+    except Exception as exc:  # noqa: BLE001  (one student's failure is theirs: the class goes on)
+        traceback.print_exc()
+        return Submission(folder.name, folder, status=INVALID, detail=f"cannot be read ({_why(exc)})")
 
 
 def _drop(report: AttemptReport) -> None:

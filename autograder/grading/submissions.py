@@ -8,9 +8,14 @@ Accepted layouts (one folder per student id):
 
 A notebook is matched to the assignment by its file name, or, when the name is wrong, by the nbgrader
 grade_ids inside it, so "Copy of ps01.ipynb" is graded as ps01.ipynb while somebody else's homework is not.
+
+Every notebook is read through `read_notebook_json`, which refuses, before anything else parses it, a file that
+is not a regular file (a link, a FIFO), larger than MAX_NOTEBOOK_BYTES (32 MiB), with more than MAX_CELLS cells
+or nested deeper than MAX_NESTING levels: such a student is `invalid`, with the reason, and the class goes on.
 """
 
 import json
+import os
 import stat
 import zipfile
 from dataclasses import dataclass, field
@@ -19,7 +24,9 @@ from pathlib import Path, PurePosixPath
 from autograder.cells import grade_id
 from autograder.grading.results import INVALID, MISSING
 
-MAX_NOTEBOOK_BYTES = 64 * 2**20
+MAX_NOTEBOOK_BYTES = 32 * 2**20
+MAX_CELLS = 10_000
+MAX_NESTING = 100  # levels of JSON objects and lists; real notebooks (widget state included) use about a dozen
 MAX_ZIP_BYTES = 4 * 2**30
 MAX_ZIP_FILES = 100_000
 SKIPPED_NAMES = {"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".DS_Store", ".git", "Thumbs.db"}
@@ -145,23 +152,66 @@ def regular_files(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: (len(p.relative_to(folder).parts), str(p)))
 
 
+class NotARegularFile(OSError):
+    """The path is a link, a FIFO, a device or a folder: never read."""
+
+
+def read_regular_file(path: Path, limit: int) -> bytes | None:
+    """Return a regular file's bytes (not following a link), or None when it is larger than `limit` bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotARegularFile(path)
+        data = handle.read(limit + 1)
+    return data if len(data) <= limit else None
+
+
+def nesting_depth(value: object, limit: int) -> int:
+    """Return how deeply JSON objects and lists nest in `value`, counting no further than `limit` + 1."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
 def read_notebook_json(path: Path) -> tuple[dict | None, str]:
-    """Return (the notebook as JSON, '') or (None, what is wrong with the file)."""
+    """Return (the notebook as JSON, '') or (None, what is wrong with the file); caps are checked first."""
     try:
-        size = path.stat().st_size
-        if size == 0:
-            return None, "empty file"
-        if size > MAX_NOTEBOOK_BYTES:
+        data = read_regular_file(path, MAX_NOTEBOOK_BYTES)
+        if data is None:
+            size = os.lstat(path).st_size
             return None, f"too large ({size >> 20} MiB; the limit is {MAX_NOTEBOOK_BYTES >> 20} MiB)"
-        raw = json.loads(path.read_bytes().decode("utf-8"))
+        if not data:
+            return None, "empty file"
+        raw = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         return None, "not a notebook (not UTF-8 text)"
     except json.JSONDecodeError as exc:
         return None, f"not a notebook (not valid JSON: {exc.msg} at line {exc.lineno})"
+    except RecursionError:
+        return None, f"nested too deeply (more than {MAX_NESTING} levels)"
+    except MemoryError:
+        return None, "too large to read"
+    except NotARegularFile:
+        return None, "not a regular file"
     except OSError as exc:
+        if exc.errno == 40:  # ELOOP: O_NOFOLLOW met a link
+            return None, "not a regular file"
         return None, f"cannot be read ({exc.strerror})"
-    if not isinstance(raw, dict) or not isinstance(raw.get("cells", raw.get("worksheets")), list):
+    cells = raw.get("cells", raw.get("worksheets")) if isinstance(raw, dict) else None
+    if not isinstance(cells, list):
         return None, "not a notebook (JSON without a list of cells)"
+    if len(cells) > MAX_CELLS:
+        return None, f"too many cells ({len(cells):,}; the limit is {MAX_CELLS:,})"
+    if nesting_depth(raw, MAX_NESTING) > MAX_NESTING:
+        return None, f"nested too deeply (more than {MAX_NESTING} levels)"
     return raw, ""
 
 
@@ -169,7 +219,8 @@ def grade_ids(raw: dict) -> set[str]:
     """Return the nbgrader grade_ids found in a notebook's JSON."""
     cells = raw.get("cells")
     if cells is None:  # nbformat 3
-        cells = [c for ws in raw.get("worksheets", []) if isinstance(ws, dict) for c in ws.get("cells", [])]
+        cells = [c for ws in raw.get("worksheets", []) if isinstance(ws, dict)
+                 for c in (ws.get("cells") if isinstance(ws.get("cells"), list) else [])]
     return {gid for gid in map(grade_id, cells) if gid is not None}
 
 
@@ -192,9 +243,12 @@ def match_submission(student: str, folder: Path, expected: dict[str, set[str]], 
         sub.status = MISSING
         sub.detail = f"no submission of {assignment}; found {', '.join(a + '/' for a in elsewhere[:5])}"
         return sub
-    stamp = base / "timestamp.txt"
-    if stamp.is_file() and stamp.stat().st_size < 200:
-        sub.timestamp = stamp.read_text(encoding="utf-8", errors="replace").strip() or None
+    try:
+        stamp = read_regular_file(base / "timestamp.txt", 200)
+    except OSError:
+        stamp = None  # none, a link or a special file: not read
+    if stamp:
+        sub.timestamp = stamp.decode("utf-8", errors="replace").strip() or None
     files = regular_files(base)
     candidates = [p for p in files if p.suffix.lower() == ".ipynb"]
     if not candidates:
