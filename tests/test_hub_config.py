@@ -84,7 +84,8 @@ def test_only_the_grader_service_may_be_framed(tmp_path: Path) -> None:
     s = written(tmp_path)
     grader = load(s.paths.grader_etc / "jupyter_server_config.py")
     student = load(s.paths.student_etc / "jupyter_server_config.py")
-    assert grader.ServerApp.tornado_settings["headers"]["Content-Security-Policy"] == "frame-ancestors 'self'"
+    csp = grader.ServerApp.tornado_settings["headers"]["Content-Security-Policy"]
+    assert csp.startswith("frame-ancestors 'self';")  # then autograder.safe_html's rules
     assert "tornado_settings" not in student.ServerApp
     assert student.ServerApp.jpserver_extensions["nbgrader.server_extensions.formgrader"] is False
     assert grader.ServerApp.jpserver_extensions["nbgrader.server_extensions.formgrader"] is True

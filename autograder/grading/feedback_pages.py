@@ -2,10 +2,13 @@
 
 `nbgrader generate_feedback` builds a fresh HTML exporter for every student, so every page recompiles the
 templates. Here each worker keeps one nbconvert HTMLExporter, configured as generate_feedback configures its
-own, for all its students.
+own, for all its students. What the student wrote is made inert (autograder.safe_html): nbconvert's
+sanitiser, our preprocessor, and a Content-Security-Policy in each page that forbids every script.
 """
 
 from pathlib import Path
+
+from autograder.safe_html import exporter_config, with_csp
 
 
 class FeedbackWriter:
@@ -18,7 +21,7 @@ class FeedbackWriter:
         from traitlets.config import Config
 
         formgrader = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
-        ours = Config()
+        ours = exporter_config()
         ours.Exporter.default_preprocessors = []
         ours.HTMLExporter.template_name = "feedback"
         ours.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
@@ -39,6 +42,6 @@ class FeedbackWriter:
                          "metadata": {"name": path.stem, "path": str(path.parent)}, "unique_key": path.stem}
             html, _ = self.exporter.from_filename(str(path), resources=resources)
             page = dest / f"{path.stem}.html"
-            page.write_text(html, encoding="utf-8")
+            page.write_text(with_csp(html), encoding="utf-8")
             written.append(page)
         return written

@@ -23,6 +23,7 @@ from autograder.grading.results import (
     StudentResult,
     write_atomic,
 )
+from autograder.safe_html import STATIC_PAGE_CSP
 
 CSV_HEADER = ("student", "assignment", "score", "max_score", "late_penalty", "status", "detail", "flags")
 RAN = (GRADED, TIMEOUT, MEMORY, PROCESSES, DISK, CRASHED)
@@ -163,7 +164,8 @@ def summary_html(assignment: str, results: list[StudentResult], isolation: str, 
         rows.append(StudentRow(r.student, number(r.final_score), number(r.max_score), r.status, r.detail, r.flags,
                                [(f"feedback/{quote(r.student)}/{quote(p.name)}", p.stem) for p in pages]))
     return _templates().get_template("summary.html.j2").render(
-        assignment=assignment, students=rows, isolation=isolation, exercises=exercises(results),
+        assignment=assignment, csp=STATIC_PAGE_CSP, students=rows, isolation=isolation,
+        exercises=exercises(results),
         status_line=", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]),
         mean=number(round(statistics.mean(scores), 2)) if scores else "-",
         median=number(round(statistics.median(scores), 2)) if scores else "-",
