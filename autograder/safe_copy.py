@@ -67,8 +67,9 @@ def bad_name(name: str) -> str | None:
 
 
 def _kind(mode: int) -> str:
-    for test, word in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, word in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
         if test(mode):
             return word
     return "not a regular file"
@@ -191,7 +192,8 @@ class _Copier:
     def file(self, fd: int, st: os.stat_result, dest_fd: int, name: str, rel: str) -> None:
         size = st.st_size
         if size > self.limits.file_bytes:
-            self.refuse(rel, f"{size / MiB:.1f} MiB, more than the {self.limits.file_bytes / MiB:g} MiB allowed")
+            cap = self.limits.file_bytes / MiB
+            self.refuse(rel, f"{size / MiB:.1f} MiB, more than the {cap:g} MiB allowed")
             return
         if self.report.total_bytes + size > self.limits.total_bytes:
             self.report.stopped = f"more than {self.limits.total_bytes / MiB:g} MiB in all"
@@ -220,8 +222,8 @@ def copy_tree(src: Path, dest: Path, limits: Limits = Limits(), owner: int | Non
     try:
         src_fd = os.open(src, OPEN_DIR)
     except OSError as exc:
-        raise Refusal(f"{src.name}: not a folder that can be opened without following a link ({exc.strerror})") \
-            from None
+        why = f"{src.name}: not a folder that opens without following a link ({exc.strerror})"
+        raise Refusal(why) from None
     try:
         st = os.fstat(src_fd)
         if owner is not None and st.st_uid != owner:
@@ -240,7 +242,7 @@ def copy_tree(src: Path, dest: Path, limits: Limits = Limits(), owner: int | Non
 
 
 def write_new(folder: Path, name: str, data: bytes, mode: int = 0o644) -> None:
-    """Write a file afresh in a folder: a new temporary file (never through a link), then renamed over `name`."""
+    """Write a file afresh: a new temporary file (never through a link), then renamed over `name`."""
     tmp = folder / f".{name}.{os.getpid()}.tmp"
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, CREATE, mode)

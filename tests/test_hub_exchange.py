@@ -62,13 +62,14 @@ def test_a_name_nbgrader_writes_parses_and_formats_back() -> None:
 
 
 def test_a_malformed_name_is_a_typed_refusal_never_an_exception() -> None:
-    for name, said in (("ann+ps01", "not named"), ("ann+ps01+t+x+y", "not named"), ("+ps01+2026-01-01", "not named"),
-                       ("ann+ps01+not a time+x", "cannot be read"), ("ann+ps01+9999-99-99 99:99:99 UTC+x",
-                                                                       "cannot be read"),
+    for name, said in (("ann+ps01", "not named"), ("ann+ps01+t+x+y", "not named"),
+                       ("+ps01+2026-01-01", "not named"), ("ann+ps01+not a time+x", "cannot be read"),
+                       ("ann+ps01+9999-99-99 99:99:99 UTC+x", "cannot be read"),
                        ("ann\x1b[31m+ps01+2026-01-01 10:00:00 UTC+x", "control characters")):
         parsed = InboundName.parse(name)
         assert isinstance(parsed, BadName) and said in parsed.reason, (name, parsed)
-    assert "\x1b" not in BadName("a\x1b[2Jb", "why").line() and "\\x1b[2J" in BadName("a\x1b[2Jb", "why").line()
+    line = BadName("a\x1b[2Jb", "why").line()
+    assert "\x1b" not in line and "\\x1b[2J" in line
 
 
 def test_printable_escapes_terminal_sequences_and_keeps_the_rest() -> None:
@@ -168,7 +169,8 @@ def test_caps_on_depth_count_and_total_size(tmp_path: Path) -> None:
     many.mkdir()
     for n in range(30):
         (many / f"f{n:02}").write_text("x")
-    assert copy_tree(many, tmp_path / "out-many", Limits(entries=10)).stopped == "more than 10 files and folders"
+    stopped = copy_tree(many, tmp_path / "out-many", Limits(entries=10)).stopped
+    assert stopped == "more than 10 files and folders"
     big = copy_tree(many, tmp_path / "out-big", Limits(total_bytes=5))
     assert big.stopped == f"more than {5 / safe_copy.MiB:g} MiB in all" and len(big.copied) == 5
 
@@ -226,8 +228,9 @@ def test_a_file_is_written_afresh_never_through_a_link(tmp_path: Path) -> None:
 
 # The inbound: owners, bad names, far-future names
 
-def submission(inbound: Path, student: str, when: datetime.datetime | str, owner: pwd.struct_passwd | None = None,
-               files: dict[str, str] | None = None, suffix: str = "x") -> Path:
+def submission(inbound: Path, student: str, when: datetime.datetime | str,
+               owner: pwd.struct_passwd | None = None, files: dict[str, str] | None = None,
+               suffix: str = "x") -> Path:
     """Write a submission folder as nbgrader's submit does (owned by `owner`, default this account)."""
     stamp = when if isinstance(when, str) else nbgrader_time(when)
     folder = inbound / f"{student}+ps01+{stamp}+{suffix}"
@@ -316,7 +319,8 @@ def test_feedback_goes_back_by_the_secret_as_fresh_files(tmp_path: Path) -> None
     (ex.feedback / page).symlink_to(tmp_path / "victim")
     (tmp_path / "victim").write_text("untouched")
     exchange.release_feedback(ex, course, ME, "ps01", "t", "s3cret", {"ps01": "<p>3/3</p>"})
-    assert (ex.feedback / page).read_text() == "<p>3/3</p>" and (tmp_path / "victim").read_text() == "untouched"
+    assert (ex.feedback / page).read_text() == "<p>3/3</p>"
+    assert (tmp_path / "victim").read_text() == "untouched"
     assert (ex.feedback / page).stat().st_mode & 0o777 == 0o644
     assert (course / "feedback" / ME / "ps01" / "submission_secret.txt").read_text() == "s3cret"
 

@@ -1,9 +1,10 @@
-"""nbgrader's exchange, owned in one place: folder names, paths, owners, safe copies, feedback, the tree's modes.
+"""nbgrader's exchange in one place: folder names, paths, owners, safe copies, feedback, the tree's modes.
 
 Students may create folders in the inbound with any name and any files (nbgrader lets everyone write there).
-Nothing in a submission is trusted: its name is parsed here, its owner must be the student it names (checked on
-the opened folder and every file), and it is copied with `autograder.safe_copy` (regular files only, no link
-followed, caps checked before reading). `hub collect` and the autograde service both go through this module.
+Nothing in a submission is trusted: its name is parsed here, its owner must be the student it names
+(checked on the opened folder and every file), and it is copied with `autograder.safe_copy` (regular files
+only, no link followed, caps checked before reading). `hub collect` and the autograde service both go
+through this module.
 
     python -m autograder.hub.exchange collect|feedback --course DIR --exchange DIR --course-id ID ASSIGNMENT
 """
@@ -35,11 +36,11 @@ LIMITS = Limits()
 INBOUND_MODE = 0o1753  # root's; the grader's group may list; students may write, not list, nor touch others'
 OPEN_MODE = 0o755  # exchange/<course> and outbound
 FEEDBACK_MODE = 0o711  # students may not list it (nbgrader's release_feedback makes it so too)
-EXCHANGE_MODE = 0o1777  # nbgrader's submit and fetch need the exchange root writable by all (sticky: own entries)
+EXCHANGE_MODE = 0o1777  # nbgrader's submit and fetch need the root writable by all (sticky: own entries only)
 
 
 def printable(text: str) -> str:
-    """Return text with control characters (terminal escapes, bidi overrides, bad bytes) written as escapes."""
+    """Return text with control characters (terminal escapes, bidi overrides, bad bytes) as escapes."""
     return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii")
                    if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") else ch for ch in text)
 
@@ -60,7 +61,8 @@ class InboundName:
 
     def format(self) -> str:
         """Return the folder name."""
-        return "+".join([self.student, self.assignment, self.timestamp, *([self.suffix] if self.suffix else [])])
+        parts = [self.student, self.assignment, self.timestamp, *([self.suffix] if self.suffix else [])]
+        return "+".join(parts)
 
     @classmethod
     def parse(cls, name: str) -> "InboundName | BadName":
@@ -91,7 +93,7 @@ class BadName:
 
 @dataclass(frozen=True)
 class Submission:
-    """A folder of the inbound whose name parses and whose owner (not following links) is the student it names."""
+    """A folder of the inbound whose name parses and whose owner (links not followed) is the student named."""
 
     name: InboundName
     folder: Path
@@ -160,11 +162,14 @@ class Exchange:
         for entry in names:
             found = self.submission(entry, now)
             named = found.name if isinstance(found, Submission) else InboundName.parse(entry)
-            if isinstance(named, InboundName) and assignments is not None and named.assignment not in assignments:
+            if isinstance(named, InboundName):
+                if assignments is not None and named.assignment not in assignments:
+                    continue
+            elif assignments is not None and not any(f"+{a}+" in entry for a in assignments):
                 continue
             if isinstance(found, Submission):
                 inbox.submissions.append(found)
-            elif assignments is None or isinstance(named, InboundName) or any(f"+{a}+" in entry for a in assignments):
+            else:
                 inbox.skipped.append(found)
         return inbox
 
@@ -197,7 +202,7 @@ def _not_theirs(folder: Path, student: str) -> str | None:
 
 
 def ignored(patterns: list[str]) -> Callable[[str], bool]:
-    """Return the predicate of entries a copy leaves out: the course's ignore patterns, never nbgrader's own files."""
+    """Return the predicate of entries a copy leaves out: these patterns, never nbgrader's own files."""
     kept = [p for p in patterns if not any(fnmatch.fnmatch(n, p) for n in SUBMISSION_FILES)]
     kept = kept or [".ipynb_checkpoints"]
     return lambda rel: any(fnmatch.fnmatch(part, p) for part in rel.split("/") for p in kept)
@@ -226,7 +231,8 @@ def take(sub: Submission, dest: Path, skip: Callable[[str], bool] = lambda rel: 
     Raise Refusal when the folder cannot be copied or the copy stopped at a cap (dest is removed then).
     """
     try:
-        report = copy_tree(sub.folder, dest, limits, owner=sub.uid, skip=skip, file_mode=0o600, dir_mode=0o700)
+        report = copy_tree(sub.folder, dest, limits, owner=sub.uid, skip=skip, file_mode=0o600,
+                           dir_mode=0o700)
     except (Refusal, OSError) as exc:
         shutil.rmtree(dest, ignore_errors=True)
         raise Refusal(str(exc)) from None
@@ -234,8 +240,8 @@ def take(sub: Submission, dest: Path, skip: Callable[[str], bool] = lambda rel: 
         shutil.rmtree(dest, ignore_errors=True)
         raise Refusal(f"not copied: {report.stopped}")
     claimed, secret = _text(dest, STAMP_FILE), _text(dest, SECRET_FILE)
-    written = datetime.datetime.fromtimestamp(report.newest_change, datetime.timezone.utc).replace(tzinfo=None)
-    when = Arrival(claimed or None, written)
+    written = datetime.datetime.fromtimestamp(report.newest_change, datetime.timezone.utc)
+    when = Arrival(claimed or None, written.replace(tzinfo=None))
     write_new(dest, STAMP_FILE, when.timestamp.encode(), 0o600)
     return Taken(report, when, secret)
 
@@ -261,7 +267,8 @@ def release_feedback(ex: Exchange, course: Path, student: str, assignment: str, 
         ex.feedback.chmod(FEEDBACK_MODE)
     for notebook, text in pages.items():
         write_new(mine, f"{notebook}.html", text.encode())
-        write_new(ex.feedback, f"{notebook_hash(secret=secret, notebook_id=notebook)}.html", text.encode(), 0o644)
+        checksum = notebook_hash(secret=secret, notebook_id=notebook)
+        write_new(ex.feedback, f"{checksum}.html", text.encode(), 0o644)
 
 
 @dataclass(frozen=True)
@@ -300,7 +307,7 @@ class CollectReport:
 
 
 def collect(course: Path, ex: Exchange, assignment: str, course_id: str) -> CollectReport:
-    """Copy each student's newest own submission into course/submitted/<student>/<assignment>/ (as the grader)."""
+    """Copy each student's newest own submission to submitted/<student>/<assignment>/ (as the grader)."""
     from nbgrader.api import Gradebook
 
     inbox = ex.read_inbox({assignment})
@@ -325,7 +332,8 @@ def collect(course: Path, ex: Exchange, assignment: str, course_id: str) -> Coll
     return report
 
 
-def _collect_one(course: Path, sub: Submission, staging: Path, skip: Callable[[str], bool]) -> Collected | None:
+def _collect_one(course: Path, sub: Submission, staging: Path,
+                 skip: Callable[[str], bool]) -> Collected | None:
     """Copy one submission to staging, then put it in submitted/ in place of an older one (None: same one)."""
     taken = take(sub, staging, skip)
     target = course / "submitted" / sub.name.student / sub.name.assignment
@@ -348,7 +356,8 @@ def graded_feedback(course: Path, ex: Exchange, assignment: str) -> list[str]:
     for student_dir in sorted(p for p in pages_root.iterdir() if p.is_dir()) if pages_root.is_dir() else []:
         submitted = course / "submitted" / student_dir.name / assignment
         secret, timestamp = _text(submitted, SECRET_FILE), _text(submitted, STAMP_FILE)
-        pages = {p.stem: p.read_text(encoding="utf-8") for p in sorted(student_dir.glob("*.html")) if p.is_file()}
+        pages = {p.stem: p.read_text(encoding="utf-8")
+                 for p in sorted(student_dir.glob("*.html")) if p.is_file() and not p.is_symlink()}
         if not pages or not secret:
             continue  # not a submission from the exchange (nothing to hand it back through)
         release_feedback(ex, course, student_dir.name, assignment, timestamp, secret, pages)
@@ -413,7 +422,7 @@ def _remove(path: Path, st: os.stat_result) -> None:
 
 
 def release(ex: Exchange, source: Path, assignment: str, force: bool) -> None:
-    """Publish the student version in outbound/<assignment> (root's, readable by all), as nbgrader's release."""
+    """Publish the student version in outbound/<assignment> (root's, readable by all) as nbgrader does."""
     dest = ex.outbound / assignment
     if dest.exists() or dest.is_symlink():
         if not force:
@@ -421,8 +430,7 @@ def release(ex: Exchange, source: Path, assignment: str, force: bool) -> None:
         _remove(dest, dest.lstat())
     staging = Path(tempfile.mkdtemp(prefix=f".{assignment}-", dir=ex.outbound))
     try:
-        report = copy_tree(source, staging / assignment, Limits(total_bytes=1 << 30), owner=None,
-                           skip=lambda rel: any(p in (".ipynb_checkpoints", "__pycache__") for p in rel.split("/")))
+        report = copy_tree(source, staging / assignment, Limits(total_bytes=1 << 30), skip=ignored([]))
         if report.stopped or report.refused:
             raise Refusal(f"the release of {assignment} was not copied whole: {report.summary()}")
         for folder, _, files in os.walk(staging / assignment):

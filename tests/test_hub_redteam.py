@@ -1,0 +1,238 @@
+"""A hostile student against the exchange, on a real hub with real accounts (issue 24, holes 3-9).
+
+One hub for the module (DEVICELAB_HUB_TESTS=1, root; under CI=true a skip is a failure). Honest students
+submit through their own servers; the hostile student (cat) works from their Unix account, as their terminal
+would: folders planted in the exchange before the first release, a submission of links to the course's files,
+a folder in another student's name with a far-future time, a malformed time, terminal escapes in a name, a
+FIFO as submission_secret.txt, a 1 GiB sparse file, too many files. The instructor's commands and the
+autograde service must refuse each for cat alone and carry on for everyone else.
+"""
+
+import csv
+import datetime
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.hub.arrival import nbgrader_time
+from autograder.hub.autograde_queue import DONE, FAILED
+from tests.hub_support import (
+    COURSE,
+    Hub,
+    answers,
+    class_hub,
+    hand_in,
+    hub_tests_or_skip,
+    smallest_assignment,
+    start_server,
+    submissions_of,
+)
+from tests.test_hub_autograde import queue_of, wait_for_feedback
+from tests.test_hub_end_to_end import refused
+
+ROSTER = ("id,name,role\nann,Ann Honest,student\nbob,Bob Victim,student\ncat,Cat Hostile,student\n"
+          "ivy,Ivy Teacher,instructor\n")
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+@dataclass
+class Klass:
+    """The module's hub, its assignment, the answers and the honest students' servers."""
+
+    hub: Hub
+    assignment: str
+    notebooks: dict
+    servers: dict
+
+    @property
+    def exchange(self) -> Path:
+        return Path(self.hub.settings.paths.exchange) / COURSE
+
+    @property
+    def course(self) -> Path:
+        return Path(self.hub.settings.paths.course)
+
+
+@pytest.fixture(scope="module")
+def klass(tmp_path_factory):
+    """One hub for every attack of the module; removed afterwards with every trace."""
+    hub_tests_or_skip()
+    with class_hub(tmp_path_factory.mktemp("redteam"), ROSTER) as hub:
+        assignment = smallest_assignment()
+        yield Klass(hub, assignment, answers(assignment), {})
+
+
+def as_student(klass: Klass, member: str, script: str, *args: str) -> None:
+    """Run a shell script as the member's Unix account, its arguments as $1, $2, ..."""
+    done = subprocess.run(["runuser", "-u", klass.hub.user(member), "--", "sh", "-c", script, "sh", *args],
+                          capture_output=True, text=True, cwd="/", check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def plant(klass: Klass, member: str, folder_name: str, files: dict[str, str], extra: str = "") -> Path:
+    """As the member, make a submission folder in the inbound with these files, then run `extra` in it."""
+    folder = klass.exchange / "inbound" / folder_name
+    writes = " && ".join(f'printf %s "${n + 2}" > "$1/{name}"' for n, name in enumerate(files))
+    script = f'mkdir "$1" && {writes or "true"} && cd "$1" && {extra or "true"}'
+    as_student(klass, member, script, str(folder), *files.values())
+    return folder
+
+
+def now_stamp(offset_s: float = 0) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    return nbgrader_time(now + datetime.timedelta(seconds=offset_s))
+
+
+def submission_files(klass: Klass, kind: str, stamp: str) -> dict[str, str]:
+    return {f"{klass.assignment}.ipynb": nbformat.writes(klass.notebooks[kind]), "timestamp.txt": stamp,
+            "submission_secret.txt": "cat-secret"}
+
+
+def grades(klass: Klass) -> dict[str, dict]:
+    with (klass.course / "graded" / klass.assignment / "grades.csv").open() as handle:
+        return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+def solution_lines(klass: Klass) -> list[str]:
+    """Return distinctive lines of the instructor's solutions (what must never reach cat)."""
+    a = klass.assignment
+    source = nbformat.read(klass.course / "source" / a / f"{a}.ipynb", as_version=4)
+    lines = []
+    for cell in source.cells:
+        inside = False
+        for line in cell.source.splitlines():
+            if "BEGIN SOLUTION" in line or "BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "END SOLUTION" in line or "END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and len(line.strip()) > 20:
+                lines.append(line.strip())
+    assert lines
+    return lines
+
+
+def log_tail(hub: Hub) -> str:
+    """Return the end of the hub's log (the autograde service writes there), for a failure's message."""
+    return hub.log.read_text(errors="replace")[-6000:]
+
+
+def test_folders_planted_in_the_exchange_before_the_first_release_are_removed(klass: Klass) -> None:
+    hub, a = klass.hub, klass.assignment
+    # After setup the course's folder is root's: a student cannot plant anything in it.
+    refused(hub, "cat", ["mkdir", "-p", str(klass.exchange / "outbound" / a)])
+    refused(hub, "cat", ["ls", str(klass.exchange / "inbound")])
+    # A hub set up before the exchange was root's: the student made the course's folder first.
+    subprocess.run(["rm", "-rf", str(klass.exchange)], check=True)
+    as_student(klass, "cat", 'mkdir -p "$1/outbound/$2" && printf trap > "$1/outbound/$2/$2.ipynb" && '
+               'ln -s "$HOME" "$1/inbound" && chmod -R 777 "$1/outbound"', str(klass.exchange), a)
+    said = hub.cli("release", a).stdout
+    assert "planted by user id" in said, said
+    for folder, mode in (("", 0o755), ("inbound", 0o1753), ("outbound", 0o755), (f"outbound/{a}", 0o755)):
+        st = (klass.exchange / folder).lstat()
+        assert (st.st_uid, st.st_mode & 0o7777) == (0, mode), folder
+    released = klass.exchange / "outbound" / a / f"{a}.ipynb"
+    assert released.read_bytes() == (klass.course / "release" / a / f"{a}.ipynb").read_bytes()
+    # The students fetch the real release and can submit.
+    for member in ("ann", "bob"):
+        klass.servers[member] = start_server(hub, member, hub.token(member))
+        fetched = klass.servers[member].call("POST", "/assignments/fetch",
+                                             {"course_id": COURSE, "assignment_id": a})
+        assert fetched.status == 200 and fetched.body["success"], fetched
+
+
+def test_collect_refuses_links_forged_names_bad_times_and_escapes(klass: Klass) -> None:
+    hub, a = klass.hub, klass.assignment
+    if not klass.servers:
+        pytest.skip("needs the release of the first test")
+    course = klass.course
+    # cat: a folder in bob's name with a far-future time (a wrong answer), before bob's real submission
+    plant(klass, "cat", f"{hub.user('bob')}+{a}+2099-01-01 00:00:00.000000 UTC+forged",
+          submission_files(klass, "wrong", "2099-01-01 00:00:00.000000 UTC"))
+    # cat's own submission: links to the course's source notebook and gradebook
+    plant(klass, "cat", f"{hub.user('cat')}+{a}+{now_stamp()}+links",
+          {"timestamp.txt": now_stamp(), "submission_secret.txt": "cat-secret"},
+          f'ln -s "{course / "source" / a / (a + ".ipynb")}" "{a}.ipynb" && '
+          f'ln -s "{course / "gradebook.db"}" gradebook.db && ln -s "{course / "source"}" source')
+    plant(klass, "cat", f"{hub.user('cat')}+{a}+not a time at all+bad", {"timestamp.txt": "whenever"})
+    plant(klass, "cat", f"{hub.user('cat')}\x1b[2J\x1b]0;pwned\x07+{a}+{now_stamp(-60)}+esc", {})
+    hand_in(klass.servers["ann"], a, klass.notebooks["right"], fetch=False)
+    hand_in(klass.servers["bob"], a, klass.notebooks["right"], fetch=False)
+
+    status = hub.cli("status", a).stdout
+    assert "\x1b" not in status and "\\x1b[2J" in status, status
+    (bob_row,) = [line for line in status.splitlines() if line.startswith(hub.user("bob") + " ")]
+    assert "2099" not in bob_row, status
+
+    said = hub.cli("collect", a).stdout
+    assert "\x1b" not in said and "\\x1b[2J" in said, said
+    assert f"claims to be {hub.user('bob')}'s but was made by {hub.user('cat')}" in said, said
+    assert "not a time at all" in said and "cannot be read" in said, said
+    assert f"collected {hub.user('bob')}" in said and f"collected {hub.user('ann')}" in said, said
+    assert f"{a}.ipynb: a symbolic link, not copied" in said and "gradebook.db: a symbolic link" in said, said
+    cat_folder = course / "submitted" / hub.user("cat") / a
+    assert sorted(p.name for p in cat_folder.iterdir()) == ["submission_secret.txt", "timestamp.txt"]
+    assert "2099" not in (course / "submitted" / hub.user("bob") / a / "timestamp.txt").read_text()
+
+    hub.cli("grade", a, "--timeout", "45", "--jobs", "2")
+    got = grades(klass)
+    top = float(got[hub.user("ann")]["max_score"])
+    assert float(got[hub.user("ann")]["score"]) == top and float(got[hub.user("bob")]["score"]) == top, got
+    assert float(got.get(hub.user("cat"), {}).get("score") or 0) == 0, got
+    hub.cli("feedback", a)
+    leaked = solution_lines(klass)
+    for folder in (course / "submitted" / hub.user("cat"), course / "feedback" / hub.user("cat")):
+        for path in (p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []:
+            text = path.read_text(errors="replace")
+            assert not any(line in text for line in leaked), path
+
+
+def test_special_files_and_huge_files_stall_nobody(klass: Klass) -> None:
+    hub, a = klass.hub, klass.assignment
+    if not klass.servers:
+        pytest.skip("needs the release of the first test")
+    hub.cli("autograde", "on", a, "--timeout", "30")
+    cat = hub.user("cat")
+
+    def cat_done(suffix: str, seconds: float = 240):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            mine = [e for e in queue_of(hub).entries(a) if e.student == cat and e.folder.endswith(suffix)]
+            if mine and mine[0].state in (DONE, FAILED):
+                return mine[0]
+            time.sleep(0.5)
+        pytest.fail(f"cat's {suffix} submission not finished: {queue_of(hub).entries(a)}\n{log_tail(hub)}")
+
+    stamp = now_stamp()
+    plant(klass, "cat", f"{cat}+{a}+{stamp}+fifo", {f"{a}.ipynb": nbformat.writes(klass.notebooks["wrong"]),
+                                                   "timestamp.txt": stamp}, "mkfifo submission_secret.txt")
+    fifo = cat_done("fifo")
+    assert "submission_secret.txt: a FIFO, not copied" in fifo.detail, (fifo, log_tail(hub))
+    before = submissions_of(klass.servers["ann"], a)[0]["timestamp"]
+    hand_in(klass.servers["ann"], a, klass.notebooks["right"], fetch=False)
+    wait_for_feedback(klass.servers["ann"], a, after=before)  # ann is not held up by cat
+
+    stamp = now_stamp(1)
+    plant(klass, "cat", f"{cat}+{a}+{stamp}+sparse", submission_files(klass, "wrong", stamp),
+          "truncate -s 1G huge.bin")
+    sparse = cat_done("sparse")
+    assert "huge.bin: 1024.0 MiB, more than the 20 MiB allowed" in sparse.detail, sparse
+
+    stamp = now_stamp(2)
+    plant(klass, "cat", f"{cat}+{a}+{stamp}+many", submission_files(klass, "wrong", stamp),
+          "mkdir d && cd d && seq 1 1200 | xargs touch")
+    many = cat_done("many")
+    assert (many.state, many.status) == (FAILED, "refused") and "more than 1000 files" in many.detail, many
+    before = submissions_of(klass.servers["bob"], a)[0]["timestamp"]
+    hand_in(klass.servers["bob"], a, klass.notebooks["right"], fetch=False)
+    wait_for_feedback(klass.servers["bob"], a, after=before)
+
+    listed = hub.cli("autograde", "status", a).stdout
+    assert "more than 1000 files" in listed and "a FIFO" in listed, listed
+    said = hub.cli("collect", a).stdout  # cat's newest is the one with too many files: cat alone is skipped
+    assert f"{cat}+{a}+{stamp}+many: not copied: more than 1000 files" in said, said
+    assert all(hub.user(m) in said for m in ("ann", "bob")), said
