@@ -70,3 +70,33 @@ def test_the_kernelspec_starts_the_grading_kernel_with_its_channel(tmp_path):
     argv = json.loads((scratch / "jupyter" / "kernels" / "python3" / "kernel.json").read_text())["argv"]
     assert str(scratch / "rt" / GUARD_SCRIPT) in argv and str(scratch / "kernel" / "channel" / GUARD_CHANNEL) in argv
     assert (scratch / "rt" / GUARD_SCRIPT).is_file() and argv[-2:] == ["-f", "{connection_file}"]
+
+
+def test_nbgraders_fallback_feedback_is_rendered_inert_and_gets_the_script_forbidding_csp(tmp_path):
+    from autograder.grading.attempt import COMPLETED, AttemptReport
+    from autograder.safe_html import STATIC_PAGE_CSP, InertStudentContent
+
+    worker = make_worker(tmp_path)
+    job = Job(0, "ada", {})
+    scratch = worker.scratch_for(job)
+    config = worker.config(job, scratch)
+    assert config.HTMLExporter.sanitize_html is True  # nbgrader's generate_feedback builds its exporter from it
+    assert InertStudentContent.__module__ + ".InertStudentContent" in config.HTMLExporter.preprocessors
+
+    class Broken:
+        def write(self, *args):
+            raise RuntimeError("the fast writer failed")
+
+    class FallbackAPI:
+        def generate_feedback(self, assignment, student, force):
+            dest = scratch / "feedback" / student / assignment
+            dest.mkdir(parents=True)
+            (dest / "tiny.html").write_text("<html><head><title>t</title></head><body>page</body></html>")
+            return {"success": True}
+
+    worker.feedback = Broken()
+    report = AttemptReport(COMPLETED)
+    worker.write_feedback(FallbackAPI(), job, scratch, report)
+    page = (scratch / "feedback" / "ada" / "tiny" / "tiny.html").read_text()
+    assert STATIC_PAGE_CSP in page and page.index("Content-Security-Policy") < page.index("<title>")
+    assert report.notes == []

@@ -46,6 +46,7 @@ from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
 from autograder.grading.submissions import read_notebook_json, read_regular_file
+from autograder.safe_html import exporter_config, with_csp
 
 KERNEL_FOLDER = "kernel"
 GUARD_SCRIPT = "grading_kernel.py"
@@ -218,6 +219,7 @@ class Worker:
 
         s = self.settings
         config = course_config(s.root, scratch)
+        config.merge(exporter_config())  # nbgrader's own generate_feedback (the fallback) renders inert too
         defaults = Autograde.class_traits()
         config.Autograde.sanitize_preprocessors = [
             q for p in defaults["sanitize_preprocessors"].default() for q in
@@ -309,6 +311,8 @@ class Worker:
                 made = False
             if not made:
                 report.notes.append("feedback could not be generated")
+            for page in dest.glob("*.html") if made else []:
+                page.write_text(with_csp(page.read_text(encoding="utf-8")), encoding="utf-8")
 
     def failure(self, progress: dict, result: dict) -> Failure:
         """Say why nbgrader could not finish: a dead or hung kernel (with the cell), or a broken notebook."""
