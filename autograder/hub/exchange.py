@@ -144,13 +144,14 @@ class Exchange:
         parsed = InboundName.parse(entry)
         if isinstance(parsed, BadName):
             return parsed
-        why = _not_theirs(self.inbound / entry, parsed.student)
+        uid = _uid(parsed.student)
+        why = _not_theirs(self.inbound / entry, parsed.student, uid)
         latest = (now or datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)) + FUTURE
         if why is None and parsed.when > latest:
             why = f"named for a time in the future ({parsed.timestamp})"
-        if why:
-            return BadName(entry, why)
-        return Submission(parsed, self.inbound / entry, _uid(parsed.student) or 0)
+        if why or uid is None:
+            return BadName(entry, why or "no owner")
+        return Submission(parsed, self.inbound / entry, uid)
 
     def read_inbox(self, assignments: set[str] | None = None, now: datetime.datetime | None = None) -> Inbox:
         """List the inbound: submissions of these assignments (all when None) owned by their student."""
@@ -181,9 +182,8 @@ def _uid(account: str) -> int | None:
         return None
 
 
-def _not_theirs(folder: Path, student: str) -> str | None:
+def _not_theirs(folder: Path, student: str, uid: int | None) -> str | None:
     """Return why a folder is not the named student's own submission (None when it is)."""
-    uid = _uid(student)
     if uid is None:
         return f"no account named {student}"
     try:
