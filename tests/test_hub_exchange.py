@@ -361,3 +361,44 @@ def test_the_tree_is_roots_and_planted_folders_are_removed(tmp_path: Path) -> No
         exchange.release(ex, release, "ps01", force=False)
     exchange.release(ex, release, "ps01", force=True)
     assert (out / "ps01.ipynb").is_file()
+
+
+# formgrader's buttons (nbgrader's API, with the grader service's ExchangeFactory settings)
+
+def formgrader_api(course: Path, ex: Exchange):
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.auth import NoAuthPlugin
+    from traitlets.config import Config
+
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.course_id = "course"
+    config.Exchange.root = str(ex.root)
+    config.Exchange.path_includes_course = True
+    config.Authenticator.plugin_class = NoAuthPlugin
+    config.ExchangeFactory.collect = "autograder.hub.formgrader_exchange.SafeCollect"
+    config.ExchangeFactory.release_assignment = "autograder.hub.formgrader_exchange.RootRelease"
+    return NbGraderAPI(config=config)
+
+
+def test_formgraders_collect_button_takes_the_safe_collect(tmp_path: Path) -> None:
+    needs_root()
+    course, ex = collect_here(tmp_path)
+    secret = tmp_path / "solutions.ipynb"
+    secret.write_text("THE SOLUTIONS")
+    real = submission(ex.inbound, ME, NOW - datetime.timedelta(minutes=1), suffix="real")
+    (real / "answers.ipynb").symlink_to(secret)
+    submission(ex.inbound, ME, "2099-01-01 00:00:00.000000 UTC", owner=nobody(), suffix="forged")
+    done = formgrader_api(course, ex).collect("ps01")
+    assert done["success"], done
+    collected = course / "submitted" / ME / "ps01"
+    assert sorted(p.name for p in collected.iterdir()) == ["ps01.ipynb", "submission_secret.txt", STAMP_FILE]
+    assert "2099" not in (collected / STAMP_FILE).read_text()
+    assert f"claims to be {ME}'s but was made by nobody" in done["log"]
+
+
+def test_formgraders_release_button_says_to_use_hub_release(tmp_path: Path) -> None:
+    course, ex = collect_here(tmp_path)
+    (course / "release" / "ps01").mkdir(parents=True)
+    done = formgrader_api(course, ex).release_assignment("ps01")
+    assert not done["success"] and "hub release ps01" in done["log"]

@@ -11,6 +11,7 @@ student's Assignments tab offers Fetch Feedback. It has no HTTP port: the instru
 """
 
 import argparse
+import datetime
 import html
 import os
 import shutil
@@ -23,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.hub import exchange
-from autograder.hub.autograde_queue import DONE, FAILED, MAX_TRIES, Entry, Queue
+from autograder.hub.autograde_queue import DONE, FAILED, HIDDEN_TESTS, MAX_TRIES, Entry, Queue, Setting
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.safe_copy import Refusal, read_small
+from autograder.safe_html import with_csp
 
 POLL_S = 1.0
 BATCH_PER_CORE = 4  # a batch holds at most this many students per core (a later submission waits at most that)
@@ -145,16 +147,29 @@ NOT_RAN_PAGE = """<!DOCTYPE html>
 """
 
 
-def feedback_pages(place: Place, entry: Entry, result, work: Path) -> dict[str, str]:
-    """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not."""
-    pages_dir = place.graded(entry.assignment) / "feedback" / entry.student
-    pages = {p.stem: p.read_text(encoding="utf-8") for p in sorted(pages_dir.glob("*.html"))} if result.ran else {}
+def feedback_pages(place: Place, entry: Entry, result, work: Path, setting: Setting) -> dict[str, str]:
+    """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not.
+
+    Until the due date (unless the instructor shows them) the pages keep the hidden tests hidden; they never fall
+    back to the full pages.
+    """
+    from autograder.grading.redact import due_date, student_feedback_pages
+
+    pages: dict[str, str] = {}
+    if result.ran:
+        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        if setting.protects_hidden_tests(due_date(place.course, entry.assignment), now):
+            pages = student_feedback_pages(place.course, entry.assignment, entry.student,
+                                           place.graded(entry.assignment) / "feedback-on-submit" / entry.student)
+        else:
+            pages_dir = place.graded(entry.assignment) / "feedback" / entry.student
+            pages = {p.stem: p.read_text(encoding="utf-8") for p in sorted(pages_dir.glob("*.html"))}
     if pages:
         return pages
     names = sorted(p.stem for p in (work / entry.student / entry.assignment).glob("*.ipynb")) or [entry.assignment]
-    return {name: NOT_RAN_PAGE.format(title=html.escape(f"{entry.assignment}: {name}"), notebook=html.escape(name),
+    return {name: with_csp(NOT_RAN_PAGE.format(title=html.escape(f"{entry.assignment}: {name}"), notebook=html.escape(name),
                                       max_score=result.max_score, status=html.escape(result.status),
-                                      detail=html.escape(result.detail or "")) for name in names}
+                                      detail=html.escape(result.detail or ""))) for name in names}
 
 
 def release_feedback(place: Place, entry: Entry, pages: dict[str, str]) -> None:
@@ -214,7 +229,8 @@ class Releaser(threading.Thread):
 
 def finish(place: Place, queue: Queue, entry: Entry, result, staged: Staged, graded: bool) -> None:
     """Release a graded submission's feedback, then mark it done."""
-    release_feedback(place, entry, feedback_pages(place, entry, result, staged.work))
+    release_feedback(place, entry, feedback_pages(place, entry, result, staged.work,
+                                                  queue.setting(entry.assignment)))
     notes = [result.detail, *(f"flag: {f}" for f in result.flags), staged.notes.get(entry.student, "")]
     detail = "; ".join(n for n in notes if n)
     queue.finish(entry, state=DONE, graded=graded, status=result.status, score=result.final_score,
@@ -313,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "on":
             p.add_argument("--per-hour", type=int, default=None)
             p.add_argument("--timeout", type=float, default=None)
+            p.add_argument("--hidden-tests", choices=HIDDEN_TESTS, default=None)
     args = parser.parse_args(argv)
     course = Path(args.course)
     if args.action == "run":
@@ -322,14 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     queue = Place(course, Path("/nonexistent"), "").queue()
     if args.action in ("on", "off"):
         s = queue.configure(args.assignment, args.action == "on", getattr(args, "per_hour", None),
-                            getattr(args, "timeout", None))
+                            getattr(args, "timeout", None), getattr(args, "hidden_tests", None))
         print(f"autograde {args.assignment}: {'on' if s.enabled else 'off'}"
               + (f", at most {s.per_hour} graded submissions per student per hour" if s.per_hour else "")
-              + f", {s.timeout:g} s per notebook")
+              + f", {s.timeout:g} s per notebook, hidden tests {s.hidden_tests}"
+              + (" until the due date" if s.hidden_tests == "protected" else ""))
         return 0
     s = queue.setting(args.assignment)
     print(f"autograde {args.assignment}: {'on' if s.enabled else 'off'}"
-          + (f", at most {s.per_hour} per student per hour" if s.per_hour else ""))
+          + (f", at most {s.per_hour} per student per hour" if s.per_hour else "") + f", hidden tests {s.hidden_tests}")
     for e in queue.entries(args.assignment):
         score = f"{e.score:g}/{e.max_score:g}" if e.score is not None and e.max_score is not None else ""
         print(printable(f"{e.student:24} {e.timestamp:28} {e.state:10} {e.status:9} {score:11} {e.detail}"))

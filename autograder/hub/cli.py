@@ -70,6 +70,9 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     autograde.add_argument("--per-hour", type=int, default=None,
                            help="at most this many graded submissions per student per hour (0: no limit)")
     autograde.add_argument("--timeout", type=float, default=None, help="seconds per notebook (default: 120)")
+    autograde.add_argument("--hidden-tests", choices=["protected", "shown"], default=None,
+                           help="feedback on submit before the due date: hidden tests' scores and the instructor's "
+                                "messages only (protected, the default), or everything (shown)")
     export = action("export", "write the gradebook's grades as CSV")
     export.add_argument("--to", default="grades.csv", help="CSV file to write (default: grades.csv)")
 
@@ -134,7 +137,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "feedback":
         print("feedback released to: " + ", ".join(loop.feedback(settings, args.assignment)))
     elif args.action == "autograde":
-        said = loop.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout)
+        said = loop.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout,
+                              args.hidden_tests)
         print("\n".join(printable(line) for line in said.splitlines()))
     elif args.action == "export":
         print(f"wrote {loop.export(settings, Path(args.to).resolve())}")

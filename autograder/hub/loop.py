@@ -138,11 +138,12 @@ def feedback(s: HubSettings, assignment: str) -> list[str]:
 
 
 def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None = None,
-              timeout: float | None = None) -> str:
+              timeout: float | None = None, hidden_tests: str | None = None) -> str:
     """Turn autograde-on-submit on or off for an assignment, or list its queue (as the grader account)."""
     _known(s, assignment)
     options = [*(["--per-hour", str(per_hour)] if per_hour is not None and mode == "on" else []),
-               *(["--timeout", str(timeout)] if timeout is not None and mode == "on" else [])]
+               *(["--timeout", str(timeout)] if timeout is not None and mode == "on" else []),
+               *(["--hidden-tests", hidden_tests] if hidden_tests is not None and mode == "on" else [])]
     done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.autograde_service", mode, "--course",
                                       str(s.paths.course), assignment, *options],
                            cwd=s.paths.course, env=grader_env(s), timeout=120)
