@@ -32,6 +32,7 @@ from autograder.cells import grade_id
 from autograder.grading.guard_kernel import GRADER_KEY
 from autograder.grading.sandbox import MAX_FILE_MIB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
+from autograder.grading.verdict import REPLIES
 
 MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory", "defaultcpuallocator")
 NOT_RUN = "NotRunByGrader"
@@ -81,6 +82,9 @@ class GraderExecute(Execute):
         self._channel: ChannelReader | None = None
         self._sent: dict[str, int] = {}  # execute request msg_id -> cell index
         self._flagged: set[str] = set()
+        self._replies: dict[int, str] = {}  # cell index -> the status of the kernel's reply (verdict.py)
+        if resources is not None:
+            resources[REPLIES] = self._replies
         self._write_progress("starting")
         try:
             result = super().preprocess(nb, resources, km)
@@ -264,6 +268,12 @@ class GraderExecute(Execute):
         return cell
 
     execute_cell = run_sync(async_execute_cell)
+
+    def on_cell_executed(self, **kwargs):
+        """Keep the status of the kernel's reply to each cell, for the verdict on test cells."""
+        reply = kwargs.get("execute_reply") or {}
+        self._replies[kwargs["cell_index"]] = str((reply.get("content") or {}).get("status"))
+        return super().on_cell_executed(**kwargs)
 
     # --- outputs -------------------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
 from autograder.grading.submissions import read_notebook_json, read_regular_file
+from autograder.grading.verdict import SaveVerdicts
 from autograder.safe_html import exporter_config, with_csp
 
 KERNEL_FOLDER = "kernel"
@@ -215,7 +216,7 @@ class Worker:
     def config(self, job: Job, scratch: Path):
         """Return the nbgrader configuration of one attempt: the course's, pointed at the scratch course."""
         from nbgrader.converters import Autograde
-        from nbgrader.preprocessors import Execute, OverwriteCells
+        from nbgrader.preprocessors import Execute, OverwriteCells, SaveAutoGrades
 
         s = self.settings
         config = course_config(s.root, scratch)
@@ -227,8 +228,9 @@ class Worker:
         config.OverwriteCells.add_missing_cells = True
         config.RestoreCells.release_folder = str(s.template / "release" / s.assignment)
         config.RestoreCells.notes_file = str(scratch / RESTORE_NOTES)
+        ours = {Execute: GraderExecute, SaveAutoGrades: SaveVerdicts}  # our run, and our verdict on test cells
         config.Autograde.autograde_preprocessors = [
-            GraderExecute if p is Execute else p for p in defaults["autograde_preprocessors"].default()]
+            ours.get(p, p) for p in defaults["autograde_preprocessors"].default()]
         config.GraderExecute.budget = float(s.timeout)
         config.GraderExecute.progress_file = str(scratch / "progress.json")
         skip: dict[str, dict[str, str]] = {}
