@@ -8,7 +8,7 @@ the answer; where widgets cannot run it falls back to HTML with the answer in a 
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from html import escape
@@ -193,3 +193,16 @@ def predict(question: str, choices: Sequence[str] | None, answer: str, reason: s
         display(PredictionWidget(prediction).box)
     else:
         display(StaticPrediction(prediction))
+
+
+def asker(predictions: Mapping[str, Prediction]) -> Callable[[str], None]:
+    """Return `ask(name)`, which shows one of `predictions`: the lesson's cell holds a name, not the answer."""
+
+    def ask(name: str) -> None:
+        """Show the prediction called `name`; its answer appears only after a guess."""
+        if name not in predictions:
+            raise KeyError(f"no prediction called {name!r}; this lesson has {sorted(predictions)}")
+        p = predictions[name]
+        predict(p.question, p.choices, p.answer, p.reason, accept=p.accept)
+
+    return ask

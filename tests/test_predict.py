@@ -14,6 +14,7 @@ from devicelab.predict import (
     State,
     StaticPrediction,
     Verdict,
+    asker,
     check_guess,
     commit,
     fallback_html,
@@ -154,3 +155,14 @@ def test_the_widget_works_with_colabs_ipywidgets_7(tmp_path):
     out = subprocess.run([python, "-c", COLAB_PROBE], capture_output=True, text=True, cwd=COURSE_ROOT,
                          check=True)
     assert out.stdout.split() == ["7.7.1", "wrong", "True", "True"]
+
+
+def test_ask_shows_a_named_prediction_and_refuses_an_unknown_name(monkeypatch):
+    ask = asker({"device-equality": CHOICE})
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    with mock.patch("IPython.display.display") as display:
+        ask("device-equality")
+    (shown,), _ = display.call_args
+    assert shown.prediction == CHOICE
+    with pytest.raises(KeyError, match="device-equality"):
+        ask("device-equal")
