@@ -15,15 +15,22 @@ How the simulated timeline maps onto a real trace:
 - the host's launch of a kernel -> `cudaLaunchKernel`, of a copy -> `cudaMemcpyAsync` (`cuda_runtime`); a host
   wait -> the call that waits: `cudaStreamSynchronize` after a blocking copy (PyTorch's `cudaMemcpyAsync` +
   `cudaStreamSynchronize`), for `item()` and for `stream.synchronize()`; `cudaDeviceSynchronize` for
-  `gpu.synchronize()`; `cudaEventSynchronize` for `event.synchronize()`. A non-blocking copy from pageable memory
-  holds the host inside `cudaMemcpyAsync` (staging), so that wait lengthens the `cudaMemcpyAsync` event;
-- operators: the simulator has none, so name them yourself with `with prof.op("aten::item"): ...`;
+  `gpu.synchronize()`; `cudaEventSynchronize` for `event.synchronize()`. A copy from or into pageable memory, blocking
+  or not, holds the host inside `cudaMemcpyAsync` (staging through the driver's pinned buffer; a copy into pageable
+  memory returns when it is done), so that wait lengthens the `cudaMemcpyAsync` event, and the
+  `cudaStreamSynchronize` after a blocking one returns at once: counting sync calls alone undercounts host waits;
+- `item()` copies into pinned memory (`Memcpy DtoH (Device -> Pinned)`, as `_local_scalar_dense_cuda` does);
+- streams: the default stream is thread 7 (CUPTI's number for it in real traces), other streams 13, 14, ...,
+  each thread named with the stream's name;
+- operators: the simulator has none, so name them yourself with `with prof.op("aten::item"): ...`, or nested
+  with `prof.ops(*TO_OPS)` for a `.to()` copy (`aten::to` > `aten::_to_copy` > `aten::copy_`, as a real trace
+  nests them) and `prof.ops(*ITEM_OPS)` for `.item()`;
 - host work (`gpu.host_work`) and the one-time context creation -> `user_annotation` events.
 """
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +40,11 @@ SIMULATED = "SIMULATED"
 HOST_PID = 1  # the simulated host process
 HOST_TID = 1  # its main thread
 GPU_PID = 0  # the simulated GPU: device 0, one thread per stream
+DEFAULT_STREAM_TID = 7  # CUPTI numbers the legacy default stream 7: real traces show kernels on "stream 7"
+SIDE_STREAM_TID = 12  # simulated stream n > 0 becomes 12 + n; a real trace numbers created streams its own way
 SYNC_CALLS = {"synchronize": "cudaDeviceSynchronize", "wait for event": "cudaEventSynchronize"}
+TO_OPS = ("aten::to", "aten::_to_copy", "aten::copy_")  # how a real trace nests a .to() copy
+ITEM_OPS = ("aten::item", "aten::_local_scalar_dense")  # and .item()
 MEMCPY_NAMES = {
     ("h2d", True): "Memcpy HtoD (Pinned -> Device)",
     ("h2d", False): "Memcpy HtoD (Pageable -> Device)",
@@ -97,57 +108,81 @@ class SimProfiler:
             self._overhead(name)
             self._ops.append((name, start, self.gpu.clock(), thread))
 
+    @contextmanager
+    def ops(self, *names: str) -> Iterator[None]:
+        """Mark the block as operators nested outermost first, e.g. `prof.ops(*TO_OPS)` for a `.to()` copy."""
+        with ExitStack() as stack:
+            for name in names:
+                stack.enter_context(self.op(name))
+            yield
+
     def _overhead(self, name: str) -> None:
         if self.op_overhead_s > 0:
             self.gpu.host_work(self.op_overhead_s, f"{name} dispatch")
             self._overheads.add(id(self.gpu.timeline[-1]))
             self._keep.append(self.gpu.timeline[-1])
 
+    def _memcpy_call(self, start: float, launch: TimelineRecord, copy: TimelineRecord,
+                     after: list[TimelineRecord], inside: set[int]) -> list[dict]:
+        """Return the host's cudaMemcpyAsync for `copy` (and the stream sync a blocking copy adds after it).
+
+        A copy from or into pageable memory holds the host inside cudaMemcpyAsync (staging through the driver's
+        pinned buffer; a copy into pageable memory returns only when it is done), so that wait lengthens the call
+        and the cudaStreamSynchronize that PyTorch calls after a blocking copy then returns at once.
+        """
+        meta = self._copies.get(id(copy), {})
+        wait = after[0] if after and after[0].kind == "wait" else None
+        end = launch.end
+        if wait is not None and not meta.get("pinned") and wait.name.startswith("wait: pageable"):
+            inside.add(id(wait))
+            end = wait.end
+        calls = [_complete("cuda_runtime", "cudaMemcpyAsync", start, end, HOST_PID, HOST_TID, {})]
+        if copy.kind != "d2d" and not meta.get("non_blocking", False) and (wait is None or id(wait) in inside):
+            calls.append(_complete("cuda_runtime", "cudaStreamSynchronize", end, end, HOST_PID, HOST_TID, {}))
+        return calls
+
     def trace(self) -> dict:
         """Return the recorded work as a chrome trace (the dict json.load gives for a real profiler export)."""
         records = self.gpu.timeline[self._start:] if self._active else self._records
         events = _metadata(self.gpu)
         events += [_complete("cpu_op", name, start, end, HOST_PID, thread, {})
-                   for name, start, end, thread in self._ops]
+                   for name, start, end, thread in sorted(self._ops, key=lambda o: (o[1], -o[2]))]
         pending_wait: TimelineRecord | None = None  # a full launch queue holds the host inside the next launch
+        inside_memcpy: set[int] = set()  # ids of waits drawn inside a cudaMemcpyAsync call
         for index, record in enumerate(records):
             if record.engine == "host":
                 following = records[index + 1] if index + 1 < len(records) else None
                 if record.kind == "launch":
                     start = pending_wait.start if pending_wait is not None else record.start
                     pending_wait = None
-                    call = "cudaMemcpyAsync" if following is not None and following.engine == "copy" \
-                        else "cudaLaunchKernel"
-                    end = record.end
-                    if call == "cudaMemcpyAsync":  # a pageable non-blocking copy holds the host in the call
-                        after = records[index + 2] if index + 2 < len(records) else None
-                        meta = self._copies.get(id(following), {})
-                        if after is not None and after.kind == "wait" and meta.get("non_blocking") and \
-                                not meta.get("pinned") and after.name.startswith("wait: pageable"):
-                            end = after.end
-                    events.append(_complete("cuda_runtime", call, start, end, HOST_PID, HOST_TID, {}))
+                    if following is not None and following.engine == "copy":
+                        events += self._memcpy_call(start, record, following, records[index + 2:index + 3],
+                                                    inside_memcpy)
+                    else:
+                        events.append(_complete("cuda_runtime", "cudaLaunchKernel", start, record.end, HOST_PID,
+                                                HOST_TID, {}))
                 elif record.kind == "wait":
                     if record.name == "wait: launch queue full":
                         pending_wait = record
-                        continue
-                    meta = self._copies.get(id(records[index - 1]), {}) if index else {}
-                    if record.name.startswith("wait: pageable") and meta.get("non_blocking"):
-                        continue  # already inside cudaMemcpyAsync
-                    call = SYNC_CALLS.get(record.name, "cudaStreamSynchronize")
-                    events.append(_complete("cuda_runtime", call, record.start, record.end, HOST_PID, HOST_TID, {}))
+                    elif id(record) not in inside_memcpy:
+                        call = SYNC_CALLS.get(record.name, "cudaStreamSynchronize")
+                        events.append(_complete("cuda_runtime", call, record.start, record.end, HOST_PID, HOST_TID,
+                                                {}))
                 elif id(record) not in self._overheads:  # host work, context creation
                     events.append(_complete("user_annotation", record.name, record.start, record.end, HOST_PID,
                                             HOST_TID, {}))
             elif record.engine == "compute":
-                events.append(_complete("kernel", record.name, record.start, record.end, GPU_PID, record.stream,
-                                        {"device": 0, "stream": record.stream}))
+                tid = stream_tid(record.stream)
+                events.append(_complete("kernel", record.name, record.start, record.end, GPU_PID, tid,
+                                        {"device": 0, "stream": tid}))
             elif record.engine == "copy":
                 meta = self._copies.get(id(record), {})
-                args = {"device": 0, "stream": record.stream}
+                tid = stream_tid(record.stream)
+                args = {"device": 0, "stream": tid}
                 if "bytes" in meta:
                     args["bytes"] = meta["bytes"]
                 name = MEMCPY_NAMES[(record.kind, meta.get("pinned", False))]
-                events.append(_complete("gpu_memcpy", name, record.start, record.end, GPU_PID, record.stream, args))
+                events.append(_complete("gpu_memcpy", name, record.start, record.end, GPU_PID, tid, args))
         return {
             "schemaVersion": 1,
             "traceName": f"{SIMULATED}: devicelab.simgpu, {self.gpu.profile.name}",
@@ -192,11 +227,18 @@ def _metadata(gpu: SimulatedGPU) -> list[dict]:
     def meta(name: str, pid: int, tid: int, value: str) -> dict:
         return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": {"name": value}}
 
+    names = {s.id: s.name for s in gpu._streams}
     streams = sorted({r.stream for r in gpu.timeline if r.stream is not None} | {0})
     return [meta("process_name", HOST_PID, 0, f"python ({SIMULATED} host)"),
             meta("thread_name", HOST_PID, HOST_TID, "MainThread"),
             meta("process_name", GPU_PID, 0, f"GPU 0 ({SIMULATED} {gpu.profile.name})"),
-            *(meta("thread_name", GPU_PID, s, "stream 0 (default)" if s == 0 else f"stream {s}") for s in streams)]
+            *(meta("thread_name", GPU_PID, stream_tid(s), f"stream {stream_tid(s)} ({names.get(s, s)})")
+              for s in streams)]
+
+
+def stream_tid(stream: int | None) -> int:
+    """Return the thread id a trace gives simulated stream `stream` (the default stream is 7, as in CUPTI's)."""
+    return DEFAULT_STREAM_TID if not stream else SIDE_STREAM_TID + stream
 
 
 def example_step(gpu: SimulatedGPU, prof: SimProfiler, *, pinned: bool, sync_each_step: bool, steps: int = 3) -> None:
@@ -205,7 +247,7 @@ def example_step(gpu: SimulatedGPU, prof: SimProfiler, *, pinned: bool, sync_eac
 
     side = gpu.new_stream("copies")
     for _ in range(steps):
-        with prof.op("aten::to"):
+        with prof.ops(*TO_OPS):
             if pinned:
                 with gpu.stream(side):
                     gpu.copy(8 * MiB, "h2d", pinned=True, non_blocking=True, name="batch")
@@ -219,9 +261,9 @@ def example_step(gpu: SimulatedGPU, prof: SimProfiler, *, pinned: bool, sync_eac
         with prof.op("aten::_foreach_add_"):
             gpu.launch(0.0001, name="sgd update")
         if sync_each_step:
-            with prof.op("aten::item"), prof.op("aten::_local_scalar_dense"):
+            with prof.ops(*ITEM_OPS):
                 gpu.item()
-    with prof.op("aten::item"):
+    with prof.ops(*ITEM_OPS):
         gpu.item()
 
 

@@ -12,7 +12,7 @@ Each call models one PyTorch call (the lessons show them side by side):
 | `gpu.cpu(buf)` | `t.cpu()` |
 | `gpu.to_cpu(buf, non_blocking=True)` | `t.to("cpu", non_blocking=True)` |
 | `gpu.to_cpu(buf, non_blocking=True, out=host)` | `host.copy_(t, non_blocking=True)` |
-| `gpu.item(buf)` | `t.item()` |
+| `gpu.item(buf)` | `t.item()` (a scalar copied into pinned memory, then a stream sync) |
 | `buf.read()` | reading a CPU tensor (`host[:4].tolist()`): no sync |
 | `gpu.synchronize()` | `torch.cuda.synchronize()` |
 | `gpu.new_stream()`, `gpu.stream(s)`, `gpu.event()` | `torch.cuda.Stream()`, `torch.cuda.stream(s)`, `torch.cuda.Event()` |
@@ -472,9 +472,12 @@ class SimulatedGPU:
                          name=f"{buffer.name or 'buffer'} to cpu", out=out)
 
     def item(self, buffer: SimBuffer | None = None, *, stream: SimStream | None = None) -> Any:
-        """Copy one scalar to the host and wait, like tensor.item(): a sync point; return the buffer's data."""
+        """Copy one scalar to the host and wait, like tensor.item(): a sync point; return the buffer's data.
+
+        PyTorch copies the scalar into pinned host memory (`_local_scalar_dense_cuda`), then syncs the stream.
+        """
         scalar = SimBuffer(self, 8, "device", name="scalar") if buffer is None else _with_nbytes(buffer, 8)
-        return self.copy(scalar, "d2h", pinned=False, stream=stream, name="item").read()
+        return self.copy(scalar, "d2h", pinned=True, stream=stream, name="item").read()
 
     # ----- the model's machinery ------------------------------------------------------------------
 

@@ -554,4 +554,8 @@ def test_the_simulated_example_trace_reads_as_the_lesson_says():
     assert totals["h2d"]["count"] == 3 and totals["h2d"]["bytes"] == 3 * 8 * 2**20
     assert totals["d2h"]["count"] == 4 and totals["d2d"]["count"] == 0
     assert namespace["overlap_fraction"](trace) == 0.0  # blocking pageable copies never run beside a kernel
-    assert namespace["sync_ops"](trace) == ["aten::_local_scalar_dense", "aten::item", "aten::to"]
+    assert namespace["sync_ops"](trace) == ["aten::_local_scalar_dense", "aten::copy_"]
+    memcpy_calls = [e for e in trace["traceEvents"] if e.get("name") == "cudaMemcpyAsync"]
+    syncs = [e for e in trace["traceEvents"] if e.get("name") == "cudaStreamSynchronize"]
+    assert max(e["dur"] for e in memcpy_calls) > 1000 and min(e["dur"] for e in syncs) == 0, (
+        "a pageable copy's wait sits inside cudaMemcpyAsync, and its stream sync returns at once")

@@ -33,19 +33,42 @@ def test_events_have_the_fields_of_a_real_export():
             assert {"cat", "ts", "dur"} <= set(event) and event["dur"] >= 0
 
 
-def test_a_blocking_pageable_copy_is_a_memcpy_then_a_stream_sync():
+def test_a_blocking_pageable_copy_waits_inside_the_memcpy_call_then_syncs_at_once():
     gpu = SimulatedGPU(initialized=True)
-    with sim_trace.SimProfiler(gpu) as prof, prof.op("aten::to"):
+    with sim_trace.SimProfiler(gpu) as prof, prof.ops(*sim_trace.TO_OPS):
+        gpu.launch(0.002, name="earlier work")
         gpu.copy(MiB, "h2d", pinned=False)
     trace = prof.trace()
-    assert names(trace, "cuda_runtime") == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
+    assert names(trace, "cuda_runtime") == ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize"]
+    _, memcpy, sync = complete(trace, "cuda_runtime")
     [copy] = complete(trace, "gpu_memcpy")
     assert copy["name"] == "Memcpy HtoD (Pageable -> Device)" and copy["args"]["bytes"] == MiB
     assert copy["args"]["device"] == 0
-    [op] = complete(trace, "cpu_op")
-    sync = complete(trace, "cuda_runtime")[1]
-    assert op["ts"] <= sync["ts"] and sync["ts"] + sync["dur"] <= op["ts"] + op["dur"]
+    assert memcpy["dur"] > 2000, "the host waits for the stream and the staging inside cudaMemcpyAsync"
+    assert sync["dur"] == 0 and sync["ts"] == pytest.approx(memcpy["ts"] + memcpy["dur"])
+    innermost = min((o for o in complete(trace, "cpu_op") if o["ts"] <= sync["ts"] <= o["ts"] + o["dur"]),
+                    key=lambda o: o["dur"])
+    assert innermost["name"] == "aten::copy_", "a real trace nests aten::to > aten::_to_copy > aten::copy_"
     assert gpu.copy.__func__ is SimulatedGPU.copy, "the profiler puts the GPU back as it was"
+
+
+def test_a_blocking_pinned_copy_waits_in_the_stream_sync():
+    gpu = SimulatedGPU(initialized=True)
+    with sim_trace.SimProfiler(gpu) as prof:
+        gpu.launch(0.002)
+        gpu.copy(MiB, "h2d", pinned=True)
+    _, memcpy, sync = complete(prof.trace(), "cuda_runtime")
+    assert memcpy["name"] == "cudaMemcpyAsync" and memcpy["dur"] < 10
+    assert sync["name"] == "cudaStreamSynchronize" and sync["dur"] > 2000
+
+
+def test_a_copy_into_pageable_memory_holds_the_host_inside_the_memcpy_call():
+    gpu = SimulatedGPU(initialized=True)
+    with sim_trace.SimProfiler(gpu) as prof:
+        gpu.cpu(gpu.launch(0.001, nbytes=MiB))
+    calls = complete(prof.trace(), "cuda_runtime")
+    assert [c["name"] for c in calls] == ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize"]
+    assert calls[1]["dur"] > 1000 and calls[2]["dur"] == 0
 
 
 def test_a_non_blocking_pageable_copy_holds_the_host_inside_the_memcpy_call():
@@ -78,18 +101,35 @@ def test_pinned_copies_on_a_side_stream_overlap_kernels():
                                              "cudaDeviceSynchronize"]
 
 
-def test_item_waits_inside_its_operator_and_microseconds_are_used():
+def test_item_copies_into_pinned_memory_and_waits_inside_its_operator_in_microseconds():
     gpu = SimulatedGPU(initialized=True)
     with sim_trace.SimProfiler(gpu) as prof:
         gpu.launch(0.001)
-        with prof.op("aten::item"):
+        with prof.ops(*sim_trace.ITEM_OPS):
             gpu.item()
     trace = prof.trace()
     [kernel] = complete(trace, "kernel")
     assert kernel["dur"] == pytest.approx(1000.0)  # 1 ms of work is 1000 us
+    assert names(trace, "gpu_memcpy") == ["Memcpy DtoH (Device -> Pinned)"], "_local_scalar_dense copies to pinned"
     sync = next(e for e in complete(trace, "cuda_runtime") if e["name"] == "cudaStreamSynchronize")
-    [op] = complete(trace, "cpu_op")
-    assert op["ts"] < sync["ts"] and sync["ts"] + sync["dur"] < op["ts"] + op["dur"]
+    assert sync["dur"] > 900, "the wait for the kernel is in the stream sync (the copy itself is pinned)"
+    item, scalar = complete(trace, "cpu_op")
+    assert (item["name"], scalar["name"]) == sim_trace.ITEM_OPS
+    assert scalar["ts"] < sync["ts"] and sync["ts"] + sync["dur"] < scalar["ts"] + scalar["dur"]
+
+
+def test_streams_are_named_like_a_real_trace():
+    gpu = SimulatedGPU(initialized=True)
+    side = gpu.new_stream("copies")
+    with sim_trace.SimProfiler(gpu) as prof:
+        gpu.launch(0.001)
+        gpu.copy(MiB, "h2d", pinned=True, non_blocking=True, stream=side)
+    trace = prof.trace()
+    threads = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+               if e.get("name") == "thread_name" and e["pid"] == sim_trace.GPU_PID}
+    [kernel], [copy] = complete(trace, "kernel"), complete(trace, "gpu_memcpy")
+    assert kernel["tid"] == kernel["args"]["stream"] == 7 and threads[7] == "stream 7 (default)"
+    assert copy["tid"] == copy["args"]["stream"] != 7 and "copies" in threads[copy["tid"]]
 
 
 def test_export_writes_json_that_loads_back_the_same(tmp_path):
