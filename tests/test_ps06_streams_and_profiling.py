@@ -22,8 +22,9 @@ CELLS_OF = {
                          "overlap-fraction-tests-edges"),
     "sync-ops": ("sync-ops-tests-basic", "sync-ops-tests-threads"),
     "refill-pinned": ("refill-pinned-tests-order", "refill-pinned-tests-in-place", "refill-pinned-tests-shape"),
+    "copy-then-run": ("copy-then-run-tests-wait", "copy-then-run-tests-memory"),
 }
-POINTS_OF = {"copy-totals": 3, "overlap-fraction": 4, "sync-ops": 3, "refill-pinned": 4}
+POINTS_OF = {"copy-totals": 3, "overlap-fraction": 4, "sync-ops": 3, "refill-pinned": 4, "copy-then-run": 4}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "copy-totals": 'def copy_totals(trace: dict) -> dict:\n    """Sum the copies."""\n',
@@ -32,6 +33,7 @@ HEADS = {
     "sync-ops": 'def sync_ops(trace: dict) -> list[str]:\n    """Sync ops."""\n',
     "refill-pinned": 'def refill_pinned(buffer: torch.Tensor, data: torch.Tensor, copy_done) -> torch.Tensor:\n'
                      '    """Refill."""\n',
+    "copy-then-run": 'def copy_then_run(batch: torch.Tensor, device, side, step):\n    """Copy, wait, record, run."""\n',
 }
 
 results_for = partial(run_graded_cells, NOTEBOOK)
@@ -136,12 +138,22 @@ def refill_with(check="if data.shape != buffer.shape:\n    raise ValueError('sha
 # The notebook itself
 
 
+def streams_with(current="current = torch.cuda.current_stream()", copy="copy = batch.to(device, non_blocking=True)",
+                 inside="", wait="current.wait_stream(side)", record="copy.record_stream(current)",
+                 run="return step(copy)") -> str:
+    """Return a copy_then_run cell: the copy (and `inside`) on side, then the wait, the record and the run."""
+    body = "\n".join(line for line in (current, "with torch.cuda.stream(side):", f"    {copy}",
+                                          f"    {inside}" if inside else "", wait, record, run) if line)
+    return cell("copy-then-run", body + "\n")
+
+
 def test_imports_and_check_calls():
     code = support.code_cells(NOTEBOOK)
     imports = support.imports_cell(code).source
     assert "from devicelab.exercises.ps06 import" in imports and "check, " in imports
     checks = [c.source.split(")")[0] for c in code if c.source.startswith("check(")]
-    assert checks == ['check("copy_totals"', 'check("overlap_fraction"', 'check("sync_ops"', 'check("refill_pinned"']
+    assert checks == ['check("copy_totals"', 'check("overlap_fraction"', 'check("sync_ops"', 'check("refill_pinned"',
+                      'check("copy_then_run"']
 
 
 class TestContract(support.AssignmentContract):
@@ -180,6 +192,9 @@ def test_feedback_checks_say_correct_for_the_solution_and_not_attempted_for_stub
     ("refill_pinned", lambda: refill_with(wait="torch.cuda.synchronize()"), "event only"),
     ("refill_pinned", lambda: refill_with(order=("check", "write", "wait")), "wait first"),
     ("refill_pinned", lambda: refill_with(write="buffer = data.clone()"), "in place"),
+    ("copy_then_run", lambda: streams_with(wait=""), "wait_stream(side)"),
+    ("copy_then_run", lambda: streams_with(record=""), "record_stream"),
+    ("copy_then_run", lambda: streams_with(current="current = torch.cuda.default_stream()"), "current_stream()"),
 ])
 def test_feedback_checks_catch_the_common_mistakes(name, source, words):
     from devicelab.exercises import ps06
@@ -366,6 +381,37 @@ return buffer
 }
 
 
+CORRECT["copy-then-run"] = {
+    "event-recorded-on-side": """
+current = torch.cuda.current_stream()
+with torch.cuda.stream(side):
+    copy = batch.to(device, non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record()
+current.wait_event(ready)
+copy.record_stream(current)
+return step(copy)
+""",
+    "side-record-event-and-copy_": """
+out = torch.empty_like(batch, device=device)
+with torch.cuda.stream(side):
+    out.copy_(batch, non_blocking=True)
+    done = side.record_event()
+done.wait(torch.cuda.current_stream())
+out.record_stream(torch.cuda.current_stream())
+return step(out)
+""",
+    "record-after-step": """
+with torch.cuda.stream(side):
+    gpu_batch = batch.to(device=device, non_blocking=True)
+torch.cuda.current_stream().wait_stream(side)
+result = step(gpu_batch)
+gpu_batch.record_stream(torch.cuda.current_stream())
+return result
+""",
+}
+
+
 @pytest.mark.parametrize(("exercise", "source"), support.correct_cases(CORRECT, HEADS))
 def test_other_correct_answers_get_full_marks(exercise, source):
     support.assert_all_pass(results_for({exercise: source}))
@@ -511,6 +557,31 @@ return hit / total
     ("refill-pinned", "dtype-must-match"): refill_with(
         check="if data.shape != buffer.shape or data.dtype != buffer.dtype:\n    raise ValueError('shape or dtype')"),
     ("refill-pinned", "returns-none"): refill_with(result="return None"),
+    ("copy-totals", "otherwise-d2d"): totals_with(
+        keys='(("HtoD", "h2d"), ("DtoH", "d2h"), ("", "d2d"))',
+        match='key in event.get("name", "") and not (key == "" and any(k in event["name"] for k in ("HtoD", "DtoH")))'),
+    ("sync-ops", "latest-start-is-innermost"): sync_with(pick='names.add(max(around, key=lambda o: o["ts"])["name"])'),
+    ("sync-ops", "starts-inside-is-enough"): sync_with(inside='o["ts"] <= call["ts"] < o["ts"] + o["dur"]'),
+    ("copy-then-run", "no-wait"): streams_with(wait=""),
+    ("copy-then-run", "wait-on-the-wrong-stream"): streams_with(wait="side.wait_stream(current)"),
+    ("copy-then-run", "wait-inside-the-side-block"): streams_with(
+        inside="torch.cuda.current_stream().wait_stream(side)", wait=""),
+    ("copy-then-run", "wait-before-the-copy"): streams_with(
+        current="current = torch.cuda.current_stream()\ncurrent.wait_stream(side)", wait=""),
+    ("copy-then-run", "wait-after-use"): streams_with(
+        wait="", run="out = step(copy)\ncurrent.wait_stream(side)\nreturn out"),
+    ("copy-then-run", "default-stream"): streams_with(current="current = torch.cuda.default_stream()"),
+    ("copy-then-run", "host-sync-instead"): streams_with(wait="torch.cuda.synchronize()"),
+    ("copy-then-run", "side-synchronize-instead"): streams_with(wait="side.synchronize()"),
+    ("copy-then-run", "blocking-copy"): streams_with(copy="copy = batch.to(device)"),
+    ("copy-then-run", "copy-on-the-current-stream"): cell("copy-then-run", """
+copy = batch.to(device, non_blocking=True)
+return step(copy)
+"""),
+    ("copy-then-run", "step-on-side"): streams_with(inside="result = step(copy)", wait="", record="",
+                                                    run="return result"),
+    ("copy-then-run", "no-record-stream"): streams_with(record=""),
+    ("copy-then-run", "record-side"): streams_with(record="copy.record_stream(side)"),
 }
 
 

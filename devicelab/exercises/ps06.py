@@ -109,6 +109,201 @@ def device_wide_syncs():
         yield calls
 
 
+class FakeStream:
+    """Stands in for torch.cuda.Stream: counts the work queued on it and remembers what it waits for."""
+
+    def __init__(self, cuda: "FakeCuda", name: str) -> None:
+        self.cuda, self.name = cuda, name
+        self.queued = 0  # how many pieces of work were queued on this stream so far
+        self.waits: dict[str, int] = {}  # other stream's name -> how much of its work this stream waits for
+
+    def __repr__(self) -> str:
+        return f"FakeStream({self.name!r})"
+
+    def __enter__(self) -> "FakeStream":  # noqa: PYI034  (typing.Self needs Python 3.11)
+        self.cuda.stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cuda.stack.pop()
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        self.cuda.log.append(f"{self.name}.wait_stream({other.name})")
+        self.waits[other.name] = max(self.waits.get(other.name, 0), other.queued)
+
+    def wait_event(self, event: "FakeCudaEvent") -> None:
+        event.wait(self)
+
+    def record_event(self, event: "FakeCudaEvent | None" = None) -> "FakeCudaEvent":
+        event = event if event is not None else FakeCudaEvent(self.cuda)
+        event.record(self)
+        return event
+
+    def synchronize(self) -> None:
+        self.cuda.host_syncs.append(f"{self.name}.synchronize()")
+
+    def query(self) -> bool:
+        return True
+
+
+class FakeCudaEvent:
+    """Stands in for torch.cuda.Event: a mark after the work queued so far on the stream it was recorded on."""
+
+    def __init__(self, cuda: "FakeCuda", *args: object, **kwargs: object) -> None:
+        self.cuda = cuda
+        self.mark: tuple[str, int] | None = None
+
+    def record(self, stream: FakeStream | None = None) -> None:
+        stream = stream if stream is not None else self.cuda.current
+        self.mark = (stream.name, stream.queued)
+
+    def wait(self, stream: FakeStream | None = None) -> None:
+        stream = stream if stream is not None else self.cuda.current
+        self.cuda.log.append(f"{stream.name}.wait_event()")
+        if self.mark is not None:
+            stream.waits[self.mark[0]] = max(stream.waits.get(self.mark[0], 0), self.mark[1])
+
+    def synchronize(self) -> None:
+        self.cuda.host_syncs.append("event.synchronize()")
+
+    def query(self) -> bool:
+        return True
+
+
+class FakeCuda:
+    """torch.cuda's streams, events and copies, faked on the CPU; `meta` plays the GPU (see `fake_cuda`)."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.host_syncs: list[str] = []
+        self.default = FakeStream(self, "default")
+        self.stack: list[FakeStream] = [self.default]
+        self.copies: dict[int, tuple[str, int, bool]] = {}  # id(copy) -> (stream, its position there, non_blocking)
+        self.recorded: dict[int, list[str]] = {}  # id(tensor) -> the streams given to its record_stream
+        self.uses: list[tuple[int, str, dict[str, int]]] = []  # (id(tensor), stream, what that stream waited for)
+
+    @property
+    def current(self) -> FakeStream:
+        return self.stack[-1]
+
+    def Stream(self, name: str = "side", *args: object, **kwargs: object) -> FakeStream:
+        return FakeStream(self, name if isinstance(name, str) else "side")
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream | None):
+        if stream is None:
+            yield None
+            return
+        with stream:
+            yield stream
+
+    def copied(self, result: torch.Tensor, non_blocking: bool) -> None:
+        """Remember a host-to-device copy queued now on the current stream."""
+        self.current.queued += 1
+        self.copies[id(result)] = (self.current.name, self.current.queued, bool(non_blocking))
+        self.log.append(f"copy on {self.current.name} (non_blocking={bool(non_blocking)})")
+
+    def step(self, x: torch.Tensor) -> str:
+        """The work that uses the copy: queued on the current stream; returns a marker."""
+        self.current.queued += 1
+        self.uses.append((id(x), self.current.name, dict(self.current.waits)))
+        self.log.append(f"use on {self.current.name}")
+        return f"step's result on {self.current.name}"
+
+    def problems(self, result: object, consumer: FakeStream, about: str = "all") -> list[str]:
+        """Return what is wrong with one copy_then_run call made with `consumer` as the current stream.
+
+        `about`: "order" (the copy, the wait, the use), "memory" (record_stream) or "all".
+        """
+        if about != "all":
+            memory = [p for p in self.problems(result, consumer) if "caching allocator" in p]
+            if about == "memory":
+                return memory
+            return [p for p in self.problems(result, consumer) if p not in memory]
+        if self.host_syncs:
+            return [(f"the host waited ({', '.join(self.host_syncs)}): the copy no longer overlaps anything; "
+                     "make the current stream wait on the GPU with wait_stream, not the host")]
+        if len(self.uses) != 1:
+            return [f"call step(copy) exactly once, on the current stream; it was called {len(self.uses)} times"]
+        used, where, waited = self.uses[0]
+        if used not in self.copies:
+            return ["step was not given the tensor copied to the device (batch.to(device, non_blocking=True))"]
+        stream, position, non_blocking = self.copies[used]
+        found = []
+        if stream == consumer.name:
+            found.append("the copy ran on the current stream: queue it on side (with torch.cuda.stream(side):)")
+        elif not non_blocking:
+            found.append("the copy was blocking: the host waited for it; use non_blocking=True (batch is pinned)")
+        if stream != consumer.name and where == consumer.name and waited.get(stream, 0) < position:
+            said = "; ".join(self.log)
+            found.append(f"step used the copy before the current stream waited for side (your calls: {said}): "
+                         "after queuing the copy and before step, torch.cuda.current_stream().wait_stream(side)")
+        if where != consumer.name:
+            found.append(f"step ran on {where}, not on the stream that was current when you were called")
+        if stream != consumer.name and consumer.name not in self.recorded.get(used, []):
+            given = self.recorded.get(used)
+            found.append("the copy was made on side and used on the current stream, so tell the caching allocator: "
+                         "copy.record_stream(torch.cuda.current_stream())"
+                         + (f" (you recorded {given}, the wrong stream)" if given else ""))
+        if result != f"step's result on {consumer.name}":
+            found.append(f"return what step returned, not {result!r}")
+        return found
+
+
+@contextlib.contextmanager
+def fake_cuda():
+    """Fake torch.cuda's streams, events and syncs, and copies to `meta`, the stand-in GPU; yield the FakeCuda."""
+    cuda = FakeCuda()
+    to, copy_ = torch.Tensor.to, torch.Tensor.copy_
+
+    def fake_to(self, *args, **kwargs):
+        out = to(self, *args, **kwargs)
+        if self.device.type == "cpu" and out.device.type == "meta":
+            cuda.copied(out, kwargs.get("non_blocking", False) or any(a is True for a in args))
+        return out
+
+    def fake_copy_(self, src, non_blocking=False):
+        out = copy_(self, src, non_blocking=non_blocking)
+        if self.device.type == "meta" and src.device.type == "cpu":
+            cuda.copied(out, non_blocking)
+        return out
+
+    def fake_cuda_call(self, device=None, non_blocking=False, **kwargs):
+        return fake_to(self, "meta", non_blocking=non_blocking)
+
+    def fake_record_stream(self, stream):
+        cuda.recorded.setdefault(id(self), []).append(getattr(stream, "name", repr(stream)))
+        cuda.log.append(f"record_stream({getattr(stream, 'name', stream)})")
+
+    def fake_event(*args, **kwargs):
+        return FakeCudaEvent(cuda)
+
+    patches = [mock.patch.object(torch.Tensor, "to", fake_to), mock.patch.object(torch.Tensor, "copy_", fake_copy_),
+               mock.patch.object(torch.Tensor, "cuda", fake_cuda_call),
+               mock.patch.object(torch.Tensor, "record_stream", fake_record_stream),
+               mock.patch("torch.cuda.Stream", cuda.Stream), mock.patch("torch.cuda.Event", fake_event),
+               mock.patch("torch.cuda.stream", cuda.stream),
+               mock.patch("torch.cuda.current_stream", lambda *a, **k: cuda.current),
+               mock.patch("torch.cuda.default_stream", lambda *a, **k: cuda.default),
+               mock.patch("torch.cuda.synchronize", lambda *a, **k: cuda.host_syncs.append("torch.cuda.synchronize()"))]
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        yield cuda
+
+
+def stream_problems(copy_then_run, *, consumer: str = "default", dtype: torch.dtype = torch.float32,
+                    about: str = "all") -> list[str]:
+    """Run `copy_then_run` once under `fake_cuda` (current stream `consumer`) and return what it got wrong."""
+    batch = torch.ones(4, 3, dtype=dtype)
+    with fake_cuda() as cuda:
+        side = torch.cuda.Stream()
+        current = cuda.default if consumer == "default" else cuda.Stream(consumer)
+        with torch.cuda.stream(current):
+            result = copy_then_run(batch, torch.device("meta"), side, cuda.step)
+        return cuda.problems(result, current, about)
+
+
 def _close(a: float, b: float) -> bool:
     return isinstance(a, int | float) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
@@ -179,6 +374,14 @@ def _refill_pinned(refill_pinned) -> None:
     assert torch.equal(buffer, torch.zeros(2, 3)), "After the ValueError nothing should be written: check first."
 
 
+def _copy_then_run(copy_then_run) -> None:
+    problems = stream_problems(copy_then_run)
+    assert not problems, problems[0][0].upper() + problems[0][1:] + "."
+    problems = stream_problems(copy_then_run, consumer="compute")
+    assert not problems, ("Called from inside `with torch.cuda.stream(compute):`: " + problems[0] + ". Use "
+                          "torch.cuda.current_stream(), not torch.cuda.default_stream().")
+
+
 _exercises = checker(
     Exercise("copy_totals", _copy_totals, hints=(
         "Start from {d: {'count': 0, 'bytes': 0, 'seconds': 0.0} for d in ('h2d', 'd2h', 'd2d')}.",
@@ -198,6 +401,14 @@ _exercises = checker(
         ("For each, the cpu_op events on the same pid and tid with op['ts'] <= s['ts'] and "
          "s['ts'] + s['dur'] <= op['ts'] + op['dur']."),
         "The innermost of those is the shortest one. Collect the names in a set; return sorted(names).",
+    )),
+    Exercise("copy_then_run", _copy_then_run, hints=(
+        ("Four lines: the copy inside `with torch.cuda.stream(side):`, then the current stream waits for side, "
+         "then record_stream, then return step(copy)."),
+        ("Read the current stream with torch.cuda.current_stream() *outside* the `with` block (inside it, the "
+         "current stream is side); the copy is batch.to(device, non_blocking=True)."),
+        ("torch.cuda.current_stream().wait_stream(side) makes the GPU wait, not the host; "
+         "copy.record_stream(torch.cuda.current_stream()) keeps its memory from being reused too early."),
     )),
     Exercise("refill_pinned", _refill_pinned, hints=(
         "Three steps: check the shape (raise ValueError), wait on copy_done, write in place.",
