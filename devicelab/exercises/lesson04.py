@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from devicelab.feedback import Exercise, checker
+from devicelab.predict import Prediction, asker
 
 
 class Detector(nn.Module):
@@ -76,3 +77,20 @@ def fixed_detector() -> nn.Module:
 ''', success="Both culprits found: a plain attribute and a tensor born on the CPU inside forward."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
+
+PREDICTIONS = {
+    "meta-matmul": Prediction(
+        question='`torch.ones(2, 3) @ torch.ones(3, 2, device="meta")`: what happens?',
+        choices=("a device-mismatch RuntimeError", "a meta tensor of shape (2, 2)",
+                 "a CPU tensor of shape (2, 2), no error"),
+        answer="a CPU tensor of shape (2, 2), no error",
+        reason="The CPU matmul kernel does not check the meta operand's device, and the meta operand holds no "
+               "numbers: the result is uninitialised CPU memory. The next cell shows it."),
+    "float64-matmul": Prediction(
+        question="On the CPU, no GPU involved: `torch.ones(2, 3, dtype=torch.float64) @ torch.ones(3, 2)`?",
+        choices=("works, the result is float64", "works, the result is float32", "raises a dtype error"),
+        answer="raises a dtype error",
+        reason="Matrix products do not promote: both operands must have one dtype (elementwise `+` would "
+               "promote to float64). No GPU is involved: the float64 is not the problem, the mix is."),
+}
+ask = asker(PREDICTIONS)

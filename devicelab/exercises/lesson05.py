@@ -4,6 +4,7 @@ import math
 from dataclasses import replace
 
 from devicelab.feedback import Exercise, checker
+from devicelab.predict import Prediction, asker
 from devicelab.simgpu import T4_PCIE3, SimulatedGPU
 
 
@@ -42,3 +43,29 @@ def gpu_finish_time(kernel_seconds: list[float], launch_s: float = 5e-6) -> floa
 ''', success="Long kernels: the GPU is the bottleneck. Tiny kernels: the host's launches are. That is the queue."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
+
+PREDICTIONS = {
+    "queue-3000": Prediction(
+        question="The host queues 3000 kernels of 1 ms each inside a naive stopwatch. How far does the host's "
+                 "clock move before the loop ends?",
+        choices=("about 15 ms (3000 launches of 5 us)", "about 3 s (the work)", "something else"),
+        answer="something else",
+        reason="About 2 s on the simulated T4: the launch queue has a limited depth, and once it is full each "
+               "launch waits for a free slot. The explanation follows the cell."),
+    "default-h2d": Prediction(
+        question="50 ms of work is queued, then the host copies the next batch (1 MiB) to the GPU with a plain "
+                 "`x.to(device)`. How long does the host wait in that line?",
+        choices=("about the copy itself, well under 1 ms", "about 50 ms", "nothing: the copy is only queued"),
+        answer="about 50 ms",
+        reason="The default host-to-device copy ends with a stream sync: the host waits for everything queued "
+               "before the copy, not only for the copy. The cell also times a pinned `non_blocking=True` copy."),
+    "stale-read": Prediction(
+        question='A pinned host buffer holds last step\'s result, "batch 0". A 20 ms kernel makes the new one, '
+                 "we copy it into the buffer with `copy_(..., non_blocking=True)` and read the buffer at once. "
+                 "What do we read?",
+        choices=("an error", "the new values", "last step's values"),
+        answer="last step's values",
+        reason="The copy was only queued behind the kernel, and reading a CPU tensor is not a sync point: the "
+               "buffer still holds the old numbers, with no error."),
+}
+ask = asker(PREDICTIONS)
