@@ -72,7 +72,10 @@ mywork: $(STAMP)  ## Copy lessons and assignments into mywork/ (never overwrites
 clean-venv:  ## Remove the virtual environments
 	rm -rf $(VENV) $(COLAB_VENV)
 
-.PHONY: grade demo
+.PHONY: grade demo gpu-record
+
+gpu-record: $(STAMP)  ## On a machine with a GPU: run the lessons, write each GPU cell's real output under it
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/gpu_smoke.py record $(NOTEBOOKS)
 
 grade: $(STAMP)  ## Grade a class: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [GRADE_ARGS=...]
 	@test -n "$(ASSIGNMENT)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [GRADE_ARGS='--jobs 4 --timeout 300']"; exit 2; }

@@ -1,26 +1,64 @@
-"""Run every lesson's cells, GPU-only ones included, on a machine that has a GPU but no Jupyter.
+"""Run every lesson's cells, GPU-only ones included, on a machine that has a GPU but no Jupyter; record outputs.
 
     python benchmarks/gpu_smoke.py export DIR   # here: turn lessons into plain cell lists (needs nbformat)
     python benchmarks/gpu_smoke.py run DIR      # there: run them cell by cell, print a JSON report
+    python benchmarks/gpu_smoke.py record       # `make gpu-record`: run the lessons on this machine's GPU and
+                                                # write each GPU cell's real output into its notebook
 
 Only the standard library and torch are needed to `run`. IPython syntax is mapped to Python: `%load_ext
 devicelab` is dropped and `%%requires_cuda` cells run as ordinary code (a GPU is expected there).
+
+`record` keeps the notebooks clean (no cell outputs): every `requires-cuda` cell is followed by a markdown cell
+tagged `gpu-output` (id `<cell id>-gpu-output`) that shows either the output a GPU printed, with the device, the
+torch version and the date, or says that no GPU has run the cell yet. `CLAIMS` lists what a recorded output must
+still show for the lesson's text to stay true; an output that breaks its claim is reported and not written.
+Without a GPU, `record` says so and changes nothing.
 """
 
 import contextlib
+import datetime
 import io
 import json
+import os
+import re
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT_TAG = "gpu-output"
+NOT_YET = ("*Not yet run on a GPU: no output has been recorded for the cell above. `make gpu-record` on a machine "
+           "with a GPU records it here.*")
+RECORDED = "**Output recorded on a GPU** ({device}, torch {torch}, {date}):"
+MAX_OUTPUT = 3000  # characters of a cell's output kept in the notebook (the end, where the result is)
+
+
+def _blocking_copy_waited(output: str) -> bool:
+    """Lesson 07, section 1: the blocking copy took far longer than the non-blocking one (it waited)."""
+    times = dict(re.findall(r"non_blocking=(False|True): ([\d.]+) ms", output))
+    return len(times) == 2 and float(times["False"]) > 5 * float(times["True"])
+
+
+# What a recorded output must show for the lesson's text to stay true: lesson -> cell id -> claims, each a regular
+# expression the output must match or a function of the output that must return True.
+CLAIMS: dict[str, dict[str, tuple[str | Callable[[str], bool], ...]]] = {
+    "07-streams-events-and-profiling": {
+        "sync-point-gpu": (_blocking_copy_waited,),
+        "d2h-gpu": (r"^True 1999998\.0$",),
+        "streams-gpu": (r"^True$",),
+        "async-errors-gpu": (r"CUDA_LAUNCH_BLOCKING=1",),
+    },
+}
 
 
 def export(target: Path) -> None:
     """Write each lesson as a JSON list of {source, tags} cells."""
     import nbformat
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     target.mkdir(parents=True, exist_ok=True)
     for path in sorted((root / "notebooks").glob("*.ipynb")) + sorted((root / "source").glob("*/*.ipynb")):
         nb = nbformat.read(path, as_version=4)
@@ -67,8 +105,162 @@ def run(folder: Path) -> dict:
     return report
 
 
+@dataclass(frozen=True)
+class Machine:
+    """What the recorded note says about where an output came from."""
+
+    device: str
+    torch: str
+    date: str
+
+
+def this_machine() -> Machine | None:
+    """Return this machine's GPU, torch version and today's date, or None without a usable CUDA GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return Machine(torch.cuda.get_device_name(), torch.__version__, datetime.date.today().isoformat())
+
+
+def gpu_cells(nb) -> list:
+    """Return the notebook's code cells tagged `requires-cuda`."""
+    return [c for c in nb.cells if c.cell_type == "code" and "requires-cuda" in c.metadata.get("tags", [])]
+
+
+def note_text(output: str | None, machine: Machine | None) -> str:
+    """Return the markdown shown under a GPU cell: its recorded output, or that none exists yet."""
+    if output is None or machine is None:
+        return NOT_YET
+    shown = output.rstrip()[-MAX_OUTPUT:] or "(the cell printed nothing)"
+    fence = "```" if "```" not in shown else "~~~~"
+    return f"{RECORDED.format(device=machine.device, torch=machine.torch, date=machine.date)}\n\n{fence}text\n" \
+           f"{shown}\n{fence}"
+
+
+def note_of(nb, cell):
+    """Return the `gpu-output` markdown cell right after `cell`, or None."""
+    index = nb.cells.index(cell)
+    following = nb.cells[index + 1] if index + 1 < len(nb.cells) else None
+    if following is not None and following.cell_type == "markdown" and \
+            OUTPUT_TAG in following.metadata.get("tags", []):
+        return following
+    return None
+
+
+def set_note(nb, cell, text: str) -> bool:
+    """Put `text` in the note under `cell` (adding the note if missing); return True if anything changed."""
+    import nbformat
+
+    note = note_of(nb, cell)
+    if note is None:
+        note = nbformat.v4.new_markdown_cell(text)
+        note.id = f"{cell.id}-gpu-output"
+        note.metadata["tags"] = [OUTPUT_TAG]
+        nb.cells.insert(nb.cells.index(cell) + 1, note)
+        return True
+    if note.source == text:
+        return False
+    note.source = text
+    return True
+
+
+def broken_claims(lesson: str, cell_id: str, output: str) -> list[str]:
+    """Return the claims of CLAIMS that `output` no longer shows."""
+    def holds(claim: str | Callable[[str], bool]) -> bool:
+        return claim(output) if callable(claim) else re.search(claim, output, flags=re.MULTILINE) is not None
+
+    return [getattr(claim, "__doc__", None) or str(claim) for claim in CLAIMS.get(lesson, {}).get(cell_id, ())
+            if not holds(claim)]
+
+
+def run_lesson(path: Path) -> dict[str, str]:
+    """Run a lesson's code cells in order on this machine; return each `requires-cuda` cell's output by id."""
+    import matplotlib
+    import nbformat
+
+    matplotlib.use("Agg")
+    nb = nbformat.read(path, as_version=4)
+    namespace: dict = {"__name__": "__main__"}
+    outputs: dict[str, str] = {}
+    here = Path.cwd()
+    os.chdir(path.parent)  # lessons read and write paths relative to their folder (traces/...)
+    try:
+        for cell in nb.cells:
+            if cell.cell_type != "code" or "colab-setup" in cell.metadata.get("tags", []):
+                continue
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                try:
+                    exec(compile(_python(cell.source), f"{path.stem}[{cell.id}]", "exec"), namespace)  # noqa: S102
+                except Exception:  # noqa: BLE001  (a failing cell is recorded as it failed)
+                    traceback.print_exc(limit=2)
+            if "requires-cuda" in cell.metadata.get("tags", []):
+                outputs[cell.id] = out.getvalue()
+    finally:
+        os.chdir(here)
+    return outputs
+
+
+def record(paths: Iterable[Path], machine: Machine | None,
+           runner: Callable[[Path], dict[str, str]] = run_lesson) -> dict:
+    """Run each lesson with `runner` and write its GPU cells' outputs under them; return what happened.
+
+    Without a machine (no GPU) nothing runs and nothing is written.
+    """
+    import nbformat
+
+    report: dict = {"written": [], "unchanged": [], "broken": {}, "missing": []}
+    if machine is None:
+        return report
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        cells = gpu_cells(nb)
+        if not cells:
+            continue
+        outputs = runner(path)
+        changed = False
+        for cell in cells:
+            if cell.id not in outputs:
+                report["missing"].append(f"{path.stem}:{cell.id}")
+                continue
+            broken = broken_claims(path.stem, cell.id, outputs[cell.id])
+            if broken:
+                report["broken"][f"{path.stem}:{cell.id}"] = broken
+                continue
+            changed |= set_note(nb, cell, note_text(outputs[cell.id], machine))
+        if changed:
+            nbformat.write(nb, path)
+            report["written"].append(path.name)
+        else:
+            report["unchanged"].append(path.name)
+    return report
+
+
+def main_record(argv: list[str]) -> int:
+    """`make gpu-record`: record every lesson's GPU outputs here; 2 without a GPU, 1 if a claim broke."""
+    machine = this_machine()
+    if machine is None:
+        print("gpu-record: no CUDA GPU is usable on this machine (torch.cuda.is_available() is False), so nothing "
+              "was run and no notebook was changed. Run `make gpu-record` where a GPU is.", file=sys.stderr)
+        return 2
+    paths = [Path(a) for a in argv] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    report = record(paths, machine)
+    print(json.dumps(report, indent=1))
+    if report["written"]:
+        sys.path.insert(0, str(ROOT))
+        from autograder.tidy import tidy_file
+
+        for name in report["written"]:
+            tidy_file(next(p for p in paths if p.name == name))
+    return 1 if report["broken"] or report["missing"] else 0
+
+
 if __name__ == "__main__":
-    command, folder = sys.argv[1], Path(sys.argv[2])
+    command = sys.argv[1]
+    if command == "record":
+        sys.exit(main_record(sys.argv[2:]))
+    folder = Path(sys.argv[2])
     if command == "export":
         export(folder)
     else:
