@@ -1,5 +1,6 @@
 """Every lesson runs top to bottom on this machine; GPU-only cells are marked so they can be skipped."""
 
+import importlib
 import re
 
 import nbformat
@@ -72,3 +73,54 @@ def test_numbered_sections_run_in_order_and_references_to_them_exist(path):
     text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
     cited = {int(n) for n in re.findall(r"\bsections? (\d+)\b", text)}
     assert cited <= set(numbers), f"{path.name}: refers to section(s) {sorted(cited - set(numbers))}, which it lacks"
+
+
+PROMPT = "**Predict, then run:**"
+ASK = re.compile(r'^\s*ask\("([^"]+)"\)\s*$')
+GIVEAWAYS = {  # phrases that would answer a prediction if a student read them in the text before it
+    "meta-matmul": ("trap", "uninitiali", "no error", "garbage"),
+    "float64-matmul": ("what really goes wrong", "must have the same dtype", "mixing dtypes fails",
+                       "mixing float64 and float32"),
+    "queue-3000": ("limited depth", "queue is full", "free slot"),
+    "default-h2d": ("stream sync", "the most common sync point"),
+    "stale-read": ("dangerous direction", "stale", "last step's values", "not a sync point"),
+}
+
+
+def _lesson_predictions(cells) -> dict:
+    """Return the PREDICTIONS of the lesson module the notebook imports `ask` from ({} when it asks none)."""
+    source = "\n".join(c.source for c in cells if c.cell_type == "code")
+    match = re.search(r"from (devicelab\.exercises\.lesson\d+) import [^\n]*\bask\b", source)
+    return importlib.import_module(match.group(1)).PREDICTIONS if match else {}
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_prediction_is_asked_before_anything_answers_it(path):
+    cells = nbformat.read(path, as_version=4).cells
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "markdown" or PROMPT not in cell.source:
+            continue
+        after = cell.source.split(PROMPT, 1)[1].split("\n\n", 1)
+        assert len(after) == 1 or not after[1].strip(), f"{path.name} cell {index}: text follows the prediction"
+        following = cells[index + 1] if index + 1 < len(cells) else None
+        assert following is not None and following.cell_type == "code", (
+            f"{path.name} cell {index}: a prediction is followed by the code that answers it (or its ask cell), "
+            "not by more markdown")
+        if ASK.match(following.source):
+            assert cells[index + 2].cell_type == "code", f"{path.name}: the answering cell follows ask() at once"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_cell_before_an_ask_gives_its_answer_away(path):
+    cells = nbformat.read(path, as_version=4).cells
+    predictions = _lesson_predictions(cells)
+    asked = [(i, m.group(1)) for i, c in enumerate(cells) if c.cell_type == "code" and (m := ASK.match(c.source))]
+    for index, name in asked:
+        assert name in predictions, f"{path.name} asks {name!r}, which its lesson module lacks"
+        before = "\n".join(c.source for c in cells[:index] if c.cell_type == "markdown")
+        answer = predictions[name].answer
+        phrases = (*GIVEAWAYS.get(name, ()), *((answer,) if len(answer) > 12 else ()))
+        for phrase in phrases:
+            assert phrase.lower() not in before.lower(), (
+                f"{path.name}: {phrase!r} appears before ask({name!r}) and answers it")
+    assert sorted(n for _, n in asked) == sorted(predictions), f"{path.name}: every prediction is asked once"
