@@ -8,6 +8,9 @@
 - a working folder of the kernel's own: before the first kernel starts, it gets copies of the regular files
   nbgrader put beside the notebooks (the student's extra files, the instructor's data), and the kernel runs
   there; nbgrader's own folder, where it writes the graded notebook, is never the kernel's (see worker.py);
+- a fresh start for every kernel: the configuration and startup folders in the kernel's HOME (IPython's
+  profile, Jupyter's config and data) are emptied before each kernel starts, so that what one notebook's code
+  left there cannot run in the next notebook's kernel before its guard has recorded the pristine path;
 - the grading kernel's guard (guard_kernel.py, tamper.py): graded test cells are marked as such in their
   execute requests, a test cell that the guard cannot confirm ran on the pristine path fails, and every
   change a cell made to the execution path becomes a "tamper" event.
@@ -33,11 +36,16 @@ from autograder.grading.guard_kernel import GRADER_KEY
 from autograder.grading.sandbox import MAX_FILE_MIB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
 from autograder.grading.verdict import REPLIES
+from autograder.safe_copy import Refusal, read_small
 
 MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory", "defaultcpuallocator")
 NOT_RUN = "NotRunByGrader"
 UNCONFIRMED = "TestNotConfirmed"
 RECORD_WAIT = 5.0  # seconds to wait for the guard's record of a finished test cell
+MAX_PROGRESS_BYTES = 16 * 2**20
+# What a kernel loads from its HOME as it starts (IPYTHONDIR, JUPYTER_CONFIG_DIR, JUPYTER_DATA_DIR, the user
+# site and XDG config): emptied before each kernel of an attempt starts.
+KERNEL_START_FOLDERS = (".ipython", ".jupyter", ".jupyter-data", ".local", ".config")
 
 
 def is_memory_error(output: dict) -> bool:
@@ -71,6 +79,8 @@ class GraderExecute(Execute):
     task_events = Unicode("", help="pids.events of the cgroup that caps processes; empty: none").tag(config=True)
     work_folder = Unicode("", help="the kernel's working folder (made and filled before the first kernel); "
                                    "empty: nbgrader's folder, as plain nbgrader").tag(config=True)
+    kernel_home = Unicode("", help="the kernel's HOME, whose start-up folders are emptied before each kernel "
+                                   "starts; empty: left alone").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         """Run the notebook, recording what happened in the progress file."""
@@ -103,6 +113,8 @@ class GraderExecute(Execute):
 
     async def async_start_new_kernel(self, **kwargs):
         """Start the kernel in its own working folder, with the guard's channel open (it opens the other end)."""
+        if self.kernel_home:
+            reset_kernel_home(Path(self.kernel_home))
         if self.work_folder:
             fill_work_folder(Path(self.resources.get("metadata", {}).get("path") or "."), Path(self.work_folder))
             kwargs["cwd"] = self.work_folder
@@ -367,10 +379,21 @@ def fill_work_folder(autograded: Path, work: Path) -> None:
             shutil.copyfile(src, dest, follow_symlinks=False)
 
 
+def reset_kernel_home(home: Path) -> None:
+    """Remove what a kernel would load from its HOME as it starts (links are removed, never followed)."""
+    for name in KERNEL_START_FOLDERS:
+        path = home / name
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+
+
 def read_progress(path) -> dict:
-    """Return what the progress file says (empty when there is none or it is unreadable)."""
+    """Return what the progress file says (empty when there is none, it is unreadable or not a plain file)."""
+    path = Path(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
+        record = json.loads(read_small(path.parent, path.name, MAX_PROGRESS_BYTES))
+    except (Refusal, OSError, ValueError):
         return {}
+    return record if isinstance(record, dict) else {}

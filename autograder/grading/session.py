@@ -63,10 +63,12 @@ from autograder.grading.submissions import (
     regular_files,
     student_folders,
 )
+from autograder.safe_copy import Refusal, read_small
 
 DEFAULT_TIMEOUT = 300
 DEFAULT_MEMORY_MIB = 4096
 MAX_FLAGS = 8  # per student, in grades.csv and the summary
+MAX_RESULT_BYTES = 16 * 2**20  # a saved result larger than this is not one the grader wrote: grade again
 # A student's wall-clock budget: each notebook's --timeout, plus starting and stopping its kernel, plus
 # making the scratch course, feedback and report; past it the worker is stopped (pool.py).
 KERNEL_START_STOP_S = 20
@@ -476,10 +478,10 @@ def _drop(report: AttemptReport) -> None:
 
 def _cached(out: Path, root: Path, assignment: str, student: str, print_: str) -> StudentResult | None:
     """Return the saved result of an unchanged student, if everything it refers to is still there."""
-    path = out / "results" / f"{student}.json"
-    try:
-        result = StudentResult.from_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError, KeyError):
+    try:  # a regular file of a sane size (no link followed, no FIFO waited on), or no saved result
+        text = read_small(out / "results", f"{student}.json", MAX_RESULT_BYTES).decode("utf-8")
+        result = StudentResult.from_json(text)
+    except (Refusal, OSError, ValueError, TypeError, KeyError):
         return None
     if result.fingerprint != print_:
         return None

@@ -45,8 +45,9 @@ from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
-from autograder.grading.submissions import read_notebook_json, read_regular_file
+from autograder.grading.submissions import read_notebook_json
 from autograder.grading.verdict import SaveVerdicts
+from autograder.safe_copy import Limits, Refusal, copy_tree
 from autograder.safe_html import exporter_config, with_csp
 
 KERNEL_FOLDER = "kernel"
@@ -55,6 +56,8 @@ GUARD_CHANNEL = "guard.fifo"
 RESTORE_NOTES = "restored.jsonl"
 MAX_EXTRA_FILE_BYTES = 50 * 2**20
 MAX_EXTRA_TOTAL_BYTES = 200 * 2**20
+MAX_EXTRA_ENTRIES = 10_000
+MAX_EXTRA_DEPTH = 32
 
 
 @dataclass(frozen=True)
@@ -109,27 +112,26 @@ def repair_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def _skipped_extra(rel: str) -> bool:
+    """Return True for what a submission's folder holds besides its extra files (notebooks, timestamp, clutter)."""
+    name = rel.rsplit("/", 1)[-1]
+    return (name.endswith(".ipynb") or name == "timestamp.txt" or name.startswith(".")
+            or name in ("__MACOSX", "__pycache__"))
+
+
 def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
-    """Copy a student's other files (data, modules) into the scratch submission: regular files only, bounded."""
-    total = 0
-    for path in sorted(src.rglob("*")):
-        rel = path.relative_to(src)
-        if (path.is_symlink() or not path.is_file() or path.suffix == ".ipynb" or path.name == "timestamp.txt"
-                or any(part.startswith(".") or part in ("__MACOSX", "__pycache__") for part in rel.parts)):
-            continue
-        size = path.stat().st_size
-        room = min(MAX_EXTRA_FILE_BYTES, MAX_EXTRA_TOTAL_BYTES - total)
-        try:
-            data = read_regular_file(path, room) if size <= room else None
-        except OSError:
-            notes.append(f"{rel} not copied (not a regular file, or unreadable)")
-            continue
-        if data is None:
-            notes.append(f"{rel} not copied ({size >> 20} MiB; extra files are limited)")
-            continue
-        total += len(data)
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_bytes(data)
+    """Copy a student's other files (data, modules) into the new folder `dest`: regular files only, bounded."""
+    limits = Limits(file_bytes=MAX_EXTRA_FILE_BYTES, total_bytes=MAX_EXTRA_TOTAL_BYTES,
+                    entries=MAX_EXTRA_ENTRIES, depth=MAX_EXTRA_DEPTH)
+    try:
+        report = copy_tree(src, dest, limits, skip=_skipped_extra)
+    except (Refusal, OSError) as exc:
+        notes.append(f"extra files not copied ({exc})")
+        dest.mkdir(exist_ok=True)
+        return
+    notes += [f"{r.path} not copied ({r.reason.removesuffix(', not copied')})" for r in report.refused]
+    if report.stopped:
+        notes.append(f"other extra files not copied ({report.stopped}; extra files are limited)")
 
 
 def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, str]:
@@ -168,11 +170,13 @@ class Worker:
         shutil.copytree(s.template / "source" / s.assignment, scratch / "source" / s.assignment)
         shutil.copyfile(s.template / "gradebook.db", scratch / "gradebook.db")
         submitted = scratch / "submitted" / job.student / s.assignment
-        submitted.mkdir(parents=True)
+        submitted.parent.mkdir(parents=True)
         notes: list[str] = []
         unreadable: list[str] = []
         if job.folder:
             _copy_extras(Path(job.folder), submitted, notes)
+        else:
+            submitted.mkdir()
         if job.timestamp:
             (submitted / "timestamp.txt").write_text(job.timestamp, encoding="utf-8")
         for name, path in sorted(job.notebooks.items()):
@@ -213,6 +217,12 @@ class Worker:
         env.setdefault("LANG", "C.UTF-8")
         return env
 
+    def grader_environment(self, scratch: Path) -> dict[str, str]:
+        """Return the grader's own environment while it drives nbgrader and renders feedback: set once per
+        attempt, its HOME and Jupyter folders in grader/ and rt/ (out of the sandbox's reach), nothing from the
+        kernel or the caller but PATH and locale."""
+        return self.environment(scratch, scratch / "grader", scratch / "rt")
+
     def config(self, job: Job, scratch: Path):
         """Return the nbgrader configuration of one attempt: the course's, pointed at the scratch course."""
         from nbgrader.converters import Autograde
@@ -241,6 +251,7 @@ class Worker:
         config.GraderExecute.guard_channel = str(KernelFolders.of(scratch, s.assignment).channel / GUARD_CHANNEL)
         config.GraderExecute.task_events = self.task_events
         config.GraderExecute.work_folder = str(KernelFolders.of(scratch, s.assignment).work)
+        config.GraderExecute.kernel_home = str(KernelFolders.of(scratch, s.assignment).home)
         config.KernelManager.transport = "ipc"
         config.KernelManager.ip = str(KernelFolders.of(scratch, s.assignment).runtime / "k")
         config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")
@@ -274,7 +285,7 @@ class Worker:
             report.failure = Failure(FailureKind.INVALID, "; ".join(unreadable))
             return report
         self.write_kernelspec(job, scratch)
-        saved_env, env = dict(os.environ), self.environment(scratch, scratch / "grader", scratch / "rt")
+        saved_env, env = dict(os.environ), self.grader_environment(scratch)
         os.environ.clear()
         os.environ.update(env)
         try:
