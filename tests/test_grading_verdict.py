@@ -104,6 +104,14 @@ DISPLAY_FIRST = {
     "display-in-answer": ("def double(x):\n    from IPython.display import Markdown, display\n"
                           "    display(Markdown('**passed**'))\n    return 0"),
 }
+# The answer sends the kernel's success reply and idle status itself, before the test fails: the grader takes
+# the first reply it gets, and stops reading the cell's outputs (the error) at the first idle status.
+FORGED_SUCCESS = ("def double(x):\n    k = get_ipython().kernel\n    parent = k.get_parent()\n"
+                  "    k.session.send(k.shell_stream, 'execute_reply', {'status': 'ok', "
+                  "'execution_count': 1, 'user_expressions': {}, 'payload': []}, parent=parent, "
+                  "ident=k._parent_ident['shell'])\n"
+                  "    k.session.send(k.iopub_socket, 'status', {'execution_state': 'idle'}, parent=parent, "
+                  "ident=k._topic('status'))\n    import time\n    time.sleep(0.5)\n    return 0")
 # student -> code appended to the solved first answer: honest code that warns, writes to stderr or displays
 HONEST = {
     "warns": ("import warnings\n_double = double\n\ndef double(x):\n"
@@ -145,6 +153,7 @@ def graded(tmp_path_factory):
     def grade_both(course: Path) -> dict:
         make_course(course)
         students = {name: ({"tiny.ipynb": tampered(code)},) for name, code in DISPLAY_FIRST.items()}
+        students["forged-success"] = ({"tiny.ipynb": tampered(FORGED_SUCCESS)},)
         students.update({name: ({"tiny.ipynb": tampered(code, True)},) for name, code in HONEST.items()})
         write_class(course / "incoming", students, course)
         tiny = grade(course, course / "incoming", "--memory", "3000")
@@ -170,6 +179,14 @@ def test_displaying_something_before_a_failing_test_earns_nothing(graded, studen
     _, table = graded
     assert (table[student]["status"], float(table[student]["score"])) == ("graded", 0.0), table[student]
     assert "failed 2 of 2 tests" in table[student]["detail"]
+
+
+@pytest.mark.notebook
+def test_a_success_reply_sent_by_the_answer_itself_earns_nothing_and_is_flagged(graded):
+    _, table = graded
+    row = table["forged-success"]
+    assert (row["status"], float(row["score"])) == ("graded", 0.0), row
+    assert any("sent the grader a reply of its own" in f for f in flags_of(row)), row
 
 
 @pytest.mark.notebook

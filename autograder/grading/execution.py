@@ -24,7 +24,7 @@ import stat
 import time
 from pathlib import Path
 
-from jupyter_core.utils import run_sync
+from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbgrader import utils
@@ -91,6 +91,7 @@ class GraderExecute(Execute):
         self._cell = None
         self._channel: ChannelReader | None = None
         self._sent: dict[str, int] = {}  # execute request msg_id -> cell index
+        self._answered: set[str] = set()  # execute request msg_ids the kernel has replied to
         self._flagged: set[str] = set()
         self._replies: dict[int, str] = {}  # cell index -> the status of the kernel's reply (verdict.py)
         if resources is not None:
@@ -143,7 +144,36 @@ class GraderExecute(Execute):
             return msg["header"]["msg_id"]
 
         kc.execute = execute
+        shell_get_msg = kc.shell_channel.get_msg
+
+        async def get_msg(*args, **kwargs):
+            msg = await ensure_async(shell_get_msg(*args, **kwargs))
+            self._observe_reply(msg)
+            return msg
+
+        kc.shell_channel.get_msg = get_msg
         kc._grader_marks = True
+
+    def _observe_reply(self, msg: dict) -> None:
+        """Fail a cell the kernel replied to twice: the first reply was not the kernel's own (a forgery)."""
+        msg_id = str((msg.get("parent_header") or {}).get("msg_id", ""))
+        if msg.get("msg_type") != "execute_reply" or msg_id not in self._sent:
+            return
+        if msg_id not in self._answered:
+            self._answered.add(msg_id)
+            return
+        index = self._sent[msg_id]
+        self._replies[index] = "answered twice"
+        cell = self.nb.cells[index]
+        if self._is_test(index) and not any(o.get("ename") == UNCONFIRMED for o in cell.outputs):
+            cell.outputs.append(_error_output(UNCONFIRMED, "the grader could not run this test as written, "
+                                                           "so it earns no points"))
+        self._flag(index, "was answered twice: code in the kernel sent the grader a reply of its own")
+
+    async def _read_waiting_replies(self) -> None:
+        """Read the replies already waiting (a test cell's real one comes after a forged one): none unseen."""
+        while self.kc is not None and await ensure_async(self.kc.shell_channel.msg_ready()):
+            await self.kc.shell_channel.get_msg(timeout=0)
 
     def _is_test(self, index) -> bool:
         cell = self.nb.cells[index] if index is not None else None
@@ -258,6 +288,8 @@ class GraderExecute(Execute):
         refused = refused_tasks(self.task_events) if self.task_events else 0
         cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         self._check_test(cell, cell_index)
+        if self._is_test(cell_index):
+            await self._read_waiting_replies()
         if self.task_events and refused_tasks(self.task_events) > refused:
             self._event("processes", cell_index, f"tried to start more than {MAX_TASKS} processes and threads; "
                                                  "the rest were refused")
