@@ -1,6 +1,7 @@
 """grades.csv, the class summary page and the faster feedback pages."""
 
 import csv
+import html
 import io
 from pathlib import Path
 
@@ -66,3 +67,13 @@ def test_the_histogram_has_one_bar_per_point_for_small_integer_scores():
 def test_the_summary_page_escapes_what_students_wrote():
     page = summary_html("tiny", [result("<script>", detail="<b>x</b>")], "none", Path("/nonexistent"))
     assert "<script>" not in page.split("<body>")[1] and "&lt;b&gt;" in page
+
+
+def test_the_not_graded_page_says_why_escapes_the_detail_and_forbids_scripts():
+    from autograder.grading.report import not_graded_page
+    from autograder.safe_html import STATIC_PAGE_CSP
+
+    page = not_graded_page("ps01", "ps01", 10, "invalid", "ps01.ipynb: not a notebook <script>alert(1)</script>")
+    assert "(Score: 0.0 / 10)" in page and "could not be graded: <b>invalid</b>" in page
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert STATIC_PAGE_CSP in html.unescape(page)  # the attribute, as a browser reads it

@@ -199,6 +199,21 @@ class ScratchClass:
         (folder / "submission_secret.txt").write_text(secrets.token_hex(8))
         return stamp
 
+    def submit_as(self, account: str) -> str:
+        """Submit a right answer in another account's name, made by that account (its folder and files)."""
+        import pwd
+
+        me, self.student = self.student, account
+        try:
+            stamp = self.submit(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None))
+        finally:
+            self.student = me
+        owner = pwd.getpwnam(account)
+        (folder,) = self.place.inbound.glob(f"{account}+tiny+{stamp}+*")
+        for path in [folder, *folder.iterdir()]:
+            os.chown(path, owner.pw_uid, owner.pw_gid)
+        return stamp
+
     def serve_once(self) -> str:
         """Run the service until its queue is empty; return its log."""
         done = subprocess.run([sys.executable, "-m", "autograder.hub.autograde_service", "run", "--course",
@@ -257,6 +272,24 @@ def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arr
                              str(scratch.course), "tiny"], cwd=COURSE_ROOT, capture_output=True, text=True,
                             check=True).stdout
     assert entry.detail in status  # what `hub autograde status` prints, whole
+
+
+@pytest.mark.notebook
+def test_the_services_grades_csv_and_summary_cover_every_student_graded_so_far(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a submission made by a second account needs root to change its owner")
+    scratch = ScratchClass(tmp_path)
+    scratch.submit(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None))
+    scratch.serve_once()
+    scratch.submit_as("nobody")  # a second student, graded in a later batch
+    log = scratch.serve_once()
+    out = scratch.place.graded("tiny")
+    with (out / "grades.csv").open(newline="") as handle:
+        rows = {r["student"]: r for r in csv.DictReader(handle)}
+    assert sorted(rows) == sorted([scratch.student, "nobody"]), log
+    assert all(float(r["score"]) == 3 for r in rows.values())
+    summary = (out / "summary.html").read_text()
+    assert f">{scratch.student}<" in summary and ">nobody<" in summary
 
 
 # The service on a hub

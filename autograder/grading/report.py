@@ -177,3 +177,10 @@ def write_reports(out: Path, assignment: str, results: list[StudentResult], isol
     """Write grades.csv and summary.html into `out`."""
     write_atomic(out / "grades.csv", csv_text(results))
     write_atomic(out / "summary.html", summary_html(assignment, results, isolation, out / "feedback"))
+
+
+def not_graded_page(assignment: str, notebook: str, max_score: float, status: str, detail: str) -> str:
+    """Return the feedback page of a submission that could not be graded (no notebook ran), saying why."""
+    return _templates().get_template("not_graded.html.j2").render(
+        csp=STATIC_PAGE_CSP, assignment=assignment, notebook=notebook, max_score=max_score, status=status,
+        detail=detail)

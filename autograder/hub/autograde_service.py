@@ -12,7 +12,6 @@ student's Assignments tab offers Fetch Feedback. It has no HTTP port: the instru
 
 import argparse
 import datetime
-import html
 import os
 import shutil
 import signal
@@ -23,11 +22,11 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.grading.report import not_graded_page
 from autograder.hub import exchange
 from autograder.hub.autograde_queue import DONE, FAILED, HIDDEN_TESTS, MAX_TRIES, Entry, Queue, Setting
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.safe_copy import Refusal, read_small
-from autograder.safe_html import with_csp
 
 POLL_S = 1.0
 BATCH_PER_CORE = 4  # a batch holds at most this many students per core (a later submission waits at most that)
@@ -139,14 +138,6 @@ def stage(place: Place, batch: list[Entry]) -> Staged:
     return staged
 
 
-NOT_RAN_PAGE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{title}</title></head>
-<body><h1>{title}</h1><h4>{notebook} (Score: 0.0 / {max_score:g})</h4>
-<p>Your submission could not be graded: <b>{status}</b>.</p><p>{detail}</p>
-<p>Fix it and submit again; the newest submission counts.</p></body></html>
-"""
-
-
 def feedback_pages(place: Place, entry: Entry, result, work: Path, setting: Setting) -> dict[str, str]:
     """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not.
 
@@ -167,9 +158,8 @@ def feedback_pages(place: Place, entry: Entry, result, work: Path, setting: Sett
     if pages:
         return pages
     names = sorted(p.stem for p in (work / entry.student / entry.assignment).glob("*.ipynb")) or [entry.assignment]
-    return {name: with_csp(NOT_RAN_PAGE.format(title=html.escape(f"{entry.assignment}: {name}"), notebook=html.escape(name),
-                                      max_score=result.max_score, status=html.escape(result.status),
-                                      detail=html.escape(result.detail or ""))) for name in names}
+    return {name: not_graded_page(entry.assignment, name, result.max_score, result.status, result.detail or "")
+            for name in names}
 
 
 def release_feedback(place: Place, entry: Entry, pages: dict[str, str]) -> None:
@@ -283,7 +273,22 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
         else:
             queue.finish(entry, state=FAILED, graded=False, status="invalid", score=None, max_score=None,
                          detail="the grader found no student folder in it")
+    write_assignment_reports(place.graded(assignment), assignment, summary.isolation.description)
     log(f"batch of {len(batch)} for {assignment} in {time.monotonic() - started:.1f} s")
+
+
+def write_assignment_reports(out: Path, assignment: str, isolation: str) -> None:
+    """Rewrite grades.csv and summary.html over every student graded so far (grade_class writes one batch's)."""
+    from autograder.grading.report import write_reports
+    from autograder.grading.results import StudentResult
+
+    results = []
+    for path in sorted((out / "results").glob("*.json")):
+        try:
+            results.append(StudentResult.from_json(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError, KeyError):
+            log(f"skipped an unreadable result in the class report: {path.name}")
+    write_reports(out, assignment, sorted(results, key=lambda r: r.student), isolation)
 
 
 def run(place: Place, jobs: int | None = None, once: bool = False) -> None:
