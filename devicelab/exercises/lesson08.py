@@ -1,217 +1,90 @@
-"""Practice for lesson 08, the capstone: each check tests what a fix does, never how it is written.
+"""Practice for lesson 08, the capstone: each check tests what the code does, never how it is written.
 
-forward: on the meta device (a real device mismatch without a GPU), with no tensor made on the CPU on the way;
-train: ps05's LoopWatcher sees no sync inside the loop, and the losses are right; fast_epoch: the loader is pinned
-exactly when the target is a CUDA device, and the watched copies are non-blocking; time_it: against the simulated
-GPU's virtual clock, where a naive stopwatch measures only the launch.
+train_epoch: your version of the script (your `Net`, `make_loader` and `train_epoch`, read from the notebook) runs
+one epoch on the simulated GPU, and the check reads its trace: what it reports are symptoms in the trace, the same
+ones a real profile shows, never the fix. time_it: against the simulated GPU's virtual clock, where a naive
+stopwatch measures only the launch.
 """
 
 import math
 import statistics
-import warnings
-from unittest import mock
 
 import torch
-import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
-from torch.utils.data import DataLoader
 
-from devicelab.capstone import SlowNet, make_dataset, with_forward
-from devicelab.exercises.ps05 import LoopWatcher
+from devicelab import capstone
 from devicelab.feedback import Exercise, checker
+from devicelab.predict import Prediction, asker
 from devicelab.simgpu import KernelSequence, SimulatedGPU
 
 
-class _MadeOnCPU(TorchFunctionMode):
-    """Record every torch function that returns a CPU tensor (inside a forward that should make none)."""
+class NoiseOnDevice(capstone.Net):
+    """The script's Net with only the crash fixed (the "before" every later fix is compared with)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if isinstance(out, torch.Tensor) and out.device.type == "cpu":
-            self.made.append(getattr(func, "__name__", str(func)))
-        return out
+    def forward(self, x):
+        if self.training:
+            x = x + self.noise * torch.randn_like(x)
+        return self.body(x)
 
 
-def _reference_forward(self, x):
-    if self.training:
-        x = x + self.noise * torch.randn_like(x)
-    return self.body(x).squeeze(-1)
+def symptoms(run: capstone.ScriptRun) -> list[str]:
+    """Return what a trace of one simulated epoch still shows wrong, in the words of the trace."""
+    summary = capstone.summarize(run.trace)
+    events = [e for e in run.trace["traceEvents"] if e.get("ph") == "X"]
+    steps = sum(1 for e in events if e["cat"] == "user_annotation" and e["name"].startswith("DataLoader: make")) \
+        or sum(1 for e in events if e["cat"] == "user_annotation" and e["name"].startswith("DataLoader: receive"))
+    found = []
+    if run.races:
+        found.append(f"{len(run.races)} kernels ({', '.join(sorted(set(run.races)))}) read a batch copied on "
+                     "another stream without waiting for that copy: on a GPU they may read the memory before the "
+                     "copy has landed (wrong results, no error)")
+    uploads = sum(n for name, n in summary.copies.items() if "HtoD" in name)
+    if steps and uploads > 2 * steps:
+        found.append(f"{uploads} host-to-device copies for {steps} batches of one x and one y: something else "
+                     "crosses from the host to the GPU every step")
+    waits = {op: n for op, n in summary.waits.items() if op != "(no operator)"}
+    device_syncs = sum(1 for e in events if e["name"] == "cudaDeviceSynchronize") - 1  # the check's own, at the end
+    if waits or device_syncs > 0:
+        where = ", ".join(f"{n} in {op}" for op, n in sorted(waits.items()))
+        if device_syncs > 0:
+            where += f"{', ' if where else ''}{device_syncs} cudaDeviceSynchronize"
+        found.append(f"the host waits for the GPU inside the loop ({where})")
+    pageable = sum(n for name, n in summary.copies.items() if "Pageable -> Device" in name)
+    if pageable:
+        found.append(f"{pageable} uploads come from pageable memory (Memcpy HtoD (Pageable -> Device))")
+    if summary.loader_s > 0.25 * run.seconds and summary.gpu_busy_s < 0.7 * run.seconds:
+        found.append(f"the host spends {summary.loader_s * 1e3:.1f} ms of the {run.seconds * 1e3:.1f} ms epoch in "
+                     "the DataLoader (user_annotation rows), and the GPU is idle for "
+                     f"{(run.seconds - summary.gpu_busy_s) * 1e3:.1f} ms")
+    if summary.overlap < 0.5:
+        found.append(f"only {summary.overlap:.0%} of the upload time runs under a kernel: copies and compute take "
+                     "turns on the GPU")
+    return found
 
 
-def _forward(forward) -> None:
-    net = with_forward(forward)
-    torch.manual_seed(0)
-    model = net().to("meta")
-    x = torch.randn(16, 32, device="meta")
-    watch = _MadeOnCPU()
+def _train_epoch(train_epoch) -> None:
+    names = getattr(train_epoch, "__globals__", {})
+    net, loader_maker = names.get("Net", capstone.Net), names.get("make_loader", capstone.make_loader)
     try:
-        with watch:
-            out = model(x)
+        run = capstone.profile_script(net, loader_maker, train_epoch)
+    except NotImplementedError:
+        raise
     except RuntimeError as error:
-        if "device" not in str(error) and "CUDA" not in str(error) and "NVIDIA" not in str(error):
-            raise
         raise AssertionError(
-            f"On the meta device forward raised: {error}. A tensor made inside forward must be made where x is: "
-            "torch.randn_like(x), or torch.randn(x.shape, device=x.device) (not a hard-coded 'cuda', not the "
-            "notebook's global `device`).") from error
-    made = [name for name in watch.made if name not in ("__get__", "device")]
-    assert not made, (
-        f"forward made a tensor on the CPU ({', '.join(sorted(set(made)))}) and then moved it: on a GPU that is a "
-        "blocking host-to-device copy, a sync point, every step. Make it on x's device directly "
-        "(torch.randn_like(x), or device=x.device).")
-    assert isinstance(out, torch.Tensor) and out.device.type == "meta", "forward should return a tensor on x's device."
-    assert tuple(out.shape) == (16,), f"For 16 inputs forward should return shape (16,), not {tuple(out.shape)}."
-
-    torch.manual_seed(1)
-    mine = net()
-    reference = with_forward(_reference_forward)()
-    reference.load_state_dict(mine.state_dict())
-    x = torch.randn(16, 32)
-    for training in (False, True):
-        mine.train(training)
-        reference.train(training)
-        torch.manual_seed(2)
-        got = mine(x)
-        torch.manual_seed(2)
-        expected = reference(x)
-        mode = "training" if training else "evaluation"
-        assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-6), (
-            f"In {mode} mode forward gives different values from the script's: keep what it computes (in training "
-            "mode, noise of 0.01 * randn of x's shape added to x; no noise in evaluation mode); change only where "
-            "the noise is made.")
-
-
-def _reference_losses(data, lr=0.05):
-    torch.manual_seed(0)
-    model = SlowNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    torch.manual_seed(1)
-    losses = []
-    for x, y in DataLoader(data, batch_size=32, shuffle=True):
-        loss = F.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses, model
-
-
-def _check_result(result, losses, model, reference) -> None:
-    assert isinstance(result, torch.Tensor), (
-        f"Return the losses as one tensor (torch.stack(losses)), not {type(result).__name__}: a Python number or "
-        "list of numbers needs a sync to make.")
-    assert not result.requires_grad, (
-        "The losses still require grad: each keeps its step's whole graph alive. Keep loss.detach().")
-    assert result.shape == (len(losses),), (
-        f"Return one loss per step: {len(losses)} steps, so shape ({len(losses)},), not {tuple(result.shape)}.")
-    assert torch.allclose(result.float().cpu(), torch.tensor(losses), atol=1e-5), (
-        f"The losses differ from the script's: expected {[round(v, 4) for v in losses]}. For every batch: the "
-        "loss, zero_grad(), backward(), step(), and keep that step's loss.")
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(model.parameters(), reference.parameters(), strict=True)), (
-        "After the epoch the weights differ from the script's: for every batch zero the gradients, compute the "
-        "loss, call backward(), then step().")
-
-
-def _train(train) -> None:
-    data = make_dataset(n=128)
-    losses, reference = _reference_losses(data)
-    torch.manual_seed(0)
-    model = SlowNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    torch.manual_seed(1)
-    watcher = LoopWatcher(DataLoader(data, batch_size=32, shuffle=True))
-    with watcher.patched():
-        result = train(model, watcher, optimizer, "cpu")
-    assert not watcher.syncs, (
-        f"Inside the loop your code called {sorted(set(watcher.syncs))}: on a GPU each makes the host wait for the "
-        "device at every step (print and f-strings of a tensor too). Keep each loss as a tensor, loss.detach(), "
-        "and read them after the loop.")
-    _check_result(result, losses, model, reference)
-
-
-class _StopHere(Exception):
-    """Raised instead of iterating a loader for a GPU this machine may not have."""
-
-
-def _loaders_made(fast_epoch, device) -> list[dict]:
-    """Call fast_epoch for `device`, record every DataLoader it makes, stop when it starts iterating one."""
-    made = []
-    original = DataLoader.__init__
-
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        made.append({"pin_memory": self.pin_memory, "batch_size": self.batch_size})
-
-    def stop(self):
-        raise _StopHere
-
-    torch.manual_seed(0)
-    model = SlowNet()
-    with mock.patch.object(DataLoader, "__init__", init), mock.patch.object(DataLoader, "__iter__", stop), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            fast_epoch(model, make_dataset(n=64), torch.optim.SGD(model.parameters(), lr=0.05), device)
-        except _StopHere:
-            pass
-    return made
-
-
-def _fast_epoch(fast_epoch) -> None:
-    for device in ("cuda", "cuda:0", torch.device("cuda")):
-        made = _loaders_made(fast_epoch, device)
-        assert made, "fast_epoch should make its DataLoader from the dataset (DataLoader(dataset, ...))."
-        assert made[-1]["pin_memory"], (
-            f"For device={device!r} the loader should pin its batches (pin_memory=True), whether or not this machine "
-            "has a GPU: decide from the target device (torch.device(device).type == 'cuda'), not from "
-            "torch.cuda.is_available().")
-        assert made[-1]["batch_size"] == 32, f"Keep batch_size (32 here), not {made[-1]['batch_size']}."
-    for device in ("cpu", "meta"):
-        made = _loaders_made(fast_epoch, device)
-        assert made and not made[-1]["pin_memory"], (
-            f"For device={device!r} there is nothing to pin for: pin_memory=True only when the target is a CUDA "
-            "device.")
-
-    data = make_dataset(n=128)
-    losses, reference = _reference_losses(data)
-    torch.manual_seed(0)
-    model = SlowNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    original_iter = DataLoader.__iter__
-
-    class _Plain:
-        """The loader fast_epoch made, iterated the ordinary way (inside the watcher)."""
-
-        def __init__(self, loader):
-            self.loader = loader
-
-        def __iter__(self):
-            return original_iter(self.loader)
-
-    watcher = LoopWatcher(None)
-
-    def watched(self):
-        watcher.loader = _Plain(self)
-        return iter(watcher)
-
-    torch.manual_seed(1)
-    with mock.patch.object(DataLoader, "__iter__", watched), watcher.patched():
-        result = fast_epoch(model, data, optimizer, "cpu")
-    assert watcher.batches, "fast_epoch should iterate over the DataLoader it makes."
-    assert not watcher.syncs, (
-        f"Inside the loop your code called {sorted(set(watcher.syncs))}: each is a sync point on a GPU. Keep the "
-        "losses as tensors (your fix of train).")
-    moved = list(watcher.moves.values())
-    assert all(moved), "Move both x and y to the device with .to(device, non_blocking=True)."
-    blocking = [calls for calls in moved if not all(nb for _, nb in calls)]
-    assert not blocking, (
-        "A batch tensor was copied with a blocking .to(device): add non_blocking=True, so that the host does not wait "
-        "for the stream at every copy (from a pinned batch the call only queues the copy).")
-    _check_result(result, losses, model, reference)
+            f"On the simulated GPU your script stops with RuntimeError: {error}. A GPU stops at the same line "
+            "(with 'cuda:0 and cpu' in the message): some tensor is not where the model's input is.") from error
+    result = run.result
+    loader = loader_maker(capstone.Images(), "cuda")
+    batches = math.ceil(len(loader.dataset) / (loader.batch_size or 1))
+    assert result is not None and len(result) == batches, (
+        f"train_epoch should still return one loss per step ({batches}), got {type(result).__name__}"
+        f"{'' if result is None else f' of length {len(result)}'}.")
+    found = symptoms(run)
+    before = capstone.profile_script(NoiseOnDevice).seconds
+    assert not found, (
+        f"Your simulated epoch takes {run.seconds * 1e3:.2f} ms. Its trace still shows:\n- " + "\n- ".join(found)
+        + "\nOpen traces/mine.json in Perfetto (or summarize it) and find where each comes from.")
+    print(f"The script took {before * 1e3:.2f} ms per epoch (simulated, noise fix only); yours {run.seconds * 1e3:.2f} ms, "
+          f"{before / run.seconds:.1f}x faster.")
 
 
 def _steps(gpu: SimulatedGPU, durations: list[float]) -> KernelSequence:
@@ -262,45 +135,6 @@ def _time_it(time_it) -> None:
         "Report the median, not the mean, the minimum or the total.")
 
 
-_FORWARD = '''
-def forward(self, x):
-    """SlowNet.forward, with its noise made where x is."""
-    if self.training:
-        x = x + self.noise * torch.randn_like(x)
-    return self.body(x).squeeze(-1)
-'''
-
-_TRAIN = '''
-def train(model, loader, optimizer, device):
-    """Train one epoch without a sync inside the loop; return every step's loss as one tensor."""
-    losses = []
-    for x, y in loader:
-        x, y = x.to(device), y.to(device)
-        loss = F.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach())       # a tensor on the device: no sync
-    return torch.stack(losses)             # read it (print, .tolist()) after the loop, once
-'''
-
-_FAST_EPOCH = '''
-def fast_epoch(model, dataset, optimizer, device, batch_size=32):
-    """Make a loader pinned for a CUDA target, train one epoch with non-blocking copies, return the losses."""
-    pin = torch.device(device).type == "cuda"
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, pin_memory=pin)
-    losses = []
-    for x, y in loader:
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-        loss = F.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach())
-    return torch.stack(losses)
-'''
-
 _TIME_IT = '''
 def time_it(fn, sync, clock, warmup=1, repeats=5):
     """Return the median seconds of one call of fn: warmed up, synchronised before each clock read."""
@@ -316,26 +150,18 @@ def time_it(fn, sync, clock, warmup=1, repeats=5):
     return statistics.median(samples)
 '''
 
+
 _exercises = checker(
-    Exercise("forward", _forward, hints=(
-        "torch.randn(x.shape) has no device=, so it is made on the CPU, whatever x's device is.",
-        ("Make it where x is: torch.randn_like(x) (same shape, dtype and device), or torch.randn(x.shape, "
-         "device=x.device)."),
-        "Not .to(x.device) after the fact: that makes the noise on the CPU and copies it, a sync point every step.",
-    ), solution=_FORWARD, success="On a GPU the noise is now made on the GPU: no copy, no mismatch."),
-    Exercise("train", _train, hints=(
-        "loss.item() copies the value to the host, so the host waits for the device. print(f'{loss:.4f}') too.",
-        "Keep loss.detach() in a list: a 0-dim tensor on the device, without the graph.",
-        "After the loop return torch.stack(losses); print or .tolist() it there, once.",
-    ), solution=_TRAIN, success="One sync per epoch instead of one (or two) per step."),
-    Exercise("fast_epoch", _fast_epoch, hints=(
-        "DataLoader(dataset, batch_size=batch_size, shuffle=True, pin_memory=...) as in the script, plus pinning.",
-        "pin_memory=torch.device(device).type == 'cuda': decided from the target, not torch.cuda.is_available().",
-        "In the loop: x.to(device, non_blocking=True) and the same for y; keep the losses as in your train.",
-    ), solution=_FAST_EPOCH, withheld=(
-        "No worked solution here: choosing pin_memory from the target device and copying without blocking is "
-        "graded in ps05 (make_loader, train_epoch); use what you wrote there."),
-        success="From a pinned batch each copy only queues: the host goes on to the next batch."),
+    Exercise("train_epoch", _train_epoch, hints=(
+        ("Run the profile cell and read the summary line by line: each wait sits inside an operator; find the line of "
+         "your loop that calls it."),
+        ("Lessons 07 and 06: a blocking .to() and .item() are sync points; a pageable batch is staged by the driver; "
+         "DataLoader(num_workers=..., pin_memory=...) moves loading and pinning off the loop's thread."),
+        ("Copies under compute need the copy on another stream than the kernels: torch.cuda.Stream(), "
+         "wait_stream, record_stream (lesson 07, section 5; ps06's copy_then_run)."),
+    ), withheld="No worked solution: the capstone is yours. The hints point at the lessons that have each piece.",
+        success="Your trace is clean: no host wait in the loop, pinned uploads under compute, the loader off the loop's "
+                "thread."),
     Exercise("time_it", _time_it, hints=(
         "A GPU call returns once the work is queued: sync() before each clock() read, at the start and at the end.",
         "First call fn() `warmup` times untimed; then `repeats` times: sync(), clock(), fn(), sync(), clock().",
@@ -345,3 +171,33 @@ _exercises = checker(
     success="On a GPU pass sync=torch.cuda.synchronize and clock=time.perf_counter."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
+
+PREDICTIONS = {
+    "on-a-gpu": Prediction(
+        question="Read the script. Run on a GPU (device='cuda'), what happens first?",
+        choices=("it runs, just slowly", "it stops with a device mismatch", "it runs but prints wrong losses"),
+        answer="it stops with a device mismatch",
+        reason=("forward adds torch.randn(x.shape): made without device=, so on the CPU, while x is on the GPU. "
+                "The simulated GPU stops at the same line: run the next cell.")),
+    "waits-per-step": Prediction(
+        question=("With the crash fixed, how many times per step does the host wait for the GPU (sync calls or "
+                  "copies that hold the host)? Type a number."),
+        answer="3", accept=("three",),
+        reason=("x.to(device) and y.to(device) are blocking copies (each waits for the stream), and loss.item() "
+                "copies the loss to the host and waits: 3 per step, 24 in 8 steps; the trace below shows them.")),
+    "gpu-busy": Prediction(
+        question="For what share of the epoch is the GPU busy (a kernel or a copy running)?",
+        choices=("about 25%", "about 60%", "about 95%"),
+        answer="about 60%",
+        reason=("The simulated T4 is busy for about 12 of the 20 ms: the rest of the time it waits for the host, "
+                "which makes every batch in the loop's own thread and waits in every blocking copy and .item(). "
+                "The summary's last line and the timeline show it.")),
+    "naive-stopwatch": Prediction(
+        question=("Your fixed epoch, timed with the script's stopwatch (perf_counter before and after, no sync): "
+                  "does it read more, less, or the same as the epoch really takes?"),
+        choices=("more", "less", "the same"),
+        answer="less",
+        reason=("With no sync left in the loop, train_epoch returns once the last step is queued; the GPU is still "
+                "running it. The stopwatch stops early; an honest timer syncs before reading the clock.")),
+}
+ask = asker(PREDICTIONS)
