@@ -292,6 +292,39 @@ def test_the_services_grades_csv_and_summary_cover_every_student_graded_so_far(t
     assert f">{scratch.student}<" in summary and ">nobody<" in summary
 
 
+@pytest.mark.notebook
+def test_a_renamed_notebooks_feedback_is_found_by_nbgraders_fetch_feedback(tmp_path: Path) -> None:
+    """Graded as the assignment's notebook, fed back under the student's own file name (what fetch looks up)."""
+    from tests.test_grading_end_to_end import assignment
+
+    scratch = ScratchClass(tmp_path)
+    student_home = tmp_path / "home"
+    work = student_home / COURSE / "tiny"  # where the Assignments tab fetches it (the exchange names the course)
+    work.mkdir(parents=True)
+    nbformat.write(assignment(), work / "Copy of tiny (2).ipynb")
+    exchange_args = [f"--Exchange.root={scratch.place.exchange}", "--Exchange.path_includes_course=True",
+                     f"--Exchange.cache={tmp_path / 'cache'}", f"--CourseDirectory.course_id={COURSE}",
+                     "--Authenticator.plugin_class=nbgrader.auth.NoAuthPlugin"]
+    scratch.place.inbound.mkdir(parents=True)
+    scratch.place.inbound.chmod(0o1777)
+    released = scratch.place.exchange / COURSE / "outbound" / "tiny"
+    released.mkdir(parents=True)
+    nbformat.write(assignment(), released / "tiny.ipynb")
+    for step in (["submit", "tiny"], None, ["fetch_feedback", "tiny"]):
+        if step is None:
+            log = scratch.serve_once()
+            continue
+        done = subprocess.run(["nbgrader", *step, *exchange_args], cwd=student_home, env=with_venv_on_path(),
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    (entry,) = scratch.queue.entries("tiny")
+    assert (entry.state, entry.score) == (DONE, 3), log
+    pages = list((work / "feedback").glob("*/*.html"))
+    assert len(pages) == 1, (sorted(p.name for p in scratch.place.outbound_feedback.iterdir()), done.stdout + done.stderr)
+    (page,) = pages
+    assert page.name == "Copy of tiny (2).html" and "Score: 3.0 / 3.0" in page.read_text()
+
+
 # The service on a hub
 
 @pytest.fixture

@@ -162,12 +162,17 @@ def feedback_pages(place: Place, entry: Entry, result, work: Path, setting: Sett
             for name in names}
 
 
-def release_feedback(place: Place, entry: Entry, pages: dict[str, str]) -> None:
-    """Give the pages back as `nbgrader release_feedback` does: course feedback/ and the exchange's feedback/."""
+def release_feedback(place: Place, entry: Entry, pages: dict[str, str], submitted: Path | None = None) -> None:
+    """Give the pages back as `nbgrader release_feedback` does: course feedback/ and the exchange's feedback/.
+
+    `submitted` is the copy of the submission that was graded: its file names are the ones the student's
+    fetch_feedback looks for.
+    """
     if not entry.secret:
         return  # not an nbgrader submission: nothing to hand it back through
+    ids = exchange.notebook_ids(place.course, entry.assignment, submitted) if submitted else None
     exchange.release_feedback(place.dirs, place.course, entry.student, entry.assignment, entry.timestamp,
-                              entry.secret, pages)
+                              entry.secret, pages, ids)
 
 
 def _stamp(path: Path) -> int | None:
@@ -219,8 +224,8 @@ class Releaser(threading.Thread):
 
 def finish(place: Place, queue: Queue, entry: Entry, result, staged: Staged, graded: bool) -> None:
     """Release a graded submission's feedback, then mark it done."""
-    release_feedback(place, entry, feedback_pages(place, entry, result, staged.work,
-                                                  queue.setting(entry.assignment)))
+    pages = feedback_pages(place, entry, result, staged.work, queue.setting(entry.assignment))
+    release_feedback(place, entry, pages, staged.work / entry.student / entry.assignment)
     notes = [result.detail, *(f"flag: {f}" for f in result.flags), staged.notes.get(entry.student, "")]
     detail = "; ".join(n for n in notes if n)
     queue.finish(entry, state=DONE, graded=graded, status=result.status, score=result.final_score,

@@ -254,9 +254,33 @@ def _text(folder: Path, name: str) -> str:
         return ""
 
 
+def notebook_ids(course: Path, assignment: str, submitted: Path) -> dict[str, str]:
+    """Return the assignment's notebook names -> the names the student gave them, as the grader matched them.
+
+    A renamed notebook (`Copy of ps01 (2).ipynb`) is graded as the assignment's notebook, but nbgrader's
+    fetch_feedback looks feedback up by the name of the student's own file.
+    """
+    from autograder.cells import grade_id
+    from autograder.grading.submissions import match_submission, read_notebook_json
+
+    expected: dict[str, set[str]] = {}
+    instructor = course / "release" / assignment  # the grader generates it from source/ when it is missing
+    for nb in sorted((instructor if instructor.is_dir() else course / "source" / assignment).glob("*.ipynb")):
+        raw, _ = read_notebook_json(nb)
+        expected[nb.name] = {gid for cell in (raw or {}).get("cells", []) if (gid := grade_id(cell))}
+    if not submitted.is_dir():
+        return {}
+    matched = match_submission(submitted.parent.name, submitted, expected, assignment)
+    return {Path(name).stem: path.stem for name, path in matched.notebooks.items()}
+
+
 def release_feedback(ex: Exchange, course: Path, student: str, assignment: str, timestamp: str, secret: str,
-                     pages: dict[str, str]) -> None:
-    """Give feedback pages back as `nbgrader release_feedback` does: course feedback/ and the exchange's."""
+                     pages: dict[str, str], ids: dict[str, str] | None = None) -> None:
+    """Give feedback pages back as `nbgrader release_feedback` does: course feedback/ and the exchange's.
+
+    `ids` maps a page's notebook to the student's own name for it (notebook_ids): the exchange's copy goes
+    under that name, which is what the student's fetch_feedback looks for.
+    """
     mine = course / "feedback" / student / assignment
     shutil.rmtree(mine, ignore_errors=True)
     mine.mkdir(parents=True)
@@ -267,7 +291,7 @@ def release_feedback(ex: Exchange, course: Path, student: str, assignment: str, 
         ex.feedback.chmod(FEEDBACK_MODE)
     for notebook, text in pages.items():
         write_new(mine, f"{notebook}.html", text.encode())
-        checksum = notebook_hash(secret=secret, notebook_id=notebook)
+        checksum = notebook_hash(secret=secret, notebook_id=(ids or {}).get(notebook, notebook))
         write_new(ex.feedback, f"{checksum}.html", text.encode(), 0o644)
 
 
@@ -360,7 +384,8 @@ def graded_feedback(course: Path, ex: Exchange, assignment: str) -> list[str]:
                  for p in sorted(student_dir.glob("*.html")) if p.is_file() and not p.is_symlink()}
         if not pages or not secret:
             continue  # not a submission from the exchange (nothing to hand it back through)
-        release_feedback(ex, course, student_dir.name, assignment, timestamp, secret, pages)
+        release_feedback(ex, course, student_dir.name, assignment, timestamp, secret, pages,
+                         notebook_ids(course, assignment, submitted))
         released.append(student_dir.name)
     return released
 
