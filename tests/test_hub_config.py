@@ -196,3 +196,18 @@ def test_a_due_date_is_read_as_nbgrader_reads_it_and_a_bad_one_is_refused_before
     assert loop.parse_due("2026-12-01 17:00") == datetime.datetime(2026, 12, 1, 17, 0)  # no zone: UTC
     with pytest.raises(HubError, match="cannot read the due date 'next friday'"):
         loop.release(settings(tmp_path), "ps01-tensors-and-devices", due="next friday")  # nothing is run
+
+
+def test_the_students_csv_for_nbgrader_keeps_names_with_commas_and_quotes_whole() -> None:
+    import csv
+    import io
+
+    from autograder.hub.install import write_students_csv
+    from autograder.hub.roster import Member
+
+    handle = io.StringIO()
+    write_students_csv(handle, [Member("ann", 'Ann "Annie" Lee, Jr.', "student"), Member("bob", "Bob", "student")],
+                       "dl-")
+    rows = list(csv.DictReader(io.StringIO(handle.getvalue())))  # as nbgrader's `db student import` reads it
+    assert [r["id"] for r in rows] == ["dl-ann", "dl-bob"]
+    assert rows[0]["first_name"] + " " + rows[0]["last_name"] == 'Ann "Annie" Lee, Jr.'

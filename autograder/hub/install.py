@@ -1,5 +1,6 @@
 """`hub setup` and `hub add-user`: accounts, folders with their permissions, the course, the configuration."""
 
+import csv
 import ipaddress
 import os
 import secrets
@@ -127,6 +128,13 @@ def nbgrader(s: HubSettings, *args: str, timeout: float | None = 600):
                            env=grader_env(s), timeout=timeout)
 
 
+def write_students_csv(handle, students: list[Member], prefix: str) -> None:
+    """Write students as the CSV `nbgrader db student import` reads (names quoted as the csv module does)."""
+    writer = csv.writer(handle)
+    writer.writerow(["id", "first_name", "last_name", "email"])
+    writer.writerows([m.username(prefix), *m.first_last, ""] for m in students)
+
+
 def register_students(s: HubSettings, members: list[Member]) -> None:
     """Put the students into the course gradebook (ids are their hub user names)."""
     students = [m for m in members if m.role == "student"]
@@ -134,11 +142,8 @@ def register_students(s: HubSettings, members: list[Member]) -> None:
         return
     grader = accounts.lookup(s.grader)
     assert grader is not None
-    with tempfile.NamedTemporaryFile("w", suffix=".csv", dir=s.paths.course, delete=False) as handle:
-        handle.write("id,first_name,last_name,email\n")
-        for m in students:
-            first, last = m.first_last
-            handle.write(f"{m.username(s.prefix)},{first.replace(',', ' ')},{last.replace(',', ' ')},\n")
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", dir=s.paths.course, delete=False, newline="") as handle:
+        write_students_csv(handle, students, s.prefix)
     path = Path(handle.name)
     os.chown(path, grader.uid, grader.gid)
     try:
