@@ -11,7 +11,18 @@ import types
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from autograder.grading.guard_kernel import Change, Guard, Snapshot, TamperingBlocked, is_code
+from autograder.grading.guard_kernel import (
+    Change,
+    Channel,
+    Guard,
+    Snapshot,
+    TamperingBlocked,
+    _allowed_codes,
+    _test_names,
+    is_code,
+    is_students,
+    make_tracer,
+)
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
 
 
@@ -141,10 +152,14 @@ def test_the_code_reading_ignores_comments_and_honest_code():
 
 
 def write_lines(path: str, lines: list) -> None:
-    fd = os.open(path, os.O_WRONLY)
+    """Write records as the grading kernel does (its Channel: a key line, then signed lines); bytes as they are."""
+    channel = Channel.open(path)
     for line in lines:
-        os.write(fd, (line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n")
-    os.close(fd)
+        if isinstance(line, bytes):
+            os.write(channel.fd, line + b"\n")
+        else:
+            channel.write(line)
+    os.close(channel.fd)
 
 
 def test_the_channel_reads_records_and_notices_forged_or_foreign_lines(tmp_path):
@@ -163,6 +178,20 @@ def test_the_channel_reads_records_and_notices_forged_or_foreign_lines(tmp_path)
     assert forged.flooded and forged.records["b"].changes("before") == [{"where": "x"}]
 
 
+def test_lines_without_the_kernels_key_are_forged_and_alarms_count_at_once(tmp_path):
+    path = str(tmp_path / "guard.fifo")
+    reader = ChannelReader(path)
+    unsigned = json.dumps({"msg_id": "c", "phase": "after", "changes": [], "findings": []}).encode()
+    write_lines(path, [{"msg_id": "c", "phase": "before", "changes": [], "findings": []}, unsigned,
+                       b"0" * 32 + b" " + unsigned.hex().encode(),
+                       {"msg_id": "c", "phase": "alarm", "finding": "walks the garbage collector"},
+                       {"msg_id": "c", "phase": "after", "changes": [], "findings": []}])
+    reader.close()
+    cell = reader.records["c"]
+    assert reader.flooded and cell.after == {"msg_id": "c", "phase": "after", "changes": [], "findings": []}
+    assert cell.findings() == ["walks the garbage collector"] and not cell.confirmed
+
+
 def test_a_test_is_confirmed_only_with_both_records_and_no_change():
     clean = {"changes": [], "findings": []}
     assert CellRecords(clean, clean).confirmed
@@ -170,3 +199,41 @@ def test_a_test_is_confirmed_only_with_both_records_and_no_change():
     assert not CellRecords(clean, {"changes": [{"where": "sys.settrace"}], "findings": []}).confirmed
     assert CellRecords(clean, {"changes": [{"where": "x", "benign": True}], "findings": []}).confirmed
     assert not CellRecords(clean, {"changes": [], "findings": ["sets a tracing hook"]}).confirmed
+
+
+def _trace_test(answer: str, test: str) -> list[str]:
+    """Run `test` against `answer` (as cells of their own) under the guard's test tracer; return its reports."""
+    ns: dict = {}
+    exec(compile(answer, "/cells/answer.py", "exec"), ns)
+    names, attributes = _test_names(test)
+    found: list[str] = []
+    tracer = make_tracer(ns, frozenset(), ["/cells/test.py"], attributes, _allowed_codes(names, ns), ("/lib",),
+                         found.append)
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        exec(compile(test, "/cells/test.py", "exec"), ns)
+    finally:
+        sys.settrace(before)
+    return found
+
+
+def test_the_test_tracer_reports_answers_that_lie_and_not_honest_ones():
+    liar = "class Yes:\n    def __eq__(self, other):\n        return True\n\ndef double(x):\n    return Yes()\n"
+    assert _trace_test(liar, "assert double(2) == 4") == [
+        "the test called code from an answer cell that it does not name (__eq__)"]
+    shadow = "def double(x):\n    return 0\n\nall = lambda *a: True\n"
+    assert _trace_test(shadow, "assert all([double(2) == 4])") == [
+        "the test called code from an answer cell that it does not name (<lambda>)"]
+    honest = ("class Pair:\n    def __init__(self, a):\n        self.a = a\n\n    def __eq__(self, other):\n"
+              "        return True\n\n    def total(self):\n        return self.a\n\n"
+              "def double(x):\n    return Pair(2 * x).total()\n")
+    assert _trace_test(honest, "assert double(2) == 4\nassert Pair(3).total() == 3") == []
+
+
+def test_student_code_is_told_from_library_code_by_where_it_lives():
+    kinds: dict = {}
+    ns: dict = {}
+    assert is_students(ns, ns, ("/lib",), kinds)
+    assert not is_students({"__file__": "/lib/torch/__init__.py"}, ns, ("/lib",), kinds)
+    assert is_students({"__file__": "/work/helper.py"}, ns, ("/lib",), kinds)

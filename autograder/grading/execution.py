@@ -87,7 +87,8 @@ class GraderExecute(Execute):
         self._notebook = (resources or {}).get("nbgrader", {}).get("notebook", "")
         self._started = time.monotonic()
         self._kept_total = 0
-        self._events: list[dict] = []
+        # one progress file per attempt: the events of the attempt's earlier notebooks are kept
+        self._events: list[dict] = list(read_progress(self.progress_file).get("events", [])) if self.progress_file else []
         self._cell = None
         self._channel: ChannelReader | None = None
         self._sent: dict[str, int] = {}  # execute request msg_id -> cell index

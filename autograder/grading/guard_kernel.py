@@ -12,20 +12,32 @@ tracing hook, and make later test cells pass without running them as written. Th
 2. *Block.* An audit hook (which Python never lets anyone remove) refuses what restoring cannot undo:
    changing a function's code or defaults in place; and, while a graded test cell runs, setting a tracing
    or profiling hook (one that could skip the test's lines).
-3. *Report.* After every cell it compares again and writes what changed, cell by cell, to a channel that
-   only the grader reads (a FIFO opened before any student code and unlinked at once). The grader flags the
-   changes and fails any test cell it cannot confirm was run on the pristine path (see execution.py).
+3. *Seal.* Only the audit hook holds the guard's state: the kernel's message handlers reach it by raising audit
+   events (checked to come from those handlers), so no closure, frame or global that student code can walk to
+   leads to it, and before it acts the hook puts the guard's own module, classes and the builtins it uses back.
+4. *Report.* After every cell it compares again and writes what changed to a channel that only the grader reads
+   (a FIFO opened before any student code and unlinked at once), each line signed with a key sent as the
+   first line; a look into the interpreter's internals by student code (the garbage collector, frames outside
+   its own, ctypes, the process's memory) is written the moment it happens, before it can be used.
+5. *Trace tests.* While a graded test cell runs, a trace function reports student code that the test's lines
+   run without naming it (an `__eq__` or `__class__` of a returned object, a stand-in `torch`, a shadowed
+   builtin) or that IPython runs on its own (a custom exception handler that swallows the test's error).
+   The grader flags every report and fails the test cells it cannot confirm (see execution.py).
 
 Runs inside the sandbox as a plain script next to the kernel's connection file, with the standard library and
 ipykernel only. In-process defences have limits; README "Grading a class" says which.
 """
 
+import ast
 import builtins
 import fcntl
 import functools
-import json
+import hashlib
+import marshal
 import os
+import re
 import sys
+import tempfile
 import threading
 import types
 from dataclasses import dataclass, field
@@ -37,17 +49,17 @@ PATH_PACKAGES = ("IPython", "ipykernel", "jupyter_client", "comm", "traitlets", 
 # Results of running cells, not part of how cells run.
 RESULT_TYPES = ("ExecutionResult", "ExecutionInfo")
 SYS_HOOKS = ("excepthook", "displayhook", "breakpointhook", "unraisablehook", "stdout", "stderr", "stdin")
-ALWAYS_BLOCKED = {"__code__": "changes a function's code in place", "__defaults__": "changes a function's defaults",
-                  "__kwdefaults__": "changes a function's defaults"}
-BLOCKED_IN_TESTS = {"sys.settrace": "sets a tracing hook (sys.settrace)",
+ALWAYS_BLOCKED = types.MappingProxyType({"__code__": "changes a function's code in place", "__defaults__": "changes a function's defaults",
+                  "__kwdefaults__": "changes a function's defaults"})
+BLOCKED_IN_TESTS = types.MappingProxyType({"sys.settrace": "sets a tracing hook (sys.settrace)",
                     "sys.setprofile": "sets a profiling hook (sys.setprofile)",
-                    "sys.monitoring.register_callback": "registers a sys.monitoring callback"}
-REPORTED = {"gc.get_objects": "walks the garbage collector (gc.get_objects)",
+                    "sys.monitoring.register_callback": "registers a sys.monitoring callback"})
+REPORTED = types.MappingProxyType({"gc.get_objects": "walks the garbage collector (gc.get_objects)",
             "gc.get_referrers": "walks the garbage collector (gc.get_referrers)",
             "gc.get_referents": "walks the garbage collector (gc.get_referents)",
             "ctypes.string_at": "reads raw memory (ctypes.string_at)",
             "ctypes.wstring_at": "reads raw memory (ctypes.wstring_at)",
-            "ctypes.cdata": "reads raw memory (ctypes from_address)"}
+            "ctypes.cdata": "reads raw memory (ctypes from_address)"})
 # Their modules are part of the path, their objects (sockets, loops, threads) are not compared.
 TRANSPORT_PACKAGES = ("zmq", "tornado", "asyncio", "threading")
 # Attributes that hold hooks: their contents are compared and put back, element by element.
@@ -57,8 +69,12 @@ HOOK_CONTAINERS = frozenset({"input_transformers_post", "ast_transformers", "cal
 # Libraries whose own functions may register IPython callbacks (`%matplotlib inline`): put back, not flagged.
 LIBRARY_CALLBACKS = ("matplotlib_inline", "matplotlib", "IPython", "ipykernel", "ipywidgets")
 # Attributes put back whenever they are rebound, whatever they hold.
-ALWAYS_RESTORED = HOOK_CONTAINERS | {"custom_exceptions"}
+ALWAYS_RESTORED = HOOK_CONTAINERS | {"custom_exceptions", "user_ns", "user_module"}
 MAX_OBJECTS = 400
+# The builtins the guard's own code calls: put back before it runs, whatever student code did to them.
+GUARD_BUILTINS = ("len", "isinstance", "type", "id", "list", "tuple", "dict", "set", "frozenset", "str", "bool",
+                  "getattr", "callable", "any", "all", "sorted", "vars", "compile", "object", "super", "zip",
+                  "range", "hasattr", "iter", "next", "repr", "staticmethod", "classmethod", "property")
 _MISSING = object()
 
 
@@ -172,7 +188,7 @@ class Snapshot:
             traits = space.get("_trait_values") if space is not None else None
             if type(traits) is dict:
                 snap.slots.append(_Slot.of(traits, traits, _label(obj)))
-        for klass in classes.values():
+        for klass in [*classes.values(), *_transport_classes(classes)]:
             snap.slots.append(_Slot.of(klass, dict(klass.__dict__), klass.__qualname__))
         for name, module in sorted(sys.modules.items()):
             if isinstance(module, types.ModuleType) and (_in_path(name) or name == "builtins"):
@@ -200,6 +216,19 @@ class Snapshot:
             if getattr(sys, name, None) is not value:
                 setattr(sys, name, value)
                 changes.append(Change(f"sys.{name}", "replaced"))
+
+
+def _transport_classes(known: dict) -> list[type]:
+    """Return the classes the message transport defines (zmq's sockets and streams): their code is path too."""
+    found = []
+    for name, module in sorted(sys.modules.items()):
+        if not (isinstance(module, types.ModuleType) and name.split(".", 1)[0] == "zmq"):
+            continue
+        for value in list(vars(module).values()):
+            if (isinstance(value, type) and id(value) not in known and getattr(value, "__module__", "") == name
+                    and value not in found):
+                found.append(value)
+    return found
 
 
 def _materialise_traits(obj) -> None:
@@ -343,37 +372,173 @@ def _defined_by_library(function) -> bool:
 
 
 class Channel:
-    """Where the kernel writes its records for the grader: one JSON object per line."""
+    """Where the kernel writes its records for the grader: one signed line per record.
 
-    def __init__(self, fd: int | None) -> None:
+    The first line, written before any student code runs, gives the grader a fresh key; every later line is
+    `MAC HEX` (a keyed BLAKE2b of the marshalled record, then the record), so a line written by anything that
+    does not hold the key is seen as forged. The key and the writing functions are bound here at start.
+    """
+
+    def __init__(self, fd: int | None, key: bytes = b"") -> None:
         self.fd = fd
+        self._key = key
+        self._write, self._dumps, self._mac = os.write, marshal.dumps, hashlib.blake2b
 
     @classmethod
     def open(cls, path: str | None) -> "Channel":
-        """Open the grader's FIFO for writing and unlink it, so that nobody else can open it."""
+        """Open the grader's FIFO for writing, unlink it (nobody else can open it), and send the key."""
         if not path:
             return cls(None)
         fd = os.open(path, os.O_WRONLY)
         os.unlink(path)
         high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 700)  # out of the way of the kernel's own descriptors
         os.close(fd)
-        return cls(high)
+        channel = cls(high, os.urandom(32))
+        os.write(high, b"key " + channel._key.hex().encode() + b"\n")
+        return channel
 
     def write(self, record: dict) -> None:
-        """Send one record (silently dropped when the grader is gone)."""
+        """Send one record (silently dropped when the grader is gone or the record cannot be encoded)."""
         if self.fd is None:
             return
         try:
-            os.write(self.fd, (json.dumps(record) + "\n").encode())
-        except OSError:
+            payload = self._dumps(record)
+            mac = self._mac(payload, key=self._key, digest_size=16).hexdigest()
+            self._write(self.fd, (mac + " " + payload.hex() + "\n").encode())
+        except (OSError, ValueError):
             self.fd = None
 
 
 # --- the guard ---------------------------------------------------------------------------------------------
 
+GUARD_EVENT = "devicelab.guard"  # raised by the kernel's message handlers (the triggers below) only
+TRACE_EVENT = "devicelab.guard.trace"  # raised by the guard's own tracer during graded test cells
+# Audit events the hook looks at; everything else returns at once.
+WATCHED = frozenset({GUARD_EVENT, TRACE_EVENT, "object.__setattr__", "object.__getattr__", "sys._getframe",
+                     "sys._current_frames", "open", "exec", *BLOCKED_IN_TESTS, *REPORTED})
+# Modules that only pass a call along (a thread's target, a callback): the caller is whoever gave it to them.
+TRAMPOLINES = frozenset({"threading", "concurrent", "asyncio", "functools", "contextlib", "weakref", "ctypes",
+                         "operator", "runpy", "_weakrefset"})
+# What runs cells: student code called straight from here while a test runs was not called by the test.
+MACHINERY = ("IPython.core.interactiveshell", "ipykernel.zmqshell", "ipykernel.ipkernel", "ipykernel.kernelbase")
+MEMORY_FILES = re.compile(r"^/proc/(?:self|thread-self|\d+)/(?:mem|fd/\d+|task/\d+/mem)$")
+SENSITIVE_READS = types.MappingProxyType({"gc.get_objects": "walks the garbage collector (gc.get_objects)",
+                   "gc.get_referrers": "walks the garbage collector (gc.get_referrers)",
+                   "gc.get_referents": "walks the garbage collector (gc.get_referents)",
+                   "sys._current_frames": "reads the interpreter's frames (sys._current_frames)"})
+
+
+def _test_names(source: str) -> tuple[frozenset, frozenset]:
+    """Return the names a test cell's code reads (as variables) and the attributes it reads, nested code included."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset(), frozenset()
+    variables, attributes = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            variables.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            attributes.add(node.attr)
+    return frozenset(variables), frozenset(attributes)
+
+
+def _allowed_codes(names: frozenset, ns: dict) -> frozenset:
+    """Return the code a test may call by name: functions it names, and the methods of classes it names."""
+    codes = set()
+    for name in names:
+        value = ns.get(name)
+        if name in builtins.__dict__:
+            continue  # a builtin the notebook shadows is not an answer
+        if isinstance(value, types.FunctionType):
+            codes.add(value.__code__)
+        elif value is not None and not isinstance(value, (type, types.ModuleType)):
+            for klass in type(value).__mro__:  # an instance the notebook made before the test: it may be called
+                call = vars(klass).get("__call__")
+                if isinstance(call, types.FunctionType):
+                    codes.add(call.__code__)
+                    break
+        if isinstance(value, type):
+            for klass in value.__mro__:
+                for member in vars(klass).values():
+                    member = getattr(member, "__func__", member)
+                    for part in (member, getattr(member, "fget", None), getattr(member, "fset", None)):
+                        if isinstance(part, types.FunctionType):
+                            codes.add(part.__code__)
+    return frozenset(codes)
+
+
+def library_roots() -> tuple:
+    """Return the folders whose code is a library's, not a student's: Python's, the venv's, editable installs'."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.abspath(__file__), "<grading-kernel>", "<frozen "}
+    for name, module in list(sys.modules.items()):
+        mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
+        if isinstance(mapping, dict):
+            roots.update(str(path) for path in mapping.values())
+    return tuple(sorted(root for root in roots if root))
+
+
+def is_students(space: dict, ns, roots: tuple, kinds: dict) -> bool:
+    """Return True for code whose globals are the notebook's, or a module not in a library folder."""
+    if space is ns:
+        return True
+    known = kinds.get(id(space))
+    if known is not None and known[0] is space:
+        return known[1]
+    where = space.get("__file__")
+    kind = not (type(where) is str and where.startswith(roots))
+    kinds[id(space)] = (space, kind)  # kept alive with it, so that its id is never another's
+    return kind
+
+
+def make_tracer(ns: dict, machinery: frozenset, test_file: list, methods: frozenset, allowed: frozenset,
+                roots: tuple = (), report=None):
+    """Return the global trace function of one graded test cell: it reports student code the test did not call.
+
+    Student code (from answer cells, or from a module of the student's own) that runs straight from the test's
+    own lines but is not named by them (an `__eq__`, a `__class__` property, a stand-in `torch.equal`, a shadowed
+    builtin), or straight from IPython's own machinery (a custom exception handler, a replaced `showtraceback`),
+    is reported.
+    """
+    report = report or functools.partial(sys.audit, TRACE_EVENT)
+    kinds: dict = {}
+
+    def tracer(frame, event, arg):
+        if not is_students(frame.f_globals, ns, roots, kinds):
+            return
+        caller = frame.f_back
+        if caller is None:
+            return
+        code, where = frame.f_code, test_file[0]
+        if caller.f_globals is ns:
+            if caller.f_code.co_filename != where or code.co_filename == where or code in allowed:
+                return
+            if code.co_name in methods and not code.co_name.startswith("__") and _on_students(frame, ns, roots, kinds):
+                return
+            report(f"the test called code from an answer cell that it does not name ({code.co_name})")
+        elif id(caller.f_globals) in machinery and code.co_filename != where:
+            report(f"IPython ran code from an answer cell while a test ran ({code.co_name})")
+        return
+
+    return tracer
+
+
+def _on_students(frame, ns: dict, roots: tuple, kinds: dict) -> bool:
+    """Return True when a called function is a method of an object whose class is the student's own."""
+    code = frame.f_code
+    if code.co_argcount < 1:
+        return False
+    klass = type(frame.f_locals.get(code.co_varnames[0]))
+    module = sys.modules.get(getattr(klass, "__module__", None) or "")
+    return module is None or is_students(vars(module), ns, roots, kinds)
+
 
 class Guard:
-    """Restores the execution path around every message, blocks what it cannot restore, reports the rest."""
+    """Restores the execution path around every message, blocks what it cannot restore, reports the rest.
+
+    Only the audit hook holds the guard (see `arm`): the kernel's handlers reach it by raising audit events,
+    so no object student code can walk to (a handler's closure, a frame's locals) holds its state.
+    """
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
@@ -382,23 +547,177 @@ class Guard:
         self.quiet = False  # the guard itself is restoring: its own settrace calls are not tampering
         self.findings: list[str] = []
         self.pending: list[Change] = []
+        self.msg_id = ""
+        self.sent: set = set()  # (msg_id, phase) already written: a second one is a forged call
+        self.triggers: frozenset = frozenset()  # code of the kernel's handlers that may raise GUARD_EVENT
+        self.ns: dict | None = None  # the notebook's namespace
+        self.machinery: frozenset = frozenset()
+        self.test_file: list = [None]
+        self.tracer = None
+        self.tracer_cells: tuple = ()
+        self.tracer_code = make_tracer({}, frozenset(), [None], frozenset(), frozenset()).__code__
+        self.roots: tuple = (sys.prefix,)
+        self.kinds: dict = {}  # id of a globals dict -> (it, whether its code is a student's)
 
-    def audit(self, event: str, args: tuple) -> None:
-        """The audit hook: block in-place code changes always, tracing during tests; note the rest."""
-        if event == "object.__setattr__" and len(args) >= 2 and args[1] in ALWAYS_BLOCKED:
+    # --- the audit hook --------------------------------------------------------------------------------
+
+    def audit(self, event: str, args: tuple, caller=None) -> None:
+        """The audit hook: block in-place code changes always, tracing during tests; report the rest at once."""
+        if event == GUARD_EVENT:
+            self._trigger(args, caller)
+        elif event == TRACE_EVENT:
+            if caller is not None and caller.f_code is self.tracer_code and self.testing:
+                self._note(str(args[0]) if args else "?")
+        elif event == "object.__setattr__" and len(args) >= 2 and args[1] in ALWAYS_BLOCKED:
             if self.snapshot is not None and _runs_cells(args[0]):
-                self._note(ALWAYS_BLOCKED[args[1]])
+                self._alarm(ALWAYS_BLOCKED[args[1]])
                 raise TamperingBlocked(f"the grader does not allow changing {args[1]} of a function")
         elif event in BLOCKED_IN_TESTS:
             if self.testing and not self.quiet:
-                self._note(BLOCKED_IN_TESTS[event])
+                self._alarm(BLOCKED_IN_TESTS[event])
                 raise TamperingBlocked("the grader does not allow tracing hooks while a test runs")
-        elif event in REPORTED and self.snapshot is not None:
-            self._note(REPORTED[event])
+        elif event == "exec":
+            self._exec(args, caller)
+        elif self.snapshot is not None or caller is None:
+            self._sensitive(event, args, caller)
+
+    def _sensitive(self, event: str, args: tuple, caller) -> None:
+        """Report a look into the interpreter's internals made by student code, the moment it happens."""
+        if event == "object.__getattr__":
+            if len(args) >= 2 and args[1] == "__code__" and getattr(args[0], "__code__", None) in self.triggers:
+                self._alarm("reads the code of the grader's own message handlers")
+            return
+        if event == "open":
+            path = args[0] if args else None
+            if type(path) is str and MEMORY_FILES.match(path) and self._by_student(caller):
+                self._alarm(f"opens the process's own memory or descriptors ({path})")
+            return
+        if event == "sys._getframe":
+            frame = args[0] if args else None
+            if (frame is not None and not is_students(frame.f_globals, self.ns, self.roots, self.kinds)
+                    and self._by_student(caller)):
+                self._alarm("reads the interpreter's frames outside its own code (sys._getframe)")
+            return
+        words = REPORTED.get(event) or SENSITIVE_READS.get(event)
+        if words is None and event.startswith("ctypes."):
+            words = f"uses ctypes on the interpreter's memory ({event})"
+        if words is not None and self._by_student(caller):
+            self._alarm(words)
+
+    def _by_student(self, caller) -> bool:
+        """Return True when the nearest caller that is not a mere trampoline is code from a notebook cell."""
+        if caller is None:
+            return True
+        frame = caller
+        while frame is not None:
+            name = frame.f_globals.get("__name__")
+            if not (type(name) is str and name.split(".", 1)[0] in TRAMPOLINES):
+                break
+            frame = frame.f_back
+        return frame is not None and is_students(frame.f_globals, self.ns, self.roots, self.kinds)
+
+    def _exec(self, args: tuple, caller) -> None:
+        """Note the file name of the test cell's code as IPython runs it (the tracer tells its lines by it)."""
+        if (self.testing and self.test_file[0] is None and caller is not None and args
+                and id(caller.f_globals) in self.machinery and isinstance(args[0], types.CodeType)):
+            self.test_file[0] = args[0].co_filename
 
     def _note(self, finding: str) -> None:
         if finding not in self.findings and len(self.findings) < 50:
             self.findings.append(finding)
+
+    def _alarm(self, finding: str) -> None:
+        """Write a finding to the grader now (before the move it reports can be used), and keep it for the cell."""
+        if finding not in self.findings:
+            self.channel.write({"msg_id": self.msg_id, "phase": "alarm", "finding": finding})
+        self._note(finding)
+
+    # --- the kernel's messages -------------------------------------------------------------------------
+
+    def _trigger(self, args: tuple, caller) -> None:
+        """Handle a message event raised by the kernel's handlers (and only by them)."""
+        if caller is None or caller.f_code not in self.triggers or len(args) < 2:
+            self._alarm("raises the grader's own events itself")
+            return
+        phase, subject = args[0], args[1]
+        if phase == "setup" and self.snapshot is None:
+            self.setup(subject)
+        elif phase == "message":
+            self.pending += self.restore()
+        elif phase in ("before", "after"):
+            self._execute(phase, subject if isinstance(subject, dict) else {})
+
+    def setup(self, kernel) -> None:
+        """Record the pristine path (the kernel has started and warmed up; no student code has run yet)."""
+        self.snapshot = Snapshot.take(kernel.shell, kernel, sys.stdout, sys.stderr)
+        self.ns = kernel.shell.user_ns
+        self.machinery = frozenset(id(vars(sys.modules[m])) for m in MACHINERY if m in sys.modules)
+        self.roots = library_roots()
+        if "" not in sys.path:
+            sys.path.insert(0, "")  # the notebook's own folder is importable again, as in plain IPython
+
+    def _execute(self, phase: str, parent: dict) -> None:
+        header, meta = parent.get("header") or {}, parent.get("metadata") or {}
+        msg_id = str(header.get("msg_id", ""))
+        if (msg_id, phase) in self.sent:
+            self._alarm("calls the grader's message handler itself")
+            return
+        self.sent.add((msg_id, phase))
+        if phase == "before":
+            self.msg_id = msg_id
+            self.pending += self.restore()
+            self.channel.write({"msg_id": msg_id, "phase": "before",
+                                "changes": [c.to_json() for c in self.pending], "findings": self.findings})
+            self.pending, self.findings = [], []
+            grader = meta.get(GRADER_KEY) if isinstance(meta, dict) else None
+            self.testing = bool(grader.get("test")) if isinstance(grader, dict) else False
+            if self.testing:
+                self._start_test(str((parent.get("content") or {}).get("code", "")))
+            return
+        if self.testing:
+            self._stop_test()
+        self.testing = False
+        changes = self.restore()
+        self.channel.write({"msg_id": msg_id, "phase": "after", "changes": [c.to_json() for c in changes],
+                            "findings": self.findings})
+        self.findings = []
+
+    def _start_test(self, source: str) -> None:
+        """Check the names the test uses, and trace which student code it runs."""
+        if self.ns is None:
+            return
+        names, attributes = _test_names(source)
+        for name in sorted(names):
+            module = sys.modules.get(name)
+            if isinstance(module, types.ModuleType) and name in self.ns and self.ns[name] is not module:
+                self._note(f"replaces {name} in the notebook's namespace")
+            value = self.ns.get(name)
+            if (name in builtins.__dict__ and is_code(value) and value is not builtins.__dict__[name]
+                    and not _defined_by_library(value)):
+                self._note(f"shadows the builtin {name} in the notebook's namespace")
+        self.test_file = [None]
+        self.tracer = make_tracer(self.ns, self.machinery, self.test_file, attributes,
+                                  _allowed_codes(names, self.ns), self.roots)
+        self.tracer_cells = tuple((c, c.cell_contents) for c in self.tracer.__closure__ or ())
+        self.quiet = True
+        try:
+            sys.settrace(self.tracer)
+        finally:
+            self.quiet = False
+
+    def _stop_test(self) -> None:
+        self.quiet = True
+        try:
+            if sys.gettrace() is self.tracer:
+                sys.settrace(None)
+            elif sys.gettrace() is not None or self.tracer is not None:
+                self._note("replaced the grader's tracer while a test ran")
+                sys.settrace(None)
+        finally:
+            self.quiet = False
+        if any(cell.cell_contents is not value for cell, value in self.tracer_cells):
+            self._note("changes the grader's own code (its test tracer)")
+        self.tracer, self.tracer_cells = None, ()
 
     def restore(self) -> list[Change]:
         """Put the pristine path back (with the guard's own hook calls not counted)."""
@@ -410,52 +729,139 @@ class Guard:
         finally:
             self.quiet = False
 
-    def before(self) -> None:
-        """Before any message: restore, and keep what changed for the next report."""
-        self.pending += self.restore()
 
-    def run_execute(self, execute_request):
-        """Wrap the kernel's execute_request handler with the guard's records."""
+# --- the guard's own integrity -----------------------------------------------------------------------------
 
-        @functools.wraps(execute_request)
-        async def guarded_execute_request(stream, ident, parent):
-            header = parent.get("header", {}) if isinstance(parent, dict) else {}
-            meta = parent.get("metadata") or {} if isinstance(parent, dict) else {}
-            msg_id = str(header.get("msg_id", ""))
-            # Restored again here, not only in shell_main: a "before" record must be true of this very request,
-            # even if code reached the handler some other way.
-            self.pending += self.restore()
-            self.channel.write({"msg_id": msg_id, "phase": "before",
-                                "changes": [c.to_json() for c in self.pending], "findings": self.findings})
-            self.pending, self.findings = [], []
-            self.testing = bool((meta.get(GRADER_KEY) or {}).get("test")) if isinstance(meta, dict) else False
-            try:
-                await execute_request(stream, ident, parent)
-            finally:
-                self.testing = False
-                changes = self.restore()
-                self.channel.write({"msg_id": msg_id, "phase": "after", "changes": [c.to_json() for c in changes],
-                                    "findings": self.findings})
-                self.findings = []
 
-        return guarded_execute_request
+def _repairer(spaces: list):
+    """Return a function that puts the guard's own namespaces back as they are now; True when it had to."""
+    saved = [(space, tuple(space.items()), len(space)) for space in spaces]
+    clear, update, get = dict.clear, dict.update, dict.get
 
-    def install(self, kernel) -> None:
-        """Route the kernel's shell messages through the guard (the pristine path is recorded at the first one)."""
-        shell_main = kernel.shell_main
+    def repair() -> bool:
+        repaired = False
+        for space, items, size in saved:
+            same = len(space) == size
+            if same:
+                for key, value in items:
+                    if get(space, key, _MISSING) is not value:
+                        same = False
+                        break
+            if not same:
+                clear(space)
+                update(space, items)
+                repaired = True
+        return repaired
 
-        execute_request = kernel.shell_handlers["execute_request"]
+    return repair
 
-        @functools.wraps(shell_main)
-        async def guarded_shell_main(subshell_id, msg):
-            if self.snapshot is None:  # the first message (kernel_info): the kernel is fully started
-                await warm_up(kernel, execute_request)
-                self.snapshot = Snapshot.take(kernel.shell, kernel, sys.stdout, sys.stderr)
-            self.before()
-            await shell_main(subshell_id, msg)
 
-        kernel.shell_main = guarded_shell_main
-        kernel.shell_handlers["execute_request"] = self.run_execute(execute_request)
+def _builtins_repairer(names: tuple):
+    """Return a function that puts back the builtins the guard's code uses; True when it had to."""
+    space = builtins.__dict__
+    saved = tuple((name, space[name]) for name in names)
+    get = dict.get
+
+    def repair() -> bool:
+        repaired = False
+        for name, value in saved:
+            if get(space, name, _MISSING) is not value:
+                space[name] = value
+                repaired = True
+        return repaired
+
+    return repair
+
+
+def _class_repairer(classes: list):
+    """Return a function that puts the guard's own classes' attributes back; True when it had to."""
+    saved = [(klass, tuple(vars(klass).items())) for klass in classes]
+    set_attr, del_attr = type.__setattr__, type.__delattr__
+
+    def repair() -> bool:
+        repaired = False
+        for klass, items in saved:
+            space = vars(klass)
+            if len(space) != len(items) or any(space.get(k, _MISSING) is not v for k, v in items):
+                for key in [k for k in space if k not in dict(items)]:
+                    del_attr(klass, key)
+                for key, value in items:
+                    if key not in ("__dict__", "__weakref__", "__doc__") and space.get(key, _MISSING) is not value:
+                        set_attr(klass, key, value)
+                repaired = True
+        return repaired
+
+    return repair
+
+
+TRIGGERS = """
+async def guarded_shell_main(subshell_id, msg):
+    if _first:
+        _first.clear()
+        await _warm_up(_kernel, _execute_request)
+        _audit(_EVENT, "setup", _kernel)
+    _audit(_EVENT, "message", None)
+    return await _shell_main(subshell_id, msg)
+
+
+async def guarded_execute_request(stream, ident, parent):
+    _audit(_EVENT, "before", parent)
+    try:
+        return await _execute_request(stream, ident, parent)
+    finally:
+        _audit(_EVENT, "after", parent)
+"""
+
+
+def arm(channel_path: str | None):
+    """Install the guard's audit hook; return `install(kernel)`, which routes the kernel's messages through it.
+
+    The hook first puts the guard's own module, classes and `builtins` back, with functions bound here, so
+    that nothing student code changed in them is used; only then does it run the guard's code.
+    """
+    guard = Guard(Channel.open(channel_path))
+    repair_globals = _repairer([globals()])
+    repair_builtins = _builtins_repairer(GUARD_BUILTINS)
+    repair_classes = _class_repairer([Guard, Snapshot, _Slot, Change, Channel])
+    getframe, audit, watched, busy = sys._getframe, Guard.audit, WATCHED, [False]
+    trigger_space: dict = {}
+
+    def hook(event, args):
+        if busy[0]:
+            return
+        if event not in watched:
+            if not event.startswith("ctypes."):
+                return
+        elif event == "object.__getattr__":  # (the names of audited reads are exact strings)
+            if len(args) < 2 or args[1] != "__code__":
+                return
+        elif event == "open" and (not args or type(args[0]) is not str or not args[0].startswith("/proc/")):
+            return
+        busy[0] = True
+        try:
+            tampered = repair_builtins() | repair_globals() | repair_classes() | (
+                event == GUARD_EVENT and repair_triggers[0]())
+            if tampered and guard.snapshot is not None:
+                guard._alarm("changes the grader's own code")
+            audit(guard, event, args, getframe(1))
+        finally:
+            busy[0] = False
+
+    repair_triggers = [lambda: False]
+    sys.addaudithook(hook)
+
+    def install(kernel) -> None:
+        trigger_space.update({"__builtins__": {}, "__file__": "<grading-kernel>", "_audit": sys.audit, "_EVENT": GUARD_EVENT, "_first": [True],
+                              "_kernel": kernel, "_warm_up": warm_up, "_shell_main": kernel.shell_main,
+                              "_execute_request": kernel.shell_handlers["execute_request"]})
+        exec(compile(TRIGGERS, "<grading-kernel>", "exec"), trigger_space)  # noqa: S102  (our own source)
+        shell_main, execute_request = trigger_space["guarded_shell_main"], trigger_space["guarded_execute_request"]
+        guard.triggers = frozenset({shell_main.__code__, execute_request.__code__})
+        repair_triggers[0] = _repairer([trigger_space])
+        kernel.shell_main = shell_main
+        kernel.shell_handlers["execute_request"] = execute_request
+
+    return install
 
 
 class _NullStream:
@@ -482,13 +888,18 @@ def main(argv: list[str] | None = None) -> None:
         del argv[at:at + 2]
     if sys.path and os.path.dirname(os.path.abspath(__file__)) == os.path.abspath(sys.path[0] or "."):
         del sys.path[0]  # this script's folder is the kernel's runtime folder, not a place to import from
-    guard = Guard(Channel.open(channel_path))
-    sys.addaudithook(guard.audit)
+    # IPython's profile (config files, startup scripts, extensions) lives in HOME, which student code of an
+    # earlier notebook could write: this kernel reads a fresh, empty one instead.
+    os.environ["IPYTHONDIR"] = tempfile.mkdtemp(prefix="ipython-")
+    install = arm(channel_path)
     from ipykernel.kernelapp import IPKernelApp
 
     app = IPKernelApp.instance()
     app.initialize(argv)
-    guard.install(app.kernel)
+    while "" in sys.path:  # nothing is imported from the notebook's folder until the snapshot is taken
+        sys.path.remove("")
+    install(app.kernel)
+    del install  # this frame stays on the stack while cells run: it holds nothing that leads to the guard
     app.start()
 
 

@@ -13,7 +13,9 @@ A plain reading of the answer cells adds flags for tampering that had no effect 
 replaced `sys.excepthook` after each cell) and so leaves nothing for the kernel to see.
 """
 
-import json
+import hashlib
+import hmac
+import marshal
 import os
 import re
 import select
@@ -55,6 +57,7 @@ class CellRecords:
 
     before: dict | None = None
     after: dict | None = None
+    alarms: list[str] = field(default_factory=list)  # what the kernel reported the moment it happened
 
     def changes(self, phase: str) -> list[dict]:
         """Return the changes of one phase that were not a library's own doing."""
@@ -62,8 +65,9 @@ class CellRecords:
         return [c for c in (record or {}).get("changes", []) if isinstance(c, dict) and not c.get("benign")]
 
     def findings(self) -> list[str]:
-        """Return what the audit hook blocked or saw while the cell ran."""
-        return [str(f) for f in (self.after or {}).get("findings", [])]
+        """Return what the audit hook blocked or saw while the cell ran (reported at once, or in the record)."""
+        found = [str(f) for f in (self.after or {}).get("findings", [])]
+        return found + [a for a in self.alarms if a not in found]
 
     @property
     def confirmed(self) -> bool:
@@ -89,6 +93,7 @@ class ChannelReader:
         self._arrived = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._count = 0
+        self._key: bytes | None = None
         self._thread = threading.Thread(target=self._read, name="guard-channel", daemon=True)
         self._thread.start()
 
@@ -119,13 +124,17 @@ class ChannelReader:
         os.close(self._fd)
 
     def _take(self, line: bytes) -> None:
-        try:
-            record = json.loads(line)
-        except ValueError:
+        record = self._verified(line)
+        if record == {"phase": "key"}:
+            return
+        if not isinstance(record, dict) or record.get("phase") not in ("before", "after", "alarm"):
             self.flooded = True  # not the kernel's writing: something else wrote to its channel
             return
-        if not isinstance(record, dict) or record.get("phase") not in ("before", "after"):
-            self.flooded = True
+        if record["phase"] == "alarm":
+            with self._arrived:
+                cell = self.records.setdefault(str(record.get("msg_id")), CellRecords())
+                if len(cell.alarms) < 50:
+                    cell.alarms.append(str(record.get("finding")))
             return
         with self._arrived:
             self._count += 1
@@ -138,6 +147,30 @@ class ChannelReader:
             else:
                 self.flooded = True
             self._arrived.notify_all()
+
+    def _verified(self, line: bytes) -> dict | None:
+        """Return the record a line carries when the kernel's key signed it (the first line gives the key)."""
+        if self._key is None:
+            if line.startswith(b"key "):
+                try:
+                    self._key = bytes.fromhex(line[4:].decode())
+                except ValueError:
+                    self._key = b""
+                return {"phase": "key"} if self._key else None
+            self._key = b""  # the first line was not a key: nothing on this channel can be trusted
+            return None
+        mac, _, payload = line.partition(b" ")
+        try:
+            data = bytes.fromhex(payload.decode())
+        except ValueError:
+            return None
+        expected = hashlib.blake2b(data, key=self._key, digest_size=16).hexdigest().encode()
+        if not self._key or not hmac.compare_digest(mac, expected):
+            return None
+        try:
+            return marshal.loads(data)  # signed by the kernel: written by its own marshal.dumps
+        except (ValueError, EOFError, TypeError):
+            return None
 
     def wait_for(self, msg_id: str, seconds: float) -> CellRecords:
         """Return the records of one cell, waiting up to `seconds` for its "after" record."""
