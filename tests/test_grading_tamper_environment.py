@@ -80,25 +80,25 @@ def plant(base):
                 planted += 1
             except OSError:
                 pass
-        for data in ["", "share/jupyter", ".local/share/jupyter", ".jupyter-data"]:
-            for template in TEMPLATES:
-                for path in [os.path.join(base, data, "nbconvert", "templates", template),
-                             os.path.join(base, template)]:
-                    try:
-                        os.makedirs(path, exist_ok=True)
-                        with open(os.path.join(path, "index.html.j2"), "w") as f:
-                            f.write(@TEMPLATE@)
-                        with open(os.path.join(path, "conf.json"), "w") as f:
-                            json.dump({"base_template": "base"}, f)
-                    except OSError:
-                        pass
-        for css in ["custom/custom.css", ".jupyter/custom/custom.css", "custom.css"]:
-            try:
-                os.makedirs(os.path.dirname(os.path.join(base, css)), exist_ok=True)
-                with open(os.path.join(base, css), "w") as f:
-                    f.write(@CSS@.replace("@" + "PLANTED@", "PLANTED"))
-            except OSError:
-                pass
+    for data in ["", "share/jupyter", ".local/share/jupyter", ".jupyter-data"]:
+        for template in TEMPLATES:
+            for path in [os.path.join(base, data, "nbconvert", "templates", template),
+                         os.path.join(base, template)]:
+                try:
+                    os.makedirs(path, exist_ok=True)
+                    with open(os.path.join(path, "index.html.j2"), "w") as f:
+                        f.write(@TEMPLATE@)
+                    with open(os.path.join(path, "conf.json"), "w") as f:
+                        json.dump({"base_template": "base"}, f)
+                except OSError:
+                    pass
+    for css in ["custom/custom.css", ".jupyter/custom/custom.css", "custom.css"]:
+        try:
+            os.makedirs(os.path.dirname(os.path.join(base, css)), exist_ok=True)
+            with open(os.path.join(base, css), "w") as f:
+                f.write(@CSS@.replace("@" + "PLANTED@", "PLANTED"))
+        except OSError:
+            pass
     return planted
 
 bases = {os.getcwd(), os.path.expanduser("~"), "/tmp", "/var/tmp", "/dev/shm", sys.prefix,
@@ -199,9 +199,12 @@ def plant_code() -> str:
             .replace("@CSS@", repr(CSS)))
 
 
+# Forged "nothing changed" records for the coming requests, then a transformer that makes every test pass.
+TRANSFORMER = "getattr(get_ipython(), 'input_trans' + 'formers_post').append(lambda lines: ['pass\\n'])"
 STUDENTS = {
     "planter": unsolved_pair(plant_code()),
     "forger": unsolved_pair(FORGE),
+    "channel-forger": unsolved_pair(FORGE + "\n" + TRANSFORMER),
     "correct": {"tiny.ipynb": assignment(), SECOND: tiny_assignment()},
 }
 
@@ -235,12 +238,18 @@ def test_the_honest_student_of_the_run_gets_full_marks(graded):
         "graded", MAX, ""), table["correct"]
 
 
-@pytest.mark.parametrize("student", ["planter", "forger"])
+@pytest.mark.parametrize("student", ["planter", "forger", "channel-forger"])
 def test_tampering_with_the_graders_environment_or_records_earns_nothing(graded, student):
     _, table = graded
     row = table[student]
     assert row["status"] == "graded" and float(row["max_score"]) == MAX, row
     assert float(row["score"]) == 0 or flags_of(row), row
+
+
+def test_forging_the_guards_records_is_flagged(graded):
+    _, table = graded
+    for student in ("forger", "channel-forger"):
+        assert any("wrote to the grader's channel" in f for f in flags_of(table[student])), table[student]
 
 
 def test_nothing_the_student_planted_ran_as_the_grader(graded):
