@@ -12,13 +12,13 @@ student's Assignments tab offers Fetch Feedback. It has no HTTP port: the instru
 
 import argparse
 import datetime
+import logging
 import os
 import shutil
 import signal
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,9 +71,7 @@ class Place:
         return self.home / "work" / assignment
 
 
-def log(message: str) -> None:
-    """Print one line to the hub's log."""
-    print(f"[autograde {time.strftime('%H:%M:%S')}] {message}", flush=True)
+logger = logging.getLogger("devicelab.autograde")
 
 
 def scan(place: Place, queue: Queue, now: float | None = None) -> int:
@@ -94,7 +92,7 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
             secret = ""
         state = queue.add(student, assignment, timestamp, sub.folder.name, secret, now)
         known[assignment].add((student, timestamp))
-        log(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
+        logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
         new += 1
     return new
 
@@ -129,12 +127,12 @@ def stage(place: Place, batch: list[Entry]) -> Staged:
             taken = exchange.take(found, staged.work / e.student / e.assignment, skip)
         except Refusal as exc:
             staged.refused[e.student] = str(exc)
-            log(printable(f"{e.student} {e.assignment} {e.timestamp}: refused: {exc}"))
+            logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: refused: {exc}"))
             continue
         notes = [n for n in (taken.arrival.note(), taken.report.summary()) if n]
         if notes:
             staged.notes[e.student] = "; ".join(notes)
-            log(printable(f"{e.student} {e.assignment} {e.timestamp}: {'; '.join(notes)}"))
+            logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: {'; '.join(notes)}"))
     return staged
 
 
@@ -230,7 +228,7 @@ def finish(place: Place, queue: Queue, entry: Entry, result, staged: Staged, gra
     detail = "; ".join(n for n in notes if n)
     queue.finish(entry, state=DONE, graded=graded, status=result.status, score=result.final_score,
                  max_score=result.max_score, detail=detail)
-    log(f"{entry.student} {entry.assignment} {entry.timestamp}: {result.status} "
+    logger.info(f"{entry.student} {entry.assignment} {entry.timestamp}: {result.status} "
         f"{result.final_score:g}/{result.max_score:g}"
         + ("" if graded else " (recorded before a restart; not graded again)"))
 
@@ -257,13 +255,14 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
     releaser.start()
     try:
         summary = grade_class(place.course, assignment, staged.work, jobs=jobs, timeout=setting.timeout,
-                              out=place.graded(assignment), progress=False, echo=lambda line: log(f"  {line}"),
+                              out=place.graded(assignment), progress=False,
+                              echo=lambda line: logger.info("  %s", line),
                               hidden=(place.exchange,))
     except GradingError as exc:
         releaser.stop.set()
         releaser.join()
         if "another grading run" in str(exc):  # the instructor's `hub grade`: wait for it
-            log(f"waiting: {exc}")
+            logger.info(f"waiting: {exc}")
             queue.requeue([e for e in batch if e.student in releaser.pending], "waiting for another grading run")
             time.sleep(5)
             return
@@ -279,7 +278,7 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
             queue.finish(entry, state=FAILED, graded=False, status="invalid", score=None, max_score=None,
                          detail="the grader found no student folder in it")
     write_assignment_reports(place.graded(assignment), assignment, summary.isolation.description)
-    log(f"batch of {len(batch)} for {assignment} in {time.monotonic() - started:.1f} s")
+    logger.info(f"batch of {len(batch)} for {assignment} in {time.monotonic() - started:.1f} s")
 
 
 def write_assignment_reports(out: Path, assignment: str, isolation: str) -> None:
@@ -292,7 +291,7 @@ def write_assignment_reports(out: Path, assignment: str, isolation: str) -> None
         try:
             results.append(StudentResult.from_json(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError, KeyError):
-            log(f"skipped an unreadable result in the class report: {path.name}")
+            logger.info(f"skipped an unreadable result in the class report: {path.name}")
     write_reports(out, assignment, sorted(results, key=lambda r: r.student), isolation)
 
 
@@ -304,17 +303,17 @@ def run(place: Place, jobs: int | None = None, once: bool = False) -> None:
     size = BATCH_PER_CORE * (jobs or default_jobs())
     queue = place.queue()
     for e in queue.recover():
-        log(f"{e.student} {e.assignment} {e.timestamp}: was being graded when the service stopped; "
+        logger.info(f"{e.student} {e.assignment} {e.timestamp}: was being graded when the service stopped; "
             + ("failed" if e.tries >= MAX_TRIES else "queued again"))
-    log(f"watching {place.inbound} for {', '.join(queue.enabled()) or 'no assignment yet'}")
+    logger.info(f"watching {place.inbound} for {', '.join(queue.enabled()) or 'no assignment yet'}")
     while True:
         scan(place, queue)
         batch = queue.next_batch(size)
         if batch:
             try:
                 grade_batch(place, queue, batch, jobs)
-            except Exception:  # noqa: BLE001  (a bug or a broken course must not stop the service)
-                log("grading a batch failed:\n" + traceback.format_exc())
+            except Exception:
+                logger.exception("grading a batch failed")
                 queue.recover()
                 time.sleep(POLL_S)
             continue
@@ -343,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     course = Path(args.course)
     if args.action == "run":
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[autograde %(asctime)s] %(message)s",
+                            datefmt="%H:%M:%S")  # the hub's log, one line each, as before
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         run(Place(course, Path(args.exchange), args.course_id), args.jobs, args.once)
         return 0
