@@ -42,6 +42,12 @@ def _blocking_copy_waited(output: str) -> bool:
     return len(times) == 2 and float(times["False"]) > 5 * float(times["True"])
 
 
+def _graph_replay_faster(output: str) -> bool:
+    """Lesson 07, section 8: replaying 100 tiny kernels as a CUDA graph is faster than launching them."""
+    times = dict(re.findall(r"(eager|graph replay): (\d+) us per step", output))
+    return len(times) == 2 and float(times["graph replay"]) < float(times["eager"])
+
+
 # What a recorded output must show for the lesson's text to stay true: lesson -> cell id -> claims, each a regular
 # expression the output must match or a function of the output that must return True.
 CLAIMS: dict[str, dict[str, tuple[str | Callable[[str], bool], ...]]] = {
@@ -50,6 +56,7 @@ CLAIMS: dict[str, dict[str, tuple[str | Callable[[str], bool], ...]]] = {
         "d2h-gpu": (r"^True 1999998\.0$",),
         "streams-gpu": (r"^True$",),
         "async-errors-gpu": (r"CUDA_LAUNCH_BLOCKING=1",),
+        "launch-bound-gpu": (_graph_replay_faster,),
     },
 }
 

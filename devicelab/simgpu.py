@@ -15,6 +15,7 @@ Each call models one PyTorch call (the lessons show them side by side):
 | `gpu.item(buf)` | `t.item()` (a scalar copied into pinned memory, then a stream sync) |
 | `buf.read()` | reading a CPU tensor (`host[:4].tolist()`): no sync |
 | `gpu.synchronize()` | `torch.cuda.synchronize()` |
+| `gpu.launch_graph([d1, d2, ...])` | `g.replay()` of a captured `torch.cuda.CUDAGraph` (also what `torch.compile(mode="reduce-overhead")` does) |
 | `gpu.new_stream()`, `gpu.stream(s)`, `gpu.event()` | `torch.cuda.Stream()`, `torch.cuda.stream(s)`, `torch.cuda.Event()` |
 
 The rules (each one is a fact the course teaches, from docs/facts.md, "Sync points and non_blocking, precisely"):
@@ -398,6 +399,24 @@ class SimulatedGPU:
         end = self._enqueue("compute", duration, stream, name, "kernel")
         return SimBuffer(self, nbytes, "device", ready_at=end, name=name, data=data)
 
+    def launch_graph(self, durations: Sequence[float], *, stream: SimStream | None = None,
+                     name: str = "graph") -> SimBuffer:
+        """Replay a captured CUDA graph of kernels (`g.replay()`): one launch for all of them, run back to back.
+
+        What a graph saves is the host's per-kernel launch cost; the kernels still run one after another.
+        """
+        if not durations:
+            raise ValueError("a graph needs at least one kernel")
+        self._ensure_context()
+        stream = stream if stream is not None else self._current
+        self._apply_back_pressure()
+        self._host_span(self.profile.launch_s, f"launch {name}", "launch")
+        end = self._now
+        for index, duration in enumerate(durations):
+            _check_non_negative("duration", duration)
+            end = self._place("compute", duration, stream, f"{name} kernel {index}", "kernel")
+        return SimBuffer(self, 0, "device", ready_at=end, name=name)
+
     def copy(
         self, source: int | SimBuffer, direction: Direction | None = None, *, pinned: bool | None = None,
         non_blocking: bool = False, stream: SimStream | None = None, name: str | None = None, data: Any = None,
@@ -515,6 +534,10 @@ class SimulatedGPU:
             raise ValueError(f"{stream!r} belongs to another SimulatedGPU")
         self._apply_back_pressure()
         self._host_span(self.profile.launch_s, f"launch {name}", "launch")
+        return self._place(engine, duration, stream, name, kind, unit)
+
+    def _place(self, engine: str, duration: float, stream: SimStream, name: str, kind: str, unit: int = 0) -> float:
+        """Place work on `engine` after its stream's earlier work (no host cost); return its end."""
         start = self._fit((engine, unit), max(self._now, stream._tail), duration)
         end = start + duration
         if duration > 0:  # an empty span occupies nothing (and would break the sorted-ends invariant)

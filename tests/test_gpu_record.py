@@ -84,6 +84,7 @@ def good_outputs(path) -> dict[str, str]:
     outputs = {i: f"output of {i}\n" for i in ids}
     outputs.update({"sync-point-gpu": "non_blocking=False: 19.512 ms in .to()\nnon_blocking=True: 0.021 ms in .to()\n",
                     "d2h-gpu": "True 1999998.0\n", "streams-gpu": "True\n",
+                    "launch-bound-gpu": "eager: 498 us per step\ngraph replay: 212 us per step\n",
                     "async-errors-gpu": "CUDA_LAUNCH_BLOCKING=0:\n  line 6\nCUDA_LAUNCH_BLOCKING=1:\n  line 4\n"})
     return outputs
 

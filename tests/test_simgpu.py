@@ -1,5 +1,6 @@
 """The simulated GPU: one test per fact the course teaches, plus determinism and the plotting helper."""
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -460,3 +461,18 @@ def test_plot_timeline_gives_the_second_copy_engine_its_own_row(gpu):
     gpu.to_cpu(result, non_blocking=True)
     ax = plot_timeline(gpu.timeline, ax=Figure().subplots())
     assert [t.get_text() for t in ax.get_yticklabels()] == ["copy 1", "copy", "compute", "host"]
+
+
+def test_a_graph_replay_pays_one_launch_for_many_kernels():
+    eager, graph = SimulatedGPU(initialized=True), SimulatedGPU(initialized=True)
+    for _ in range(100):
+        eager.launch(2e-6)
+    eager.synchronize()
+    graph.launch_graph([2e-6] * 100)
+    graph.synchronize()
+    assert eager.clock() == pytest.approx(100 * eager.profile.launch_s + 2e-6), "launch-bound: the host sets the pace"
+    assert graph.clock() == pytest.approx(graph.profile.launch_s + 100 * 2e-6), "one launch, kernels back to back"
+    kernels = [r for r in graph.timeline if r.engine == "compute"]
+    assert len(kernels) == 100 and all(b.start == pytest.approx(a.end) for a, b in itertools.pairwise(kernels))
+    with pytest.raises(ValueError):
+        graph.launch_graph([])

@@ -3,6 +3,7 @@
 import math
 
 from devicelab.feedback import Exercise, checker
+from devicelab.predict import Prediction, asker
 from devicelab.simgpu import SimulatedGPU
 from devicelab.units import MiB
 
@@ -63,3 +64,49 @@ def kernel_seconds(trace):
 '''),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
+
+PREDICTIONS = {
+    "sync-point": Prediction(
+        question=("The host queues a 20 ms kernel, then copies 1 MiB with a plain x.to(device). How long does the "
+                  "host wait in the copy?"),
+        choices=("about 0.1 ms (the copy)", "about 20 ms (the kernel, then the copy)"),
+        answer="about 20 ms (the kernel, then the copy)",
+        reason=("A default copy is cudaMemcpyAsync followed by cudaStreamSynchronize: the host waits for everything "
+                "queued on the stream, the kernel included, not only for its own copy.")),
+    "early-read": Prediction(
+        question=("A result is copied to the host with non_blocking=True and read at once. What does the read "
+                  "give?"),
+        choices=("the result", "an error", "whatever the memory held before"),
+        answer="whatever the memory held before",
+        reason=("The call returns before the copy has landed, and reading a CPU tensor is not a sync point: "
+                "nothing raises, the bytes are just old. The simulator marks them STALE; PyTorch does not.")),
+    "refill": Prediction(
+        question="The host queues a 64 MiB pinned copy behind a 4 ms kernel, then refills the buffer. Is the copy done?",
+        choices=("yes", "no"),
+        answer="no",
+        reason=("A non-blocking copy from pinned memory only queues: the copy has not even started (it waits for "
+                "the kernel), and refilling now would send the new data.")),
+    "wait-stream": Prediction(
+        question=("A batch is copied on a side stream; the next kernel, which uses it, is queued on the default "
+                  "stream without wait_stream. When does the kernel start?"),
+        choices=("after the copy has landed", "right away, while the copy is still running"),
+        answer="right away, while the copy is still running",
+        reason=("Two streams are independent: nothing orders the default stream after the side stream unless you "
+                "say so (wait_stream or wait_event). The kernel reads the batch before it has arrived.")),
+    "long-calls": Prediction(
+        question=("In the trace of the slow loop (a pageable batch copied with a blocking .to(), and .item() every "
+                  "step), which host calls take long?"),
+        choices=("the kernel launches", "only the cudaStreamSynchronize calls",
+                 "the batch's cudaMemcpyAsync and the cudaStreamSynchronize inside .item()"),
+        answer="the batch's cudaMemcpyAsync and the cudaStreamSynchronize inside .item()",
+        reason=("A copy from pageable memory holds the host inside cudaMemcpyAsync (it waits for the stream and "
+                "stages the data); the stream sync after it returns at once. .item() copies into pinned memory, so "
+                "its wait is in cudaStreamSynchronize. Counting sync calls alone undercounts the waits.")),
+    "graph": Prediction(
+        question=("A step of 100 tiny kernels (2 us each) takes how long, launched one by one at 5 us per launch, "
+                  "and as one CUDA graph replay? Type the eager time in microseconds."),
+        answer="500", accept=("about 500", "500 us"),
+        reason=("Launched one by one the host is the bottleneck: 100 launches x 5 us = 500 us, the GPU idle most of "
+                "the time. A graph replay is one launch: about 5 + 100 x 2 = 205 us.")),
+}
+ask = asker(PREDICTIONS)
