@@ -12,12 +12,13 @@ How the simulated timeline maps onto a real trace:
 
 - a kernel -> `kernel`; a copy -> `gpu_memcpy` named like CUDA's (`Memcpy HtoD (Pinned -> Device)`, ...), with
   `args["bytes"]`; both with `args["device"]` (0) and `args["stream"]`, in the GPU's process, one thread per stream;
-- the host's launch of a kernel -> `cudaLaunchKernel`, of a copy -> `cudaMemcpyAsync` (`cuda_runtime`); a host
-  wait -> the call that waits: `cudaStreamSynchronize` after a blocking copy (PyTorch's `cudaMemcpyAsync` +
+- the host's launch of a kernel -> `cudaLaunchKernel`, of a graph replay -> `cudaGraphLaunch`, of a copy ->
+  `cudaMemcpyAsync` (`cuda_runtime`); a host wait -> the call that waits: `cudaStreamSynchronize` after a blocking copy (PyTorch's `cudaMemcpyAsync` +
   `cudaStreamSynchronize`), for `item()` and for `stream.synchronize()`; `cudaDeviceSynchronize` for
   `gpu.synchronize()`; `cudaEventSynchronize` for `event.synchronize()`. A copy from or into pageable memory, blocking
-  or not, holds the host inside `cudaMemcpyAsync` (staging through the driver's pinned buffer; a copy into pageable
-  memory returns when it is done), so that wait lengthens the `cudaMemcpyAsync` event, and the
+  or not, holds the host inside `cudaMemcpyAsync` (the driver stages it through its own pinned buffer, and may first
+  synchronize with the stream, CUDA's "API synchronization behavior"; a copy into pageable memory returns when it
+  is done), so that wait lengthens the `cudaMemcpyAsync` event, and the
   `cudaStreamSynchronize` after a blocking one returns at once: counting sync calls alone undercounts host waits;
 - `item()` copies into pinned memory (`Memcpy DtoH (Device -> Pinned)`, as `_local_scalar_dense_cuda` does);
 - streams: the default stream is thread 7 (CUPTI's number for it in real traces), other streams 13, 14, ...,
@@ -159,8 +160,8 @@ class SimProfiler:
                         events += self._memcpy_call(start, record, following, records[index + 2:index + 3],
                                                     inside_memcpy)
                     else:
-                        events.append(_complete("cuda_runtime", "cudaLaunchKernel", start, record.end, HOST_PID,
-                                                HOST_TID, {}))
+                        call = "cudaGraphLaunch" if record.name.startswith("graph launch") else "cudaLaunchKernel"
+                        events.append(_complete("cuda_runtime", call, start, record.end, HOST_PID, HOST_TID, {}))
                 elif record.kind == "wait":
                     if record.name == "wait: launch queue full":
                         pending_wait = record

@@ -410,7 +410,7 @@ class SimulatedGPU:
         self._ensure_context()
         stream = stream if stream is not None else self._current
         self._apply_back_pressure()
-        self._host_span(self.profile.launch_s, f"launch {name}", "launch")
+        self._host_span(self.profile.launch_s, f"graph launch {name}", "launch")
         end = self._now
         for index, duration in enumerate(durations):
             _check_non_negative("duration", duration)

@@ -142,3 +142,11 @@ def test_export_writes_json_that_loads_back_the_same(tmp_path):
 
 def test_the_example_trace_is_deterministic():
     assert sim_trace.example_trace() == sim_trace.example_trace()
+
+
+def test_a_graph_replay_is_one_graph_launch_for_all_its_kernels():
+    gpu = SimulatedGPU(initialized=True)
+    with sim_trace.SimProfiler(gpu) as prof:
+        gpu.launch_graph([2e-6] * 5)
+    trace = prof.trace()
+    assert names(trace, "cuda_runtime") == ["cudaGraphLaunch"] and len(complete(trace, "kernel")) == 5
