@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # Bump when a change to the grader can change grades: cached results from older versions are then regraded.
-GRADER_VERSION = "3"
+GRADER_VERSION = "4"
 
 GRADED, TIMEOUT, MEMORY, CRASHED, INVALID, MISSING = "graded", "timeout", "memory", "crashed", "invalid", "missing"
 PROCESSES, DISK = "processes", "disk"
