@@ -5,17 +5,17 @@ any device; `show_script()` prints it. It is slow on a GPU, and the lesson does 
 from a trace of their own code.
 
 `profile_script(Net, make_loader, train_epoch)` runs the student's versions of those three on the simulated GPU
-(`devicelab.simgpu`, a model of a T4 on a virtual clock) and records a chrome trace with `SimProfiler`. The code runs
-for real, with `meta` tensors standing in for CUDA ones: every `device="cuda"` is redirected to `meta`, every PyTorch
-call is seen by a `TorchFunctionMode`, and each one drives the simulated GPU as its CUDA counterpart would:
+(`devicelab.simgpu`, a model of a T4 on a virtual clock) and records a chrome trace with `SimProfiler`. The
+code runs for real, with `meta` tensors standing in for CUDA ones: every `device="cuda"` is redirected to
+`meta`, every PyTorch call is seen by a `TorchFunctionMode`, and each one drives the simulated GPU as its CUDA counterpart would:
 
 | the script does | the simulated GPU does |
 | --- | --- |
-| `x.to("cuda")`, `.cuda()`, `gpu.copy_(x)` | a host-to-device copy of `x`'s bytes: pageable or pinned, blocking or not |
+| `x.to("cuda")`, `.cuda()`, `gpu.copy_(x)` | a host-to-device copy of `x`'s bytes (pageable or pinned) |
 | an op on a CUDA tensor (`model(x)`, `loss.backward()`, `optimizer.step()`) | kernels, timed from FLOPs or bytes |
 | `.item()`, `float(t)`, `f"{t:.4f}"`, `.tolist()`, `.cpu()` | a device-to-host copy and a host wait |
 | `torch.cuda.Stream()`, `torch.cuda.stream(s)`, `wait_stream`, events | the simulated streams and events |
-| iterating the `DataLoader` | host time to make each batch (in the loop's thread, or in `num_workers` workers), and to pin it |
+| iterating the `DataLoader` | host time to make each batch (main thread or `num_workers`) and pin it |
 
 Meta tensors hold no values: losses read on the simulated GPU are placeholders (0.0). What the trace shows (which
 calls wait, which copies are pageable, what overlaps) is the point, not the numbers. The figures marked ASSUMPTION
@@ -397,7 +397,8 @@ class SimCuda(TorchFunctionMode):
         here = self.gpu.current_stream.id
         for arg in args:
             ref, stream, position = self.landing.get(id(arg), (None, here, 0))
-            if ref is not None and ref() is arg and stream != here and self.waited.get((here, stream), 0) < position:
+            waited = self.waited.get((here, stream), 0)
+            if ref is not None and ref() is arg and stream != here and waited < position:
                 self.races.append(name)
         self._queue(here)
 
@@ -566,12 +567,14 @@ def _covered(copy: dict, kernels: list[dict]) -> float:
 
 def show_summary(summary: TraceSummary) -> None:
     """Print a TraceSummary in the units a person reads."""
-    print(f"host waits        {sum(summary.waits.values()):4d}, {summary.wait_s * 1e3:7.2f} ms, inside {summary.waits}")
+    waits = sum(summary.waits.values())
+    print(f"host waits        {waits:4d}, {summary.wait_s * 1e3:7.2f} ms, inside {summary.waits}")
     print(f"host in loader          {summary.loader_s * 1e3:7.2f} ms")
     print(f"copies            {sum(summary.copies.values()):4d}, {summary.copy_s * 1e3:7.2f} ms: {summary.copies}")
     print(f"kernels                 {summary.kernel_s * 1e3:7.2f} ms on the GPU; "
           f"{summary.overlap:.0%} of the upload time under a kernel")
-    print(f"whole trace             {summary.span_s * 1e3:7.2f} ms, the GPU busy for {summary.gpu_busy_s * 1e3:.2f} ms")
+    print(f"whole trace             {summary.span_s * 1e3:7.2f} ms, "
+          f"the GPU busy for {summary.gpu_busy_s * 1e3:.2f} ms")
 
 
 def first_steps(items: Any, n: int) -> list:

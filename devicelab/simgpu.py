@@ -15,7 +15,7 @@ Each call models one PyTorch call (the lessons show them side by side):
 | `gpu.item(buf)` | `t.item()` (a scalar copied into pinned memory, then a stream sync) |
 | `buf.read()` | reading a CPU tensor (`host[:4].tolist()`): no sync |
 | `gpu.synchronize()` | `torch.cuda.synchronize()` |
-| `gpu.launch_graph([d1, d2, ...])` | `g.replay()` of a captured `torch.cuda.CUDAGraph` (also what `torch.compile(mode="reduce-overhead")` does) |
+| `gpu.launch_graph([d1, d2, ...])` | `g.replay()` of a `torch.cuda.CUDAGraph` (`torch.compile`'s "reduce-overhead") |
 | `gpu.new_stream()`, `gpu.stream(s)`, `gpu.event()` | `torch.cuda.Stream()`, `torch.cuda.stream(s)`, `torch.cuda.Event()` |
 
 The rules (each one is a fact the course teaches, from docs/facts.md, "Sync points and non_blocking, precisely"):

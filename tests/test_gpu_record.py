@@ -32,8 +32,8 @@ PENDING = {
     "04-device-mismatch": {"01131021", "337ec2c2", "614cf43a", "a094a1e6", "ff5809c8"},
     "05-async-and-timing": {"00ba7255", "76a80ab5", "7e0f752c", "82724f20", "b37a4242", "c2c80a67", "cb8f795b",
                             "data-dependent-gpu", "non-blocking-cases-gpu"},
-    "06-pinned-memory-and-dataloader": {"dataloader-thread-spy", "gpu-sweep", "pin-memory-gpu", "pin-yourself-measure",
-                                        "pinned-cache", "sync-debug"},
+    "06-pinned-memory-and-dataloader": {"dataloader-thread-spy", "gpu-sweep", "pin-memory-gpu",
+                                        "pin-yourself-measure", "pinned-cache", "sync-debug"},
 }
 
 def gpu_cells_without_note(path) -> set[str]:
@@ -47,7 +47,7 @@ def test_every_gpu_cell_shows_a_recorded_output_or_says_no_gpu_ran_it(path):
     for cell in gpu_smoke.gpu_cells(nb):
         note = gpu_smoke.note_of(nb, cell)
         if note is None:
-            assert cell.id in PENDING.get(path.stem, set()), f"{path.stem}: GPU cell {cell.id} has no gpu-output note"
+            assert cell.id in PENDING.get(path.stem, set()), f"{path.stem}: GPU cell {cell.id} has no note"
             continue
         assert note.id == f"{cell.id}-gpu-output"
         assert note.source == gpu_smoke.NOT_YET or RECORDED.match(note.source), (
@@ -82,7 +82,8 @@ def fake_runner(outputs: dict[str, str]):
 def good_outputs(path) -> dict[str, str]:
     ids = [c.id for c in gpu_smoke.gpu_cells(nbformat.read(path, as_version=4))]
     outputs = {i: f"output of {i}\n" for i in ids}
-    outputs.update({"sync-point-gpu": "non_blocking=False: 19.512 ms in .to()\nnon_blocking=True: 0.021 ms in .to()\n",
+    outputs.update({"sync-point-gpu": "non_blocking=False: 19.512 ms in .to()\n"
+                                      "non_blocking=True: 0.021 ms in .to()\n",
                     "d2h-gpu": "True 1999998.0\n", "streams-gpu": "True\n",
                     "launch-bound-gpu": "eager: 498 us per step\ngraph replay: 212 us per step\n",
                     "async-errors-gpu": "CUDA_LAUNCH_BLOCKING=0:\n  line 6\nCUDA_LAUNCH_BLOCKING=1:\n  line 4\n"})

@@ -33,7 +33,8 @@ HEADS = {
     "sync-ops": 'def sync_ops(trace: dict) -> list[str]:\n    """Sync ops."""\n',
     "refill-pinned": 'def refill_pinned(buffer: torch.Tensor, data: torch.Tensor, copy_done) -> torch.Tensor:\n'
                      '    """Refill."""\n',
-    "copy-then-run": 'def copy_then_run(batch: torch.Tensor, device, side, step):\n    """Copy, wait, record, run."""\n',
+    "copy-then-run": 'def copy_then_run(batch: torch.Tensor, device, side, step):\n'
+                     '    """Copy, wait, record, run."""\n',
 }
 
 results_for = partial(run_graded_cells, NOTEBOOK)
@@ -559,8 +560,10 @@ return hit / total
     ("refill-pinned", "returns-none"): refill_with(result="return None"),
     ("copy-totals", "otherwise-d2d"): totals_with(
         keys='(("HtoD", "h2d"), ("DtoH", "d2h"), ("", "d2d"))',
-        match='key in event.get("name", "") and not (key == "" and any(k in event["name"] for k in ("HtoD", "DtoH")))'),
-    ("sync-ops", "latest-start-is-innermost"): sync_with(pick='names.add(max(around, key=lambda o: o["ts"])["name"])'),
+        match='key in event.get("name", "") and not (key == "" and ("HtoD" in event["name"] or '
+              '"DtoH" in event["name"]))'),
+    ("sync-ops", "latest-start-is-innermost"): sync_with(
+        pick='names.add(max(around, key=lambda o: o["ts"])["name"])'),
     ("sync-ops", "starts-inside-is-enough"): sync_with(inside='o["ts"] <= call["ts"] < o["ts"] + o["dur"]'),
     ("copy-then-run", "no-wait"): streams_with(wait=""),
     ("copy-then-run", "wait-on-the-wrong-stream"): streams_with(wait="side.wait_stream(current)"),

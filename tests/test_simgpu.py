@@ -470,7 +470,7 @@ def test_a_graph_replay_pays_one_launch_for_many_kernels():
     eager.synchronize()
     graph.launch_graph([2e-6] * 100)
     graph.synchronize()
-    assert eager.clock() == pytest.approx(100 * eager.profile.launch_s + 2e-6), "launch-bound: the host sets the pace"
+    assert eager.clock() == pytest.approx(100 * eager.profile.launch_s + 2e-6), "launch-bound: the host's pace"
     assert graph.clock() == pytest.approx(graph.profile.launch_s + 100 * 2e-6), "one launch, kernels back to back"
     kernels = [r for r in graph.timeline if r.engine == "compute"]
     assert len(kernels) == 100 and all(b.start == pytest.approx(a.end) for a, b in itertools.pairwise(kernels))

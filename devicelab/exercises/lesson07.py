@@ -71,8 +71,8 @@ PREDICTIONS = {
                   "host wait in the copy?"),
         choices=("about 0.1 ms (the copy)", "about 20 ms (the kernel, then the copy)"),
         answer="about 20 ms (the kernel, then the copy)",
-        reason=("A default copy is cudaMemcpyAsync followed by cudaStreamSynchronize: the host waits for everything "
-                "queued on the stream, the kernel included, not only for its own copy.")),
+        reason=("A default copy is cudaMemcpyAsync followed by cudaStreamSynchronize: the host waits for "
+                "everything queued on the stream, the kernel included, not only for its own copy.")),
     "early-read": Prediction(
         question=("A result is copied to the host with non_blocking=True and read at once. What does the read "
                   "give?"),
@@ -81,7 +81,8 @@ PREDICTIONS = {
         reason=("The call returns before the copy has landed, and reading a CPU tensor is not a sync point: "
                 "nothing raises, the bytes are just old. The simulator marks them STALE; PyTorch does not.")),
     "refill": Prediction(
-        question="The host queues a 64 MiB pinned copy behind a 4 ms kernel, then refills the buffer. Is the copy done?",
+        question=("The host queues a 64 MiB pinned copy behind a 4 ms kernel, then refills the buffer. Is the "
+                  "copy done?"),
         choices=("yes", "no"),
         answer="no",
         reason=("A non-blocking copy from pinned memory only queues: the copy has not even started (it waits for "
@@ -106,7 +107,7 @@ PREDICTIONS = {
         question=("A step of 100 tiny kernels (2 us each) takes how long, launched one by one at 5 us per launch, "
                   "and as one CUDA graph replay? Type the eager time in microseconds."),
         answer="500", accept=("about 500", "500 us"),
-        reason=("Launched one by one the host is the bottleneck: 100 launches x 5 us = 500 us, the GPU idle most of "
-                "the time. A graph replay is one launch: about 5 + 100 x 2 = 205 us.")),
+        reason=("Launched one by one the host is the bottleneck: 100 launches x 5 us = 500 us, the GPU idle "
+                "most of the time. A graph replay is one launch: about 5 + 100 x 2 = 205 us.")),
 }
 ask = asker(PREDICTIONS)

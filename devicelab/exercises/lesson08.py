@@ -83,8 +83,8 @@ def _train_epoch(train_epoch) -> None:
     assert not found, (
         f"Your simulated epoch takes {run.seconds * 1e3:.2f} ms. Its trace still shows:\n- " + "\n- ".join(found)
         + "\nOpen traces/mine.json in Perfetto (or summarize it) and find where each comes from.")
-    print(f"The script took {before * 1e3:.2f} ms per epoch (simulated, noise fix only); yours {run.seconds * 1e3:.2f} ms, "
-          f"{before / run.seconds:.1f}x faster.")
+    print(f"The script took {before * 1e3:.2f} ms per epoch (simulated, noise fix only); yours "
+          f"{run.seconds * 1e3:.2f} ms, {before / run.seconds:.1f}x faster.")
 
 
 def _steps(gpu: SimulatedGPU, durations: list[float]) -> KernelSequence:
@@ -153,15 +153,15 @@ def time_it(fn, sync, clock, warmup=1, repeats=5):
 
 _exercises = checker(
     Exercise("train_epoch", _train_epoch, hints=(
-        ("Run the profile cell and read the summary line by line: each wait sits inside an operator; find the line of "
-         "your loop that calls it."),
-        ("Lessons 07 and 06: a blocking .to() and .item() are sync points; a pageable batch is staged by the driver; "
-         "DataLoader(num_workers=..., pin_memory=...) moves loading and pinning off the loop's thread."),
+        ("Run the profile cell and read the summary line by line: each wait sits inside an operator; find the "
+         "line of your loop that calls it."),
+        ("Lessons 07 and 06: a blocking .to() and .item() are sync points; a pageable batch is staged by the "
+         "driver; DataLoader(num_workers=..., pin_memory=...) moves loading and pinning off the loop's thread."),
         ("Copies under compute need the copy on another stream than the kernels: torch.cuda.Stream(), "
          "wait_stream, record_stream (lesson 07, section 5; ps06's copy_then_run)."),
     ), withheld="No worked solution: the capstone is yours. The hints point at the lessons that have each piece.",
-        success="Your trace is clean: no host wait in the loop, pinned uploads under compute, the loader off the loop's "
-                "thread."),
+        success=("Your trace is clean: no host wait in the loop, pinned uploads under compute, the loader off the "
+                 "loop's thread.")),
     Exercise("time_it", _time_it, hints=(
         "A GPU call returns once the work is queued: sync() before each clock() read, at the start and at the end.",
         "First call fn() `warmup` times untimed; then `repeats` times: sync(), clock(), fn(), sync(), clock().",

@@ -285,7 +285,8 @@ def fake_cuda():
                mock.patch("torch.cuda.stream", cuda.stream),
                mock.patch("torch.cuda.current_stream", lambda *a, **k: cuda.current),
                mock.patch("torch.cuda.default_stream", lambda *a, **k: cuda.default),
-               mock.patch("torch.cuda.synchronize", lambda *a, **k: cuda.host_syncs.append("torch.cuda.synchronize()"))]
+               mock.patch("torch.cuda.synchronize",
+                          lambda *a, **k: cuda.host_syncs.append("torch.cuda.synchronize()"))]
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
