@@ -13,13 +13,14 @@ How the simulated timeline maps onto a real trace:
 - a kernel -> `kernel`; a copy -> `gpu_memcpy` named like CUDA's (`Memcpy HtoD (Pinned -> Device)`, ...), with
   `args["bytes"]`; both with `args["device"]` (0) and `args["stream"]`, in the GPU's process, one thread per stream;
 - the host's launch of a kernel -> `cudaLaunchKernel`, of a graph replay -> `cudaGraphLaunch`, of a copy ->
-  `cudaMemcpyAsync` (`cuda_runtime`); a host wait -> the call that waits: `cudaStreamSynchronize` after a blocking copy (PyTorch's `cudaMemcpyAsync` +
-  `cudaStreamSynchronize`), for `item()` and for `stream.synchronize()`; `cudaDeviceSynchronize` for
-  `gpu.synchronize()`; `cudaEventSynchronize` for `event.synchronize()`. A copy from or into pageable memory, blocking
-  or not, holds the host inside `cudaMemcpyAsync` (the driver stages it through its own pinned buffer, and may first
-  synchronize with the stream, CUDA's "API synchronization behavior"; a copy into pageable memory returns when it
-  is done), so that wait lengthens the `cudaMemcpyAsync` event, and the
-  `cudaStreamSynchronize` after a blocking one returns at once: counting sync calls alone undercounts host waits;
+  `cudaMemcpyAsync` (`cuda_runtime`); a host wait -> the call that waits: `cudaStreamSynchronize` after a
+  blocking copy (PyTorch's `cudaMemcpyAsync` + `cudaStreamSynchronize`), for `item()` and for
+  `stream.synchronize()`; `cudaDeviceSynchronize` for `gpu.synchronize()`; `cudaEventSynchronize` for
+  `event.synchronize()`. A copy from or into pageable memory, blocking or not, holds the host inside
+  `cudaMemcpyAsync` (the driver stages it through its own pinned buffer, and may first synchronize with the
+  stream: CUDA's "API synchronization behavior"; a copy into pageable memory returns when it is done), so that
+  wait lengthens the `cudaMemcpyAsync` event, and the `cudaStreamSynchronize` after a blocking one returns at
+  once: counting sync calls alone undercounts host waits;
 - `item()` copies into pinned memory (`Memcpy DtoH (Device -> Pinned)`, as `_local_scalar_dense_cuda` does);
 - streams: the default stream is thread 7 (CUPTI's number for it in real traces), other streams 13, 14, ...,
   each thread named with the stream's name;
