@@ -24,7 +24,6 @@ below are round values for this model, not measurements.
 
 import contextlib
 import inspect
-import itertools
 import math
 import time
 import weakref
@@ -576,7 +575,3 @@ def show_summary(summary: TraceSummary) -> None:
     print(f"whole trace             {summary.span_s * 1e3:7.2f} ms, "
           f"the GPU busy for {summary.gpu_busy_s * 1e3:.2f} ms")
 
-
-def first_steps(items: Any, n: int) -> list:
-    """Return the first `n` items of an iterable (a loader's first batches)."""
-    return list(itertools.islice(items, n))

@@ -96,6 +96,18 @@ def test_the_script_runs_on_the_cpu_and_stops_on_the_simulated_gpu_as_on_a_gpu(c
         capstone.profile_script()
 
 
+def test_the_simulated_cuda_is_put_back_after_a_run():
+    import torch
+
+    originals = (torch.cuda.Stream, torch.cuda.synchronize, torch.cuda.is_available, torch.Tensor.pin_memory,
+                 torch.Tensor.record_stream, torch.Tensor.is_pinned)
+    run_of(FIXED)
+    assert originals == (torch.cuda.Stream, torch.cuda.synchronize, torch.cuda.is_available,
+                         torch.Tensor.pin_memory, torch.Tensor.record_stream, torch.Tensor.is_pinned)
+    assert torch.randn(2).device.type == "cpu" and not torch.cuda.is_available()
+    assert torch.ones(2).to("meta").device.type == "meta"
+
+
 def test_the_unfixed_script_shows_every_problem_in_its_trace():
     run = capstone.profile_script(lesson08.NoiseOnDevice)
     summary = capstone.summarize(run.trace)
