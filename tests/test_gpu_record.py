@@ -23,41 +23,15 @@ LESSONS = sorted((COURSE_ROOT / "notebooks").glob("*.ipynb"))
 MACHINE = gpu_smoke.Machine(device="NVIDIA Fake 80GB", torch="2.14.1+cu128", date="2026-11-25")
 RECORDED = re.compile(r"^\*\*Output recorded on a GPU\*\* \((?P<device>[^,]+), torch (?P<torch>\S+), "
                       r"(?P<date>\d{4}-\d{2}-\d{2})\):\n\n(```|~~~~)text\n", re.MULTILINE)
-# GPU cells of lessons 00-06 that do not yet carry the note (those lessons belong to another helper):
-# each must get one, saying that no GPU has run it, or its recorded output.
-PENDING = {
-    "00-start-here": {"34bc0417"},
-    "02-devices": {"0221a034", "b76cc6d6", "dcf77362", "f5b3fcf6"},
-    "03-moving-tensors": {"504281d4", "60bbcf0e", "78a48828", "d5413021", "e54c0fdd", "e8fdb2c4"},
-    "04-device-mismatch": {"01131021", "337ec2c2", "614cf43a", "a094a1e6", "ff5809c8"},
-    "05-async-and-timing": {"00ba7255", "76a80ab5", "7e0f752c", "82724f20", "b37a4242", "c2c80a67", "cb8f795b",
-                            "data-dependent-gpu", "non-blocking-cases-gpu"},
-    "06-pinned-memory-and-dataloader": {"dataloader-thread-spy", "gpu-sweep", "pin-memory-gpu",
-                                        "pin-yourself-measure", "pinned-cache", "sync-debug"},
-}
-
-def gpu_cells_without_note(path) -> set[str]:
-    nb = nbformat.read(path, as_version=4)
-    return {c.id for c in gpu_smoke.gpu_cells(nb) if gpu_smoke.note_of(nb, c) is None}
-
-
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_every_gpu_cell_shows_a_recorded_output_or_says_no_gpu_ran_it(path):
     nb = nbformat.read(path, as_version=4)
     for cell in gpu_smoke.gpu_cells(nb):
         note = gpu_smoke.note_of(nb, cell)
-        if note is None:
-            assert cell.id in PENDING.get(path.stem, set()), f"{path.stem}: GPU cell {cell.id} has no note"
-            continue
+        assert note is not None, f"{path.stem}: GPU cell {cell.id} has no note"
         assert note.id == f"{cell.id}-gpu-output"
         assert note.source == gpu_smoke.NOT_YET or RECORDED.match(note.source), (
             f"{path.stem}: the note under {cell.id} neither shows a recorded output nor says no GPU ran it")
-
-
-def test_lessons_07_and_08_have_no_pending_gpu_cell():
-    for path in LESSONS:
-        if path.stem.startswith(("07", "08")):
-            assert not gpu_cells_without_note(path)
 
 
 @pytest.fixture
