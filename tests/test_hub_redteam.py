@@ -10,6 +10,9 @@ autograde service must refuse each for cat alone and carry on for everyone else.
 
 import csv
 import datetime
+import html
+import pwd
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.grading.redact import FEEDBACK_PREFIX
 from autograder.hub.arrival import nbgrader_time
 from autograder.hub.autograde_queue import DONE, FAILED
 from tests.hub_support import (
@@ -99,9 +103,15 @@ def grades(klass: Klass) -> dict[str, dict]:
 
 
 def solution_lines(klass: Klass) -> list[str]:
-    """Return distinctive lines of the instructor's solutions (what must never reach cat)."""
+    """Return distinctive lines of the instructor's solutions and hidden tests (what must never reach cat).
+
+    A hidden block's `# Feedback:` lines are the instructor's message for students, shown on purpose, and a
+    line the student version also has (a hidden test repeating a visible assert) is no secret.
+    """
     a = klass.assignment
     source = nbformat.read(klass.course / "source" / a / f"{a}.ipynb", as_version=4)
+    release = nbformat.read(klass.course / "release" / a / f"{a}.ipynb", as_version=4)
+    public = "\n".join(cell.source for cell in release.cells)
     lines = []
     for cell in source.cells:
         inside = False
@@ -110,10 +120,17 @@ def solution_lines(klass: Klass) -> list[str]:
                 inside = True
             elif "END SOLUTION" in line or "END HIDDEN TESTS" in line:
                 inside = False
-            elif inside and len(line.strip()) > 20:
+            elif (inside and len(line.strip()) > 20 and not line.strip().startswith(FEEDBACK_PREFIX)
+                  and line.strip() not in public):
                 lines.append(line.strip())
     assert lines
     return lines
+
+
+def readable_text(path: Path) -> str:
+    """Return a file's text as its reader sees it (a page's tags removed, entities decoded)."""
+    text = path.read_text(errors="replace")
+    return html.unescape(re.sub(r"<[^>]+>", "", text)) if path.suffix == ".html" else text
 
 
 def log_tail(hub: Hub) -> str:
@@ -187,8 +204,8 @@ def test_collect_refuses_links_forged_names_bad_times_and_escapes(klass: Klass) 
     leaked = solution_lines(klass)
     for folder in (course / "submitted" / hub.user("cat"), course / "feedback" / hub.user("cat")):
         for path in (p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []:
-            text = path.read_text(errors="replace")
-            assert not any(line in text for line in leaked), path
+            text = readable_text(path)
+            assert not [line for line in leaked if line in text], path
 
 
 def test_special_files_and_huge_files_stall_nobody(klass: Klass) -> None:
@@ -236,3 +253,37 @@ def test_special_files_and_huge_files_stall_nobody(klass: Klass) -> None:
     said = hub.cli("collect", a).stdout  # cat's newest is the one with too many files: cat alone is skipped
     assert f"{cat}+{a}+{stamp}+many: not copied: more than 1000 files" in said, said
     assert all(hub.user(m) in said for m in ("ann", "bob")), said
+
+
+def test_swapping_a_file_for_a_link_while_the_service_copies_leaks_nothing(klass: Klass) -> None:
+    """Hole 5: cat swaps their notebook for a link to the instructor's source, over and over, while it is copied."""
+    hub, a = klass.hub, klass.assignment
+    if not klass.servers:
+        pytest.skip("needs the release of the first test")
+    hub.cli("autograde", "on", a, "--timeout", "30")
+    cat, source = hub.user("cat"), klass.course / "source" / a / f"{a}.ipynb"
+    home = pwd.getpwnam(cat).pw_dir
+    stamp = now_stamp(3)
+    folder = plant(klass, "cat", f"{cat}+{a}+{stamp}+swap", submission_files(klass, "wrong", stamp),
+                   f'cp "{a}.ipynb" "{home}/.real.ipynb"')
+    swap = (f'cd "{folder}" && while :; do ln -sfn "{source}" "{home}/.link" && mv -Tf "{home}/.link" "{a}.ipynb"; '
+            f'cp "{home}/.real.ipynb" "{home}/.copy" && mv -Tf "{home}/.copy" "{a}.ipynb"; done')
+    swapper = subprocess.Popen(["runuser", "-u", cat, "--", "sh", "-c", swap], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, cwd="/")
+    try:
+        deadline, entry = time.monotonic() + 240, None
+        while time.monotonic() < deadline and entry is None:
+            mine = [e for e in queue_of(hub).entries(a) if e.student == cat and e.folder.endswith("+swap")]
+            entry = mine[0] if mine and mine[0].state in (DONE, FAILED) else None
+            time.sleep(0.5)
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert entry is not None, f"cat's swap submission not finished\n{log_tail(hub)}"
+    assert not entry.score, entry  # a wrong answer or a refused link: never the instructor's solutions' marks
+    leaked = solution_lines(klass)
+    service = klass.course / "autograde"
+    for folder in (klass.course / "feedback" / cat, service / "graded" / a / "feedback-on-submit" / cat):
+        for path in (p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []:
+            text = readable_text(path)
+            assert not [line for line in leaked if line in text], path
