@@ -21,6 +21,7 @@ from autograder.grading.guard_kernel import (
     _test_names,
     is_code,
     is_students,
+    library_roots,
     make_tracer,
 )
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
@@ -207,7 +208,7 @@ def _trace_test(answer: str, test: str) -> list[str]:
     exec(compile(answer, "/cells/answer.py", "exec"), ns)
     names, attributes = _test_names(test)
     found: list[str] = []
-    tracer = make_tracer(ns, frozenset(), ["/cells/test.py"], attributes, _allowed_codes(names, ns), ("/lib",),
+    tracer = make_tracer(ns, frozenset(), ["/cells/test.py"], attributes, _allowed_codes(names, ns), library_roots(),
                          found.append)
     before = sys.gettrace()
     sys.settrace(tracer)
@@ -237,3 +238,9 @@ def test_student_code_is_told_from_library_code_by_where_it_lives():
     assert is_students(ns, ns, ("/lib",), kinds)
     assert not is_students({"__file__": "/lib/torch/__init__.py"}, ns, ("/lib",), kinds)
     assert is_students({"__file__": "/work/helper.py"}, ns, ("/lib",), kinds)
+
+
+def test_a_namedtuple_the_test_makes_itself_is_not_student_code():
+    answer = "def pair(a, b):\n    return (a, b)\n"
+    test = "from collections import namedtuple\nP = namedtuple('P', 'a b')\nassert P(1, 2) == pair(1, 2)"
+    assert _trace_test(answer, test) == []

@@ -80,6 +80,17 @@ GUARD_FRAMES = ("import sys\n_f = sys._getframe(0)\n"
                 "        if type(_v).__name__ == 'Guard':\n"
                 "            _v.snapshot = None\n            _v.findings.clear()\n"
                 "    _f = _f.f_back\n" + TRANSFORMER)
+GUARD_EVENT_LOOP = ("import asyncio, gc, itertools\n_found = []\n\n"
+                    "def _reset():\n"
+                    "    for _o in (_found[0] if _found else []):\n"
+                    "        try:\n"
+                    "            if type(_o).__name__ == 'Guard':\n"
+                    "                _o.snapshot = None\n                _o.findings.clear()\n"
+                    "        except Exception:\n            pass\n"
+                    "    getattr(get_ipython(), 'input_' + 'transformers_post').append(lambda lines: ['pass\\n'])\n\n"
+                    "_loop = asyncio.get_event_loop()\n"
+                    "_loop.call_soon(_found.extend, itertools.starmap(gc.get_objects, [()]))\n"
+                    "_loop.call_soon(_reset)\n")
 GUARD_GLOBALS = ("_k = get_ipython().kernel\n"
                  "_g = getattr(_k.shell_main, '__glo' + 'bals__')\n"
                  "if 'Snapshot' in _g:\n"
@@ -158,6 +169,7 @@ def _students() -> dict[str, nbformat.NotebookNode]:
     return {
         "guard-closures": appended(GUARD_CLOSURES), "guard-gc": appended(GUARD_GC),
         "guard-frames": appended(GUARD_FRAMES), "guard-globals": appended(GUARD_GLOBALS),
+        "guard-gc-event-loop": appended(GUARD_EVENT_LOOP),
         "zmq-class-patch": appended(ZMQ_PATCH), "ctypes-code-swap": appended(CTYPES_CODE_SWAP),
         "channel-forge": appended(CHANNEL_FORGE),
         "transient-custom-exc": appended(TRANSIENT_CUSTOM_EXC),
@@ -170,7 +182,8 @@ def _students() -> dict[str, nbformat.NotebookNode]:
 # student -> pattern one of its flags must match when it keeps any point
 FLAGS = {
     "guard-closures": r"input transformer|grader's own|record", "guard-gc": r"garbage collector",
-    "guard-frames": r"frames", "guard-globals": r"input transformer|grader's own|record",
+    "guard-frames": r"frames", "guard-gc-event-loop": r"garbage collector|input transformer|IPython ran",
+    "guard-globals": r"input transformer|grader's own|record",
     "zmq-class-patch": r"Socket\.send_multipart", "ctypes-code-swap": r"ctypes|raw memory",
     "channel-forge": r"channel|record|background",
     "transient-custom-exc": r"test called|ran code the test", "transient-showtraceback": r"test called|ran code",

@@ -419,6 +419,8 @@ WATCHED = frozenset({GUARD_EVENT, TRACE_EVENT, "object.__setattr__", "object.__g
 # Modules that only pass a call along (a thread's target, a callback): the caller is whoever gave it to them.
 TRAMPOLINES = frozenset({"threading", "concurrent", "asyncio", "functools", "contextlib", "weakref", "ctypes",
                          "operator", "runpy", "_weakrefset"})
+# The kernel's event loop and message handling, which run callbacks student code scheduled (`call_soon`).
+EVENT_LOOP = frozenset({"tornado", "ipykernel", "zmq", "jupyter_client", "anyio", "IPython", "traitlets"})
 # What runs cells: student code called straight from here while a test runs was not called by the test.
 MACHINERY = ("IPython.core.interactiveshell", "ipykernel.zmqshell", "ipykernel.ipkernel", "ipykernel.kernelbase")
 MEMORY_FILES = re.compile(r"^/proc/(?:self|thread-self|\d+)/(?:mem|fd/\d+|task/\d+/mem)$")
@@ -486,9 +488,15 @@ def is_students(space: dict, ns, roots: tuple, kinds: dict) -> bool:
     if known is not None and known[0] is space:
         return known[1]
     where = space.get("__file__")
-    kind = not (type(where) is str and where.startswith(roots))
+    kind = not (type(where) is str and where.startswith(roots)) and not _namedtuple_space(space)
     kinds[id(space)] = (space, kind)  # kept alive with it, so that its id is never another's
     return kind
+
+
+def _namedtuple_space(space: dict) -> bool:
+    """Return True for the namespace `collections.namedtuple` makes its `__new__` in (no builtins, no other name)."""
+    return (set(space) <= {"_tuple_new", "__builtins__", "__name__"} and space.get("_tuple_new") is tuple.__new__
+            and space.get("__builtins__") == {})
 
 
 def make_tracer(ns: dict, machinery: frozenset, test_file: list, methods: frozenset, allowed: frozenset,
@@ -601,20 +609,24 @@ class Guard:
         words = REPORTED.get(event) or SENSITIVE_READS.get(event)
         if words is None and event.startswith("ctypes."):
             words = f"uses ctypes on the interpreter's memory ({event})"
-        if words is not None and self._by_student(caller):
+        if words is not None and self._by_student(caller, TRAMPOLINES | EVENT_LOOP):
             self._alarm(words)
 
-    def _by_student(self, caller) -> bool:
-        """Return True when the nearest caller that is not a mere trampoline is code from a notebook cell."""
+    def _by_student(self, caller, passing: frozenset = TRAMPOLINES) -> bool:
+        """Return True when the nearest caller that only passes calls along is student code, or there is none.
+
+        A chain of nothing but trampolines (a thread whose target is `gc.get_objects`, a callback the event loop
+        runs) was set up by student code: no library calls these for itself from there.
+        """
         if caller is None:
             return True
-        frame = caller
+        frame, own = caller, globals()
         while frame is not None:
             name = frame.f_globals.get("__name__")
-            if not (type(name) is str and name.split(".", 1)[0] in TRAMPOLINES):
+            if frame.f_globals is not own and not (type(name) is str and name.split(".", 1)[0] in passing):
                 break
             frame = frame.f_back
-        return frame is not None and is_students(frame.f_globals, self.ns, self.roots, self.kinds)
+        return frame is None or is_students(frame.f_globals, self.ns, self.roots, self.kinds)
 
     def _exec(self, args: tuple, caller) -> None:
         """Note the file name of the test cell's code as IPython runs it (the tracer tells its lines by it)."""
