@@ -1,10 +1,10 @@
 """Lesson 08's capstone: a slow training script, and a profiler that runs any version of it on the simulated GPU.
 
-The script (`Net`, `Images`, `make_loader`, `train_epoch`, `stopwatch`, `main`) is real PyTorch code that runs on
+The script (`Net`, `Images`, `build_loader`, `run_epoch`, `stopwatch`, `main`) is real PyTorch code that runs on
 any device; `show_script()` prints it. It is slow on a GPU, and the lesson does not say why: the student finds out
 from a trace of their own code.
 
-`profile_script(Net, make_loader, train_epoch)` runs the student's versions of those three on the simulated GPU
+`profile_script(Net, build_loader, run_epoch)` runs the student's versions of those three on the simulated GPU
 (`devicelab.simgpu`, a model of a T4 on a virtual clock) and records a chrome trace with `SimProfiler`. The
 code runs for real, with `meta` tensors standing in for CUDA ones: every `device="cuda"` is redirected to
 `meta`, every PyTorch call is seen by a `TorchFunctionMode`, and each one drives the simulated GPU as its CUDA counterpart would:
@@ -73,12 +73,12 @@ class Images(Dataset):
         return x, self.y[i]
 
 
-def make_loader(dataset, device):
+def build_loader(dataset, device):
     """Return the script's DataLoader for training on `device`."""
     return DataLoader(dataset, batch_size=256, shuffle=True)
 
 
-def train_epoch(model, loader, optimizer, device):
+def run_epoch(model, loader, optimizer, device):
     """Train one epoch; return the loss of every step."""
     losses = []
     for step, (x, y) in enumerate(loader):
@@ -105,12 +105,12 @@ def main(device):
     torch.manual_seed(0)
     model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    loader = make_loader(Images(), device)
-    seconds = stopwatch(lambda: train_epoch(model, loader, optimizer, device))
+    loader = build_loader(Images(), device)
+    seconds = stopwatch(lambda: run_epoch(model, loader, optimizer, device))
     print(f"one epoch: {seconds * 1e3:.1f} ms")
 
 
-SCRIPT = (Net, Images, make_loader, train_epoch, stopwatch, main)
+SCRIPT = (Net, Images, build_loader, run_epoch, stopwatch, main)
 
 
 def show_script() -> None:
@@ -456,15 +456,15 @@ class ScriptRun:
     gpu: SimulatedGPU
     result: Any
     seconds: float  # from the first batch until the GPU has finished: the epoch's real (simulated) length
-    host_seconds: float  # until train_epoch returned: what a stopwatch without a sync reads
+    host_seconds: float  # until run_epoch returned: what a stopwatch without a sync reads
     loader: LoaderPlan
     races: list[str]  # kernels that read an uploaded tensor before its copy had landed (a missing stream wait)
 
 
-def profile_script(net: Callable[[], nn.Module] = Net, loader_maker: Callable = make_loader,
-                   train: Callable = train_epoch, *, steps: int | None = None, dataset: Dataset | None = None,
+def profile_script(net: Callable[[], nn.Module] = Net, loader_maker: Callable = build_loader,
+                   train: Callable = run_epoch, *, steps: int | None = None, dataset: Dataset | None = None,
                    quiet: bool = True) -> ScriptRun:
-    """Run one epoch of the script (your `Net`, `make_loader`, `train_epoch`) on the simulated GPU; trace it.
+    """Run one epoch of the script (your `Net`, `build_loader`, `run_epoch`) on the simulated GPU; trace it.
 
     Errors a GPU would raise (a tensor left on the CPU) are raised here too. `seconds` is the epoch's simulated
     time, from the first batch until the GPU has finished (a sync is added after your loop).

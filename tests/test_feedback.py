@@ -60,8 +60,9 @@ def test_practice_solutions_are_correct_and_stubs_not_attempted(module_name):
 @pytest.mark.parametrize("lesson", lessons(), ids=lambda p: p.stem)
 def test_each_lesson_checks_its_practice_exercises(lesson):
     text = "\n".join(c.source for c in nbformat.read(lesson, as_version=4).cells)
-    imported = re.search(r"from devicelab\.exercises\.(\w+) import check, hint, solution", text)
-    assert imported, f"{lesson.name} imports check, hint and solution from its exercise module"
+    imported = re.search(r"from devicelab\.exercises\.(\w+) import ([\w, ]+)", text)
+    assert imported and {"check", "hint", "solution"} <= {n.strip() for n in imported.group(2).split(",")}, (
+        f"{lesson.name} imports check, hint and solution from its exercise module")
     for name in _exercise_set(imported.group(1)).exercises:
         assert f'check("{name}")' in text and f"def {name}(" in text
 

@@ -27,12 +27,12 @@ class Net(ScriptNet):
         return self.body(x)
 """
 LOADER = """
-def make_loader(dataset, device):
+def build_loader(dataset, device):
     pin = torch.device(device).type == "cuda"
     return DataLoader(dataset, batch_size=256, shuffle=True, pin_memory={pin}, num_workers={workers})
 """
 SIDE_STREAM_LOOP = """
-def train_epoch(model, loader, optimizer, device):
+def run_epoch(model, loader, optimizer, device):
     side = torch.cuda.Stream()
     batches = iter(loader)
 
@@ -56,7 +56,7 @@ def train_epoch(model, loader, optimizer, device):
     return torch.stack(losses)
 """
 PLAIN_LOOP = """
-def train_epoch(model, loader, optimizer, device):
+def run_epoch(model, loader, optimizer, device):
     losses = []
     for x, y in loader:
         x, y = x.to(device{nb}), y.to(device{nb})
@@ -83,7 +83,7 @@ def namespace_of(source: str) -> dict:
 
 def run_of(source: str) -> capstone.ScriptRun:
     ns = namespace_of(source)
-    return capstone.profile_script(ns["Net"], ns["make_loader"], ns["train_epoch"])
+    return capstone.profile_script(ns["Net"], ns["build_loader"], ns["run_epoch"])
 
 
 FIXED = script()
@@ -134,15 +134,15 @@ def test_the_fixed_script_has_a_clean_trace_with_copies_under_compute():
 
 
 def test_check_confirms_the_fixed_script_and_lists_symptoms_of_the_unfixed_one():
-    assert evaluate(EXERCISES["train_epoch"], namespace_of(FIXED)).outcome is Outcome.CORRECT
-    unfixed = evaluate(EXERCISES["train_epoch"], {"train_epoch": capstone.train_epoch})
+    assert evaluate(EXERCISES["run_epoch"], namespace_of(FIXED)).outcome is Outcome.CORRECT
+    unfixed = evaluate(EXERCISES["run_epoch"], {"run_epoch": capstone.run_epoch})
     assert unfixed.outcome is Outcome.INCORRECT and "stops with RuntimeError" in unfixed.message
     noise_only = namespace_of(IMPORTS + NET_FIXED)
-    noise_only.update(make_loader=capstone.make_loader, train_epoch=capstone.train_epoch)
-    exec("def train_epoch(model, loader, optimizer, device):\n"
-         "    return _script(model, loader, optimizer, device)\n", {**noise_only, "_script": capstone.train_epoch},
+    noise_only.update(build_loader=capstone.build_loader, run_epoch=capstone.run_epoch)
+    exec("def run_epoch(model, loader, optimizer, device):\n"
+         "    return _script(model, loader, optimizer, device)\n", {**noise_only, "_script": capstone.run_epoch},
          noise_only)
-    feedback = evaluate(EXERCISES["train_epoch"], noise_only)
+    feedback = evaluate(EXERCISES["run_epoch"], noise_only)
     assert feedback.outcome is Outcome.INCORRECT and "_local_scalar_dense" in feedback.message
 
 
@@ -163,13 +163,13 @@ WRONG_FIXES = [
 
 @pytest.mark.parametrize(("why", "source", "words"), WRONG_FIXES, ids=[w[0] for w in WRONG_FIXES])
 def test_each_realistic_wrong_fix_leaves_its_symptom(why, source, words):
-    feedback = evaluate(EXERCISES["train_epoch"], namespace_of(source))
+    feedback = evaluate(EXERCISES["run_epoch"], namespace_of(source))
     assert feedback.outcome is Outcome.INCORRECT, f"{why}: {feedback}"
     assert words in feedback.message, f"{why}: {feedback.message}"
 
 
 def test_a_loop_that_drops_losses_is_not_accepted():
-    feedback = evaluate(EXERCISES["train_epoch"], namespace_of(script(loop=PLAIN_LOOP, nb=", non_blocking=True",
+    feedback = evaluate(EXERCISES["run_epoch"], namespace_of(script(loop=PLAIN_LOOP, nb=", non_blocking=True",
                                                                       result="torch.stack(losses[:1])")))
     assert feedback.outcome is Outcome.INCORRECT and "one loss per step" in feedback.message
 
@@ -284,11 +284,11 @@ def test_each_dishonest_timer_is_caught(why, source, words):
 
 def test_stubs_are_not_attempted_and_no_capstone_solution_ships():
     stubs = namespace_of(IMPORTS + """
-def train_epoch(model, loader, optimizer, device):
+def run_epoch(model, loader, optimizer, device):
     raise NotImplementedError("your code here")
 
 def time_it(fn, sync, clock, warmup=1, repeats=5):
     raise NotImplementedError("your code here")
 """)
     assert all(evaluate(e, stubs).outcome is Outcome.NOT_ATTEMPTED for e in EXERCISES.values())
-    assert EXERCISES["train_epoch"].solution is None and EXERCISES["train_epoch"].withheld
+    assert EXERCISES["run_epoch"].solution is None and EXERCISES["run_epoch"].withheld

@@ -1,6 +1,6 @@
 """Practice for lesson 08, the capstone: each check tests what the code does, never how it is written.
 
-train_epoch: your version of the script (your `Net`, `make_loader` and `train_epoch`, read from the notebook) runs
+run_epoch: your version of the script (your `Net`, `build_loader` and `run_epoch`, read from the notebook) runs
 one epoch on the simulated GPU, and the check reads its trace: what it reports are symptoms in the trace, the same
 ones a real profile shows, never the fix. time_it: against the simulated GPU's virtual clock, where a naive
 stopwatch measures only the launch.
@@ -61,11 +61,11 @@ def symptoms(run: capstone.ScriptRun) -> list[str]:
     return found
 
 
-def _train_epoch(train_epoch) -> None:
-    names = getattr(train_epoch, "__globals__", {})
-    net, loader_maker = names.get("Net", capstone.Net), names.get("make_loader", capstone.make_loader)
+def _train_epoch(run_epoch) -> None:
+    names = getattr(run_epoch, "__globals__", {})
+    net, loader_maker = names.get("Net", capstone.Net), names.get("build_loader", capstone.build_loader)
     try:
-        run = capstone.profile_script(net, loader_maker, train_epoch)
+        run = capstone.profile_script(net, loader_maker, run_epoch)
     except NotImplementedError:
         raise
     except RuntimeError as error:
@@ -76,7 +76,7 @@ def _train_epoch(train_epoch) -> None:
     loader = loader_maker(capstone.Images(), "cuda")
     batches = math.ceil(len(loader.dataset) / (loader.batch_size or 1))
     assert result is not None and len(result) == batches, (
-        f"train_epoch should still return one loss per step ({batches}), got {type(result).__name__}"
+        f"run_epoch should still return one loss per step ({batches}), got {type(result).__name__}"
         f"{'' if result is None else f' of length {len(result)}'}.")
     found = symptoms(run)
     before = capstone.profile_script(NoiseOnDevice).seconds
@@ -152,7 +152,7 @@ def time_it(fn, sync, clock, warmup=1, repeats=5):
 
 
 _exercises = checker(
-    Exercise("train_epoch", _train_epoch, hints=(
+    Exercise("run_epoch", _train_epoch, hints=(
         ("Run the profile cell and read the summary line by line: each wait sits inside an operator; find the "
          "line of your loop that calls it."),
         ("Lessons 07 and 06: a blocking .to() and .item() are sync points; a pageable batch is staged by the "
@@ -197,7 +197,7 @@ PREDICTIONS = {
                   "does it read more, less, or the same as the epoch really takes?"),
         choices=("more", "less", "the same"),
         answer="less",
-        reason=("With no sync left in the loop, train_epoch returns once the last step is queued; the GPU is still "
+        reason=("With no sync left in the loop, run_epoch returns once the last step is queued; the GPU is still "
                 "running it. The stopwatch stops early; an honest timer syncs before reading the clock.")),
 }
 ask = asker(PREDICTIONS)
