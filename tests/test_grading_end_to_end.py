@@ -325,9 +325,10 @@ def test_a_killed_run_leaves_no_process_and_the_next_run_removes_its_scratch(tmp
     while time.monotonic() < deadline and _processes_of(course):
         time.sleep(0.5)
     assert not _processes_of(course)
+    removed_meanwhile = not left[0].exists()  # by another grading run of this user (tests run in parallel)
     again = grade(course, course / "incoming")
     assert again.returncode == 0, again.stderr
-    assert not left[0].exists() and f"removed {left[0]}" in again.stdout
+    assert not left[0].exists() and (removed_meanwhile or f"removed {left[0]}" in again.stdout)
     assert sorted(rows(course)) == sorted(students)
 
 

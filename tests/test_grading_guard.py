@@ -244,3 +244,15 @@ def test_a_namedtuple_the_test_makes_itself_is_not_student_code():
     answer = "def pair(a, b):\n    return (a, b)\n"
     test = "from collections import namedtuple\nP = namedtuple('P', 'a b')\nassert P(1, 2) == pair(1, 2)"
     assert _trace_test(answer, test) == []
+
+
+def test_only_close_closes_the_channel_so_a_late_reader_never_closes_a_reused_descriptor(tmp_path):
+    path = str(tmp_path / "guard.fifo")
+    reader = ChannelReader(path)
+    write_lines(path, [{"msg_id": "d", "phase": "before", "changes": [], "findings": []}])
+    reader._thread.join(5)  # the kernel closed its end: the reader has stopped
+    assert not reader._thread.is_alive()
+    os.fstat(reader._fd)  # still open: the reader leaves it to close()
+    reader.close()
+    with pytest.raises(OSError):
+        os.fstat(reader._fd)

@@ -121,7 +121,6 @@ class ChannelReader:
                 buffer, self.flooded = b"", True
             for line in lines:
                 self._take(line)
-        os.close(self._fd)
 
     def _take(self, line: bytes) -> None:
         record = self._verified(line)
@@ -188,7 +187,11 @@ class ChannelReader:
         """Read what is left (the kernel has exited), then stop."""
         self._thread.join(seconds)
         self._stop.set()
-        self._thread.join(1)
+        self._thread.join(30)  # it sees the stop within 0.1 s, however slow the machine
+        if not self._thread.is_alive():
+            # Closed here, after the reader is gone, never by the reader itself: a reader that closed it late
+            # would close whatever file the grader had opened meanwhile under the same number.
+            os.close(self._fd)
         if os.path.exists(self.path):
             os.unlink(self.path)
 
