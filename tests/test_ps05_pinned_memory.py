@@ -16,16 +16,19 @@ CELLS_OF = {
     "make-loader": ("make-loader-tests-basic", "make-loader-tests-pinning"),
     "train-epoch": ("train-epoch-tests-result", "train-epoch-tests-training", "train-epoch-tests-device",
                     "train-epoch-tests-no-sync"),
+    "eval-accuracy": ("eval-accuracy-tests-values", "eval-accuracy-tests-no-sync", "eval-accuracy-tests-eval-mode"),
 }
-POINTS_OF = {"make-loader": 4, "train-epoch": 6}
+POINTS_OF = {"make-loader": 4, "train-epoch": 6, "eval-accuracy": 5}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "make-loader": "def make_loader(dataset, device, batch_size: int = 64, num_workers: int = 0)"
                    ' -> DataLoader:\n    """Make a loader."""\n',
     "train-epoch": 'def train_epoch(model, loader, loss_fn, optimizer, device) -> torch.Tensor:\n'
                    '    """Train one epoch."""\n',
+    "eval-accuracy": 'def eval_accuracy(model, loader, device) -> torch.Tensor:\n    """Evaluate."""\n',
 }
-STUB_HEADS = {"train-epoch": "def train_epoch(model, loader, loss_fn, optimizer, device)"}  # the stubs keep these signatures
+STUB_HEADS = {"train-epoch": "def train_epoch(model, loader, loss_fn, optimizer, device)",
+              "eval-accuracy": "def eval_accuracy(model, loader, device) -> torch.Tensor:"}  # the stubs keep these signatures
 
 
 results_for = partial(run_graded_cells, NOTEBOOK)  # results_for({grade_id: source}) grades with that answer
@@ -71,7 +74,7 @@ def test_imports_and_check_calls():
     code = support.code_cells(NOTEBOOK)
     assert "from devicelab.exercises.ps05 import check, hint" in support.imports_cell(code).source
     checks = [c.source for c in code if c.source.startswith("check(")]
-    assert [s.split(")")[0] for s in checks] == ['check("make_loader"', 'check("train_epoch"']
+    assert [s.split(")")[0] for s in checks] == ['check("make_loader"', 'check("train_epoch"', 'check("eval_accuracy"']
 
 
 class TestContract(support.AssignmentContract):
@@ -86,11 +89,11 @@ def test_feedback_checks_say_correct_for_the_solution():
     for cell in support.code_cells(NOTEBOOK):
         if utils.is_solution(cell) or grade_id(cell) == "imports":
             exec(cell.source, namespace)  # the course's own solution cells
-    for name in ("make_loader", "train_epoch"):
+    for name in ("make_loader", "train_epoch", "eval_accuracy"):
         feedback = evaluate(ps05._exercises.exercises[name], namespace)
         assert feedback.outcome is Outcome.CORRECT, str(feedback)
-    stub = {"make_loader": _raiser, "train_epoch": _raiser}
-    for name in ("make_loader", "train_epoch"):
+    stub = {"make_loader": _raiser, "train_epoch": _raiser, "eval_accuracy": _raiser}
+    for name in ("make_loader", "train_epoch", "eval_accuracy"):
         assert evaluate(ps05._exercises.exercises[name], stub).outcome is Outcome.NOT_ATTEMPTED
 
 
@@ -117,6 +120,7 @@ def test_hints_come_in_levels():
 
     assert len(ps05._exercises.exercises["make_loader"].hints) >= 2
     assert len(ps05._exercises.exercises["train_epoch"].hints) >= 3
+    assert len(ps05._exercises.exercises["eval_accuracy"].hints) >= 3
     assert all(e.solution is None for e in ps05._exercises.exercises.values()), "graded: no solutions shipped"
 
 
@@ -308,3 +312,205 @@ def test_check_and_the_graded_test_watch_the_same_syncs():
     feedback = evaluate(ps05._exercises.exercises["train_epoch"], namespace)
     assert feedback.outcome is Outcome.INCORRECT and "__bool__" in feedback.message, feedback
     assert not results_for({"train-epoch": source})["train-epoch-tests-no-sync"].passed
+
+
+# ----------------------------------------------------------------------------------------------------------
+# eval_accuracy: find the syncs in a slow evaluation loop and remove them.
+#
+# The mistakes come first, from how people fix a loop they were told is "full of syncs" (what they believed in
+# brackets); the graded cells that catch each one follow in EVAL_ACCURACY_MISTAKES.
+#
+# | mistake | what the student believed | caught by |
+# | --- | --- | --- |
+# | keeps `.item()` on the count | the mask was the only sync | no-sync (SyncSpy) |
+# | `int(...)` / `float(...)` instead of `.item()` | only `.item()` syncs | no-sync |
+# | keeps `pred[keep]`, counts as tensors | indexing is a GPU op, so it is asynchronous | no-sync (boolean index) |
+# | `masked_select`, `nonzero`, `torch.where(keep)` | another function avoids the mask's sync | no-sync |
+# | `len(y[keep])` for the denominator | `len` reads a shape, not a value | no-sync |
+# | `if not keep.any(): continue` | a test on a tensor is free | no-sync (`__bool__`) |
+# | prints the running accuracy | printing is host work only | no-sync (`__format__`) |
+# | `.cpu()` of each batch's count for a log | a small copy does not matter | no-sync |
+# | `torch.tensor(list_of_counts)` at the end | building a tensor is not a read | no-sync |
+# | blocking `.to(device)` | the copy is not a sync | no-sync |
+# | counts started on the CPU | a 0-dim CPU tensor works with any device | no-sync (result not on meta) |
+# | moves only x | labels never need to move | no-sync (meta raises) |
+# | returns `.item()` of the result | the function should give a number | values, no-sync |
+# | mean of per-batch accuracies | batches are the same size | values (uneven batches, an all-padding batch) |
+# | padding in the denominator (`len(y)`) | padding is part of the data | values |
+# | `correct // labelled` | division of counts | values (not floating) |
+# | a percentage | accuracy is in % | values |
+# | forgets `model.eval()` | `no_grad` switches off dropout too | eval-mode |
+# | forgets `torch.no_grad()` | `model.eval()` switches off autograd | eval-mode |
+
+
+def accuracy_source(body: str) -> str:
+    """Return an eval_accuracy cell whose body is `body` (written flush left)."""
+    return support.function_cell(HEADS["eval-accuracy"], body)
+
+
+def accuracy_with(start: str = "correct = torch.zeros((), dtype=torch.long, device=device)\n"
+                               "labelled = torch.zeros((), dtype=torch.long, device=device)",
+                  move: str = "x = x.to(device, non_blocking=True)\ny = y.to(device, non_blocking=True)",
+                  count: str = "keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\n"
+                               "labelled += keep.sum()",
+                  result: str = "return correct / labelled", mode: str = "model.eval()",
+                  grad: str = "with torch.no_grad():") -> str:
+    """Return an eval_accuracy cell built from the reference with some pieces replaced."""
+    inner = "\n".join(f"        {line}" for piece in (move, count) for line in piece.split("\n") if line)
+    if grad:
+        body = f"{grad}\n    for x, y in loader:\n{inner}"
+    else:
+        body = "for x, y in loader:\n" + "\n".join(line[4:] for line in inner.split("\n"))
+    return accuracy_source("\n".join(p for p in (mode, start, body, result) if p))
+
+
+CORRECT_EVAL_ACCURACY = {
+    "python-zero-start-and-inference-mode": accuracy_with(
+        start="correct, labelled = 0, 0", grad="with torch.inference_mode():",
+        count="keep = y != -100\ncorrect = correct + (model(x).argmax(1).eq(y) & keep).sum()\n"
+              "labelled = labelled + keep.sum()"),
+    "unmasked-equality-and-float-totals": accuracy_with(
+        start="correct = torch.zeros((), device=device)\nlabelled = torch.zeros((), device=device)",
+        count="pred = model(x).argmax(dim=1)\ncorrect += (pred == y).sum()  # -100 never equals an argmax\n"
+              "labelled += (y != -100).sum()"),
+    "three-argument-where-and-double": accuracy_with(
+        count="keep = y >= 0\nhits = torch.where(keep, model(x).argmax(dim=1) == y, torch.zeros_like(keep))\n"
+              "correct += hits.sum()\nlabelled += keep.sum()",
+        result="return correct.double() / labelled"),
+    "collect-then-cat-with-keyword-moves": accuracy_with(
+        start="hits, masks = [], []",
+        move="x = x.to(device=device, non_blocking=True)\ny = y.to(device=device, non_blocking=True)",
+        count="keep = y.ne(-100)\nhits.append((model(x).argmax(dim=1) == y) & keep)\nmasks.append(keep)",
+        result="return torch.cat(hits).sum().float() / torch.cat(masks).sum()"),
+    "stack-of-counts-and-progress-print": accuracy_source("""
+model.eval()
+rights, counts = [], []
+with torch.no_grad():
+    for step, (x, y) in enumerate(loader):
+        x, y = (t.to(device, non_blocking=True) for t in (x, y))
+        keep = (y != -100).long()
+        rights.append(((model(x).argmax(dim=1) == y).long() * keep).sum())
+        counts.append(keep.sum())
+        print(f"batch {step} queued")  # Python values only: no sync
+return torch.stack(rights).sum() / torch.stack(counts).sum()
+"""),
+}
+
+
+@pytest.mark.parametrize("source", CORRECT_EVAL_ACCURACY.values(), ids=CORRECT_EVAL_ACCURACY.keys())
+def test_other_correct_eval_accuracy_gets_full_marks(source):
+    support.assert_all_pass(results_for({"eval-accuracy": source}))
+
+
+SLOW = "pred = model(x).argmax(dim=1)\nkeep = y != -100\npred, y = pred[keep], y[keep]\n"
+EVAL_ACCURACY_MISTAKES = {
+    "item-per-step": accuracy_with(start="correct, labelled = 0, 0",
+                                   count=SLOW + "correct += (pred == y).sum().item()\nlabelled += len(y)",
+                                   result="return torch.tensor(correct / labelled, device=device)"),
+    "int-instead-of-item": accuracy_with(
+        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += int(keep.sum())"),
+    "float-of-the-count": accuracy_with(
+        start="correct, labelled = 0.0, 0.0",
+        count="keep = y != -100\ncorrect += float(((model(x).argmax(dim=1) == y) & keep).sum())\n"
+              "labelled += float(keep.sum())",
+        result="return torch.tensor(correct / labelled, device=device)"),
+    "mask-index-kept": accuracy_with(count=SLOW + "correct += (pred == y).sum()\nlabelled += keep.sum()"),
+    "masked-select": accuracy_with(
+        count="keep = y != -100\npred = torch.masked_select(model(x).argmax(dim=1), keep)\n"
+              "correct += (pred == torch.masked_select(y, keep)).sum()\nlabelled += keep.sum()"),
+    "nonzero-indices": accuracy_with(
+        count="index = (y != -100).nonzero().squeeze(1)\ncorrect += (model(x).argmax(dim=1)[index] == y[index]).sum()\n"
+              "labelled += index.numel()"),
+    "one-argument-where": accuracy_with(
+        count="(index,) = torch.where(y != -100)\ncorrect += (model(x).argmax(dim=1)[index] == y[index]).sum()\n"
+              "labelled += index.numel()"),
+    "len-of-the-masked-labels": accuracy_with(
+        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += len(y[keep])"),
+    "skips-batches-without-labels": accuracy_with(
+        count="keep = y != -100\nif not keep.any():\n    continue\n"
+              "correct += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += keep.sum()"),
+    "prints-the-running-accuracy": accuracy_with(
+        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += keep.sum()\n"
+              'print(f"running accuracy {correct / labelled:.3f}")'),
+    "cpu-copy-for-a-log": accuracy_with(
+        start="history = []\ncorrect = torch.zeros((), dtype=torch.long, device=device)\n"
+              "labelled = torch.zeros((), dtype=torch.long, device=device)",
+        count="keep = y != -100\nright = ((model(x).argmax(dim=1) == y) & keep).sum()\n"
+              "history.append(right.cpu())\ncorrect += right\nlabelled += keep.sum()"),
+    "tensor-of-a-list-of-counts": accuracy_with(
+        start="rights, counts = [], []",
+        count="keep = y != -100\nrights.append(((model(x).argmax(dim=1) == y) & keep).sum())\n"
+              "counts.append(keep.sum())",
+        result="return torch.tensor(rights, device=device).sum() / torch.tensor(counts, device=device).sum()"),
+    "blocking-moves": accuracy_with(move="x, y = x.to(device), y.to(device)"),
+    "counts-on-the-cpu": accuracy_with(start="correct = torch.zeros((), dtype=torch.long)\n"
+                                             "labelled = torch.zeros((), dtype=torch.long)"),
+    "moves-only-x": accuracy_with(move="x = x.to(device, non_blocking=True)"),
+    "returns-a-python-float": accuracy_with(result="return (correct / labelled).item()"),
+    "mean-of-batch-accuracies": accuracy_with(
+        start="accuracies = []",
+        count="keep = y != -100\naccuracies.append(((model(x).argmax(dim=1) == y) & keep).sum() / keep.sum())",
+        result="return torch.stack(accuracies).mean()"),
+    "padding-in-the-denominator": accuracy_with(
+        start="correct = torch.zeros((), dtype=torch.long, device=device)\nlabelled = 0",
+        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += len(y)"),
+    "integer-division": accuracy_with(result="return correct // labelled"),
+    "percentage": accuracy_with(result="return 100 * correct / labelled"),
+    "forgets-eval-mode": accuracy_with(mode=""),
+    "forgets-no-grad": accuracy_with(grad=""),
+}
+
+
+@pytest.mark.parametrize("source", EVAL_ACCURACY_MISTAKES.values(), ids=EVAL_ACCURACY_MISTAKES.keys())
+def test_eval_accuracy_mistake_loses_points(source):
+    support.assert_mistake_loses_points(NOTEBOOK, "eval-accuracy", source, CELLS_OF, TOTAL)
+
+
+@pytest.mark.parametrize(("mistake", "cell", "words"), [
+    ("item-per-step", "eval-accuracy-tests-no-sync", "boolean-mask indexing"),
+    ("int-instead-of-item", "eval-accuracy-tests-no-sync", "int(tensor)"),
+    ("masked-select", "eval-accuracy-tests-no-sync", "masked_select"),
+    ("one-argument-where", "eval-accuracy-tests-no-sync", "torch.where(condition)"),
+    ("skips-batches-without-labels", "eval-accuracy-tests-no-sync", "bool(tensor)"),
+    ("blocking-moves", "eval-accuracy-tests-no-sync", "non_blocking=True"),
+    ("counts-on-the-cpu", "eval-accuracy-tests-no-sync", "stay on meta"),
+    ("mean-of-batch-accuracies", "eval-accuracy-tests-values", "divide once at the end"),
+    ("padding-in-the-denominator", "eval-accuracy-tests-values", "label != -100"),
+    ("percentage", "eval-accuracy-tests-values", "not a percentage"),
+    ("forgets-eval-mode", "eval-accuracy-tests-eval-mode", "model.eval()"),
+    ("forgets-no-grad", "eval-accuracy-tests-eval-mode", "torch.no_grad()"),
+])
+def test_eval_accuracy_failures_say_what_to_fix(mistake, cell, words):
+    results = results_for({"eval-accuracy": EVAL_ACCURACY_MISTAKES[mistake]})
+    assert not results[cell].passed and words in results[cell].error, support.report(results)
+
+
+def test_the_sync_spy_names_each_kind_of_sync_and_leaves_torch_as_it_was():
+    from devicelab.exercises.ps05 import SyncSpy
+
+    x, mask = torch.randn(6), torch.tensor([True, False] * 3)
+    calls = {
+        "item": lambda: x.sum().item(), "float": lambda: float(x.sum()), "if": lambda: 1 if x.sum() > 0 else 0,
+        "print": lambda: repr(x), "format": lambda: f"{x.sum():.2f}", "cpu": lambda: x.cpu(),
+        "tolist": lambda: x.tolist(), "numpy": lambda: x.numpy(), "equal": lambda: torch.equal(x, x),
+        "mask": lambda: x[mask], "mask-in-tuple": lambda: x.reshape(2, 3)[mask[:2], :],
+        "nonzero": lambda: mask.nonzero(), "where1": lambda: torch.where(mask), "unique": lambda: torch.unique(x),
+        "masked_select": lambda: x.masked_select(mask), "blocking-copy": lambda: x.to("meta"),
+        "repeat": lambda: torch.repeat_interleave(x, torch.ones(6, dtype=torch.long)),
+        "tensor-of-tensors": lambda: torch.tensor([x[0], x[1]]),
+    }
+    for name, call in calls.items():
+        with SyncSpy() as spy:
+            call()
+        assert len(spy.syncs) == 1, (name, spy.syncs)
+    quiet = {
+        "where3": lambda: torch.where(mask, x, 0.0), "sum": lambda: (x * mask).sum(), "shape": lambda: len(x[:3]),
+        "non-blocking": lambda: x.to("meta", non_blocking=True), "long-index": lambda: x[torch.tensor([0, 2])],
+        "repeat-sized": lambda: torch.repeat_interleave(x, torch.ones(6, dtype=torch.long), output_size=6),
+        "dtype": lambda: x.to(torch.float64), "same-device": lambda: x.to("cpu"),
+    }
+    for name, call in quiet.items():
+        with SyncSpy() as spy:
+            call()
+        assert spy.syncs == [], (name, spy.syncs)
+    assert not torch.overrides._is_torch_function_mode_enabled()
