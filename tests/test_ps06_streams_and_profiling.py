@@ -239,6 +239,25 @@ for direction, key in {"h2d": "HtoD", "d2h": "DtoH", "d2d": "DtoD"}.items():
                          "seconds": sum(e["dur"] for e in mine) / 1_000_000}
 return result
 """,
+        "dur-present-instead-of-ph": """
+out = {key: {"count": 0, "bytes": 0, "seconds": 0.0} for key in ("h2d", "d2h", "d2d")}
+for e in trace["traceEvents"]:
+    if e.get("cat") != "gpu_memcpy" or "dur" not in e:  # complete events are the ones with a duration
+        continue
+    name = e.get("name", "")
+    if "HtoD" in name:
+        key = "h2d"
+    elif "DtoH" in name:
+        key = "d2h"
+    elif "DtoD" in name:
+        key = "d2d"
+    else:
+        continue
+    out[key]["count"] += 1
+    out[key]["bytes"] += (e.get("args") or {}).get("bytes", 0)
+    out[key]["seconds"] += e["dur"] / 1e6
+return out
+""",
         "regex-on-the-name": """
 import re
 out = {d: {"count": 0, "bytes": 0, "seconds": 0.0} for d in ["h2d", "d2h", "d2d"]}
@@ -345,6 +364,37 @@ for call in calls:
         names.add(inner[0]["name"])
 return sorted(names)
 """,
+        "earliest-end-then-latest-start": """
+names = set()
+xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+for call in xs:
+    if call.get("cat") == "cuda_runtime" and call.get("name") in (
+            "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"):
+        end = call["ts"] + call["dur"]
+        around = [o for o in xs if o.get("cat") == "cpu_op" and (o["pid"], o["tid"]) == (call["pid"], call["tid"])
+                  and o["ts"] <= call["ts"] and end <= o["ts"] + o["dur"]]
+        if around:  # the innermost ends first; among those ending together, it starts last
+            names.add(min(around, key=lambda o: (o["ts"] + o["dur"], -o["ts"]))["name"])
+return sorted(names)
+""",
+        "deepest-by-nesting-count-and-dur-filter": """
+waits = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"}
+complete = [e for e in trace["traceEvents"] if "dur" in e and e.get("ph") == "X"]
+found = set()
+for s in complete:
+    if s.get("cat") != "cuda_runtime" or s.get("name") not in waits:
+        continue
+    s_end = s["ts"] + s["dur"]
+    around = [o for o in complete if o.get("cat") == "cpu_op" and o["pid"] == s["pid"] and o["tid"] == s["tid"]
+              and o["ts"] <= s["ts"] and s_end <= o["ts"] + o["dur"]]
+
+    def depth(o):
+        return sum(1 for p in around if p is not o and p["ts"] <= o["ts"] and o["ts"] + o["dur"] <= p["ts"] + p["dur"])
+
+    if around:
+        found.add(max(around, key=lambda o: (depth(o), -o["dur"]))["name"])
+return sorted(found)
+""",
     },
     "refill-pinned": {
         "size-compare-and-slice-assign": """
@@ -433,6 +483,7 @@ def test_other_correct_answers_get_full_marks(exercise, source):
 # | copy_totals | only "Pinned" copies | all copies are pinned |
 # | copy_totals | span from first start to last end | the copies' time is the wall-clock stretch |
 # | copy_totals | dur // 1e6 | integer division is harmless |
+# | copy_totals | direction from the "(X -> Y)" part of the name | a Device -> Device copy is a DtoD copy |
 # | overlap_fraction | every device's kernels | a kernel anywhere hides a copy |
 # | overlap_fraction | pieces added without merging | two kernels over one stretch hide it twice |
 # | overlap_fraction | whole copy if any kernel touches (closed) | overlap is a yes/no per copy, ends included |
@@ -453,6 +504,11 @@ def test_other_correct_answers_get_full_marks(exercise, source):
 # | sync_ops | annotations count as operators | any host span is an op |
 # | sync_ops | duplicates / unsorted | a list of what was found |
 # | sync_ops | the sync call's own name | the question is which call |
+# | sync_ops | overlap instead of containment | a call that touches an operator is in it |
+# | sync_ops | operator must start strictly before | a call cannot start with its operator |
+# | sync_ops | last operator started before the call | operators do not end before a later call |
+# | sync_ops | last containing operator in the file | the trace lists children after parents |
+# | sync_ops | cudaStreamWaitEvent counted | wait_stream makes the host wait |
 # | refill_pinned | torch.cuda.synchronize() | any sync will do |
 # | refill_pinned | stream synchronize | the stream is the copy |
 # | refill_pinned | copy_done.wait() | wait() makes the host wait |
@@ -562,6 +618,27 @@ return hit / total
         keys='(("HtoD", "h2d"), ("DtoH", "d2h"), ("", "d2d"))',
         match='key in event.get("name", "") and not (key == "" and ("HtoD" in event["name"] or '
               '"DtoH" in event["name"]))'),
+    ("copy-totals", "direction-from-arrow"): cell("copy-totals", """
+out = {d: {"count": 0, "bytes": 0, "seconds": 0.0} for d in ("h2d", "d2h", "d2d")}
+for e in trace["traceEvents"]:
+    if e.get("ph") != "X" or e.get("cat") != "gpu_memcpy" or "(" not in e.get("name", ""):
+        continue
+    source, target = e["name"].split("(")[1].rstrip(")").split(" -> ")
+    d = "d2d" if source == target == "Device" else "h2d" if target == "Device" else "d2h"
+    out[d]["count"] += 1
+    out[d]["bytes"] += e.get("args", {}).get("bytes", 0)
+    out[d]["seconds"] += e["dur"] / 1e6
+return out
+"""),
+    ("sync-ops", "overlap-is-enough"): sync_with(
+        inside='o["ts"] < call["ts"] + call["dur"] and call["ts"] < o["ts"] + o["dur"]'),
+    ("sync-ops", "strict-start-only"): sync_with(
+        inside='o["ts"] < call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"]'),
+    ("sync-ops", "last-op-started-before"): sync_with(
+        inside='o["ts"] <= call["ts"]', pick='names.add(max(around, key=lambda o: o["ts"])["name"])'),
+    ("sync-ops", "last-listed-containing-op"): sync_with(pick='names.add(around[-1]["name"])'),
+    ("sync-ops", "stream-wait-event-is-a-sync"): sync_with(
+        names='{"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent"}'),
     ("sync-ops", "latest-start-is-innermost"): sync_with(
         pick='names.add(max(around, key=lambda o: o["ts"])["name"])'),
     ("sync-ops", "starts-inside-is-enough"): sync_with(inside='o["ts"] <= call["ts"] < o["ts"] + o["dur"]'),
