@@ -3,6 +3,7 @@
 import torch
 
 from devicelab.feedback import Exercise, checker
+from devicelab.predict import Prediction, asker
 
 
 def _device_time(device_time) -> None:
@@ -23,3 +24,13 @@ def device_time(device: torch.device) -> str:
 ''', success="You branched on device.type, so the same code runs on any machine."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
+
+PREDICTIONS = {
+    "built-with-cuda": Prediction(
+        question='A laptop has no NVIDIA GPU. Can its report\'s row "Built with CUDA" show a CUDA version?',
+        choices=("yes", "no: without a GPU the row says none", "only when an NVIDIA driver is installed"),
+        answer="yes",
+        reason="The row names the CUDA version PyTorch was compiled against, whatever the machine has; the default "
+               "`pip install torch` on Linux is a CUDA build. Whether a GPU can be used is another row."),
+}
+ask = asker(PREDICTIONS)

@@ -3,6 +3,7 @@
 import torch
 
 from devicelab.feedback import Exercise, checker
+from devicelab.predict import Prediction, asker
 
 
 def _same_storage(same_storage) -> None:
@@ -32,3 +33,27 @@ def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 ''', success="Use it whenever you wonder whether a 'copy' is really one."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
+
+PREDICTIONS = {
+    "same-object": Prediction(
+        question='`x` is a float32 tensor on the CPU. Which of `x.cpu() is x`, `x.to("cpu") is x` and '
+                 "`x.to(torch.float32) is x` are `True`?",
+        choices=("none of them", "only `x.cpu() is x`", "the first two", "all three"),
+        answer="all three",
+        reason="When the tensor already has the device and dtype asked for, `.cpu()` and `.to()` hand back the "
+               "tensor itself: nothing has to change, so nothing is copied."),
+    "moved-grad": Prediction(
+        question="`w` is made with `requires_grad=True`, and `w64 = w.to(torch.float64)`. After "
+                 "`loss = (w64 ** 2).sum()` and `loss.backward()`, what is `w64.grad`?",
+        choices=("`2 * w64`, the gradient of the loss", "`None`", "an error"),
+        answer="`None`",
+        reason="`w64` is computed from `w`, so it is not a leaf: the gradient flows through the copy back to `w`, "
+               "and only leaves keep a `.grad` (PyTorch warns when you read a non-leaf's)."),
+    "numpy-shares": Prediction(
+        question="`t` is a CPU tensor. Does writing into `b = t.detach().cpu().numpy()` change `t`?",
+        choices=("yes", "no: `.cpu()` made a copy", "it raises an error"),
+        answer="yes",
+        reason="On the CPU, `.detach()` shares memory, `.cpu()` returns the same tensor and `.numpy()` shares "
+               "memory: `b` is `t`'s memory. On a GPU, `.cpu()` really copies."),
+}
+ask = asker(PREDICTIONS)
