@@ -15,13 +15,15 @@ NOTEBOOK = COURSE_ROOT / "source" / "ps04-async-timing" / "ps04-async-timing.ipy
 CELLS_OF = {
     "measure": ("measure-tests-basic", "measure-tests-sync", "measure-tests-warmup", "measure-tests-median"),
     "bandwidth-gbps": ("bandwidth-gbps-tests-basic", "bandwidth-gbps-tests-errors"),
+    "step-times-ms": ("step-times-ms-tests-values", "step-times-ms-tests-one-wait"),
 }
-POINTS_OF = {"measure": 8, "bandwidth-gbps": 2}
+POINTS_OF = {"measure": 8, "bandwidth-gbps": 2, "step-times-ms": 4}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "measure": "def measure(fn, *, sync, clock=time.perf_counter, warmup: int = 1, repeats: int = 5)"
                ' -> float:\n    """Measure."""\n',
     "bandwidth-gbps": 'def bandwidth_gbps(nbytes: int, seconds: float) -> float:\n    """Rate."""\n',
+    "step-times-ms": 'def step_times_ms(step, n: int, new_event) -> list[float]:\n    """Time the steps."""\n',
 }
 
 
@@ -91,10 +93,12 @@ def test_imports_points_and_check_calls():
         assert line in support.imports_cell(code).source.splitlines()
     assert support.points_by_cell(graded) == {
         "measure-tests-basic": 2, "measure-tests-sync": 2, "measure-tests-warmup": 2, "measure-tests-median": 2,
-        "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1}
+        "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1,
+        "step-times-ms-tests-values": 2, "step-times-ms-tests-one-wait": 2}
     checks = [c.source for c in code if c.source.startswith("check(")]
     assert checks == ['check("measure")  # instant feedback; hint("measure") gives a nudge, call it again for more',
-                      'check("bandwidth_gbps")  # instant feedback; hint("bandwidth_gbps") gives a nudge']
+                      'check("bandwidth_gbps")  # instant feedback; hint("bandwidth_gbps") gives a nudge',
+                      'check("step_times_ms")  # instant feedback; hint("step_times_ms") gives a nudge']
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -109,7 +113,7 @@ def _namespace(sources: dict[str, str]) -> dict:
     return namespace
 
 
-@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps"])
+@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps", "step_times_ms"])
 def test_feedback_says_correct_for_the_solution(name, monkeypatch):
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     solutions = support.solution_sources(support.code_cells(NOTEBOOK))
@@ -117,7 +121,7 @@ def test_feedback_says_correct_for_the_solution(name, monkeypatch):
     assert feedback.outcome is Outcome.CORRECT, feedback.message
 
 
-@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps"])
+@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps", "step_times_ms"])
 def test_feedback_says_not_attempted_for_the_stub(name):
     feedback = evaluate(ps04._exercises.exercises[name], _namespace(support.student_stubs(NOTEBOOK)))
     assert feedback.outcome is Outcome.NOT_ATTEMPTED, feedback.message
@@ -386,3 +390,115 @@ def test_failures_say_what_to_fix():
     feedback = evaluate(ps04._exercises.exercises["measure"], _namespace({"measure": MEASURE_MISTAKES[
         "no-sync-after-fn"]}))
     assert "enqueue" in feedback.message
+
+
+# ----------------------------------------------------------------------------------------------------------
+# step_times_ms: time every step with CUDA events instead of a synchronize() per step.
+#
+# | mistake | what the student believed | caught by |
+# | --- | --- | --- |
+# | `end.synchronize()` after every step | each pair must be complete before the next | one-wait, values (launch gaps) |
+# | `torch.cuda.synchronize()` inside the loop | events need a full sync per step | one-wait |
+# | `elapsed_time` read in the loop after a per-step sync | read each time as soon as it exists | one-wait |
+# | no wait at all | `record()` makes the host wait | one-wait (elapsed_time raises, as CUDA's does) |
+# | waits on the first event only | one event stands for all | one-wait (the last has not completed) |
+# | `end.wait()` instead of `synchronize()` | `wait()` makes the host wait | one-wait (a stream waits, not the host) |
+# | one pair of events made once and re-recorded | an event keeps each time it was recorded | values |
+# | one start event before the loop | each end against the first start | values |
+# | divides by 1000 | elapsed_time is in seconds | values |
+# | `time.perf_counter()` around each step, no sync | the host clock sees device work | values |
+# | `end.elapsed_time(start)` | the order of the events does not matter | values |
+# | the mean instead of the list | one number is enough | values |
+# | one extra warm-up call | every benchmark warms up | values (step called more than n times) |
+
+
+def steps_with(make="start, end = new_event(), new_event()", before="start.record()", after="end.record()",
+               keep="starts.append(start)\nends.append(end)", inside="", wait="ends[-1].synchronize()",
+               result="return [start.elapsed_time(end) for start, end in zip(starts, ends)]",
+               start="starts, ends = [], []") -> str:
+    """Return a step_times_ms cell built from the reference with some pieces replaced."""
+    loop = "\n".join(f"    {line}" for piece in (make, before, "step()", after, keep, inside)
+                     for line in piece.split("\n") if line)
+    return support.function_cell(HEADS["step-times-ms"], "\n".join(
+        p for p in (start, f"for _ in range(n):\n{loop}", wait, result) if p))
+
+
+CORRECT_STEP_TIMES = {
+    "shared-events-between-steps": support.function_cell(HEADS["step-times-ms"], """
+marks = [new_event()]
+marks[0].record()
+for _ in range(n):
+    step()
+    mark = new_event()
+    mark.record()
+    marks.append(mark)
+marks[-1].synchronize()
+return [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+"""),
+    "device-sync-after-the-loop": steps_with(wait="torch.cuda.synchronize()"),
+    "torch-cuda-event-and-stream-sync": steps_with(
+        make="start = torch.cuda.Event(enable_timing=True)\nend = torch.cuda.Event(enable_timing=True)",
+        before="start.record(torch.cuda.current_stream())", wait="torch.cuda.current_stream().synchronize()"),
+    "events-made-first-and-each-synced-after": support.function_cell(HEADS["step-times-ms"], """
+pairs = [(new_event(), new_event()) for _ in range(n)]
+for start, end in pairs:
+    start.record()
+    step()
+    end.record()
+for _, end in pairs:
+    end.synchronize()
+return [float(start.elapsed_time(end)) for start, end in pairs]
+"""),
+}
+
+
+@pytest.mark.parametrize("source", CORRECT_STEP_TIMES.values(), ids=CORRECT_STEP_TIMES.keys())
+def test_other_correct_step_times_get_full_marks(source):
+    support.assert_all_pass(results_for({"step-times-ms": source}))
+
+
+STEP_TIMES_MISTAKES = {
+    "event-sync-every-step": steps_with(inside="end.synchronize()"),
+    "device-sync-every-step": steps_with(inside="torch.cuda.synchronize()"),
+    "reads-each-time-in-the-loop": steps_with(
+        start="times = []", keep="", inside="end.synchronize()\ntimes.append(start.elapsed_time(end))", wait="",
+        result="return times"),
+    "no-wait": steps_with(wait=""),
+    "waits-on-the-first-event": steps_with(wait="starts[0].synchronize()"),
+    "event-wait-instead-of-synchronize": steps_with(wait="ends[-1].wait()"),
+    "one-pair-re-recorded": steps_with(start="starts, ends = [], []\nstart, end = new_event(), new_event()", make=""),
+    "one-start-for-all": steps_with(start="starts, ends = [], []\nfirst = new_event()\nfirst.record()", make="end = new_event()",
+                                    before="", keep="ends.append(end)",
+                                    result="return [first.elapsed_time(end) for end in ends]"),
+    "seconds": steps_with(result="return [start.elapsed_time(end) / 1000 for start, end in zip(starts, ends)]"),
+    "host-clock-without-sync": support.function_cell(HEADS["step-times-ms"], """
+import time
+times = []
+for _ in range(n):
+    start = time.perf_counter()
+    step()
+    times.append((time.perf_counter() - start) * 1e3)
+return times
+"""),
+    "events-in-the-wrong-order": steps_with(
+        result="return [end.elapsed_time(start) for start, end in zip(starts, ends)]"),
+    "returns-the-mean": steps_with(
+        result="return sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / n"),
+    "extra-warm-up-call": steps_with(start="starts, ends = [], []\nstep()"),
+}
+
+
+@pytest.mark.parametrize("source", STEP_TIMES_MISTAKES.values(), ids=STEP_TIMES_MISTAKES.keys())
+def test_step_times_mistake_loses_points(source):
+    support.assert_mistake_loses_points(NOTEBOOK, "step-times-ms", source, CELLS_OF, TOTAL)
+
+
+@pytest.mark.parametrize(("mistake", "cell", "words"), [
+    ("event-sync-every-step", "step-times-ms-tests-one-wait", "wait once"),
+    ("no-wait", "step-times-ms-tests-one-wait", "synchronize on the end event"),
+    ("one-pair-re-recorded", "step-times-ms-tests-values", "one start and one end event per call"),
+    ("seconds", "step-times-ms-tests-values", "milliseconds"),
+])
+def test_step_times_failures_say_what_to_fix(mistake, cell, words):
+    results = results_for({"step-times-ms": STEP_TIMES_MISTAKES[mistake]})
+    assert not results[cell].passed and words in results[cell].error, support.report(results)

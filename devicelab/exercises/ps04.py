@@ -1,9 +1,11 @@
 """Checks and hints for ps04-async-timing: `measure` on a simulated GPU, and `bandwidth_gbps`."""
 
+import contextlib
 import math
+from unittest import mock
 
 from devicelab.feedback import Exercise, checker
-from devicelab.simgpu import KernelSequence, SimulatedGPU
+from devicelab.simgpu import KernelSequence, SimEvent, SimStream, SimulatedGPU
 
 
 def _kernels(gpu: SimulatedGPU, durations: list[float]) -> KernelSequence:
@@ -84,6 +86,83 @@ def _bandwidth_gbps(bandwidth_gbps) -> None:
         raise AssertionError(f"For {what}, raise ValueError.")
 
 
+class _WatchedStream(SimStream):
+    def synchronize(self) -> None:
+        self.gpu.waits.append((f"stream {self.name}.synchronize()", self.gpu.steps_queued))
+        super().synchronize()
+
+
+class _WatchedEvent(SimEvent):
+    def synchronize(self) -> None:
+        self.gpu.waits.append(("event.synchronize()", self.gpu.steps_queued))
+        super().synchronize()
+
+    def query(self) -> bool:
+        done = super().query()
+        if not done:  # a polling loop: let host time pass, as it would, so that the loop ends
+            self.gpu.host_work(1e-6, "poll")
+        return done
+
+
+class EventTimedGPU(SimulatedGPU):
+    """The simulated GPU `step_times_ms` is graded on: `step()` queues the next of `durations` (seconds) as one
+    kernel, and every host wait asked for (`synchronize()` of the GPU, a stream or an event) is logged in `waits`
+    with the number of steps queued by then. `cuda_on(gpu)` makes torch.cuda's calls reach it."""
+
+    def __init__(self, durations: list[float]) -> None:
+        self.waits: list[tuple[str, int]] = []
+        self.durations = list(durations)
+        self.steps_queued = 0
+        super().__init__(initialized=True)
+
+    def new_stream(self, name: str | None = None) -> SimStream:
+        stream = _WatchedStream(self, len(self._streams), name or f"stream{len(self._streams)}")
+        self._streams.append(stream)
+        return stream
+
+    def event(self, enable_timing: bool = True) -> SimEvent:
+        return _WatchedEvent(self, enable_timing)
+
+    def synchronize(self) -> None:
+        self.waits.append(("torch.cuda.synchronize()", self.steps_queued))
+        super().synchronize()
+
+    def step(self) -> None:
+        """Queue the next step's kernel (call it once per step)."""
+        if self.steps_queued >= len(self.durations):
+            raise AssertionError(f"step() was called more than n = {len(self.durations)} times")
+        self.launch(self.durations[self.steps_queued], name=f"step {self.steps_queued}")
+        self.steps_queued += 1
+
+    def waits_inside(self) -> list[str]:
+        """Return the host waits made after the first step was queued and before the last one was."""
+        return [what for what, queued in self.waits if 0 < queued < len(self.durations)]
+
+
+@contextlib.contextmanager
+def cuda_on(gpu: SimulatedGPU):
+    """Inside the block, torch.cuda.synchronize, current_stream and Event reach the simulated `gpu`."""
+    with mock.patch("torch.cuda.synchronize", lambda *a, **k: gpu.synchronize()), \
+         mock.patch("torch.cuda.current_stream", lambda *a, **k: gpu.current_stream), \
+         mock.patch("torch.cuda.Event", lambda enable_timing=False, **k: gpu.event(enable_timing)):
+        yield gpu
+
+
+def _step_times_ms(step_times_ms) -> None:
+    durations = [0.010, 0.020, 0.005, 0.030]
+    gpu = EventTimedGPU(durations)
+    with cuda_on(gpu):
+        got = step_times_ms(gpu.step, 4, gpu.event)
+    assert not gpu.waits_inside(), (
+        f"The host waited inside the loop ({gpu.waits_inside()[0]}): record the events, and wait only once, after "
+        "the last step is queued (for example on the last event).")
+    assert isinstance(got, list) and len(got) == 4, f"Return a list of 4 times (one per call), not {got!r}."
+    expected = [d * 1e3 for d in durations]
+    assert all(abs(g - e) < 0.01 for g, e in zip(got, expected, strict=True)), (
+        f"Calls of 10, 20, 5 and 30 ms on the device should give about {expected} ms; you returned {got}. "
+        "One start and one end event per call, start.elapsed_time(end) in milliseconds.")
+
+
 _MEASURE_HINTS = (
     ("Start from what a clock read means. fn() returns as soon as its work is queued: when you read clock() right "
      "after it, what has the GPU finished? And when you read clock() before fn(), what may still be running from "
@@ -103,5 +182,12 @@ _BANDWIDTH_HINTS = (
 _exercises = checker(
     Exercise("measure", _measure, hints=_MEASURE_HINTS),
     Exercise("bandwidth_gbps", _bandwidth_gbps, hints=_BANDWIDTH_HINTS),
+    Exercise("step_times_ms", _step_times_ms, hints=(
+        ("The sync in the slow loop is torch.cuda.synchronize(): twice per step. Events let the GPU write the times "
+         "down itself: record one before and one after each step(), keep them in two lists."),
+        ("After the loop, make the host wait once: ends[-1].synchronize() (the earlier events come before it on the "
+         "same stream). elapsed_time raises if an event has not completed yet."),
+        "Return [start.elapsed_time(end) for start, end in zip(starts, ends)]: already milliseconds.",
+    )),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
