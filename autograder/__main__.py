@@ -58,14 +58,14 @@ def _print_run(run) -> None:
 def _grade(args) -> int:
     import signal
 
-    from autograder.grading.session import GradingError, grade_class
+    from autograder.grading.session import GradeOptions, GradingError, grade_class
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    options = GradeOptions(jobs=args.jobs, timeout=args.timeout, memory_mib=args.memory, sandbox=args.sandbox,
+                           force=args.force, progress=not args.quiet, hidden=tuple(Path(p) for p in args.hide))
     try:
-        run = grade_class(Path(args.course), args.assignment, Path(args.submissions), jobs=args.jobs,
-                          timeout=args.timeout, memory_mib=args.memory, out=Path(args.out) if args.out else None,
-                          sandbox=args.sandbox, force=args.force, progress=not args.quiet,
-                          hidden=tuple(Path(p) for p in args.hide))
+        run = grade_class(Path(args.course), args.assignment, Path(args.submissions), options,
+                          out=Path(args.out) if args.out else None)
     except GradingError as exc:
         print(f"grade: {exc}", file=sys.stderr)
         return 2
@@ -79,15 +79,16 @@ def _grade(args) -> int:
 
 def _demo(args) -> int:
     import signal
+    from dataclasses import replace
 
-    from autograder.grading.demo import run_demo
+    from autograder.grading.demo import DEMO_OPTIONS, run_demo
     from autograder.grading.session import GradingError
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     out = Path(args.out) if args.out else COURSE_ROOT / "graded" / "demo"
     try:
-        runs = run_demo(COURSE_ROOT, out, args.assignments or None, jobs=args.jobs, sandbox=args.sandbox,
-                        progress=not args.quiet)
+        options = replace(DEMO_OPTIONS, jobs=args.jobs, sandbox=args.sandbox, progress=not args.quiet)
+        runs = run_demo(COURSE_ROOT, out, args.assignments or None, options)
     except GradingError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2

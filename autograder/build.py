@@ -9,6 +9,7 @@ from autograder.colab_cells import decorate_file, load_repository, update_readme
 from autograder.course import assignment_notebooks, lessons
 from autograder.course import assignments as all_assignments
 from autograder.grading import gradebook
+from autograder.grading.errors import GradebookError
 from autograder.rescue import rescue_worked_notebooks
 from autograder.tidy import tidy_file
 
@@ -21,7 +22,7 @@ def generate(root: Path, scratch: Path, assignment: str) -> Path:
     """Run nbgrader's generate_assignment for one assignment in `scratch`; return its tidied release folder."""
     try:
         gradebook.generate(root, assignment, scratch)
-    except gradebook.GradebookError as exc:
+    except GradebookError as exc:
         raise BuildError(str(exc)) from exc
     release = scratch / "release" / assignment
     for notebook in release.glob("*.ipynb"):

@@ -1,6 +1,8 @@
 """The course: where it is, its notebooks and assignments, its nbgrader settings, and how nbgrader is run for it."""
 
 import contextlib
+import copy
+import functools
 import os
 import re
 import sys
@@ -13,6 +15,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 COURSE_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIRS = ("notebooks", "source", "release")
+CONFIG_FILE = "nbgrader_config.py"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")
 
@@ -41,13 +44,25 @@ def assignment_notebooks(assignment: str, root: Path = COURSE_ROOT, folder: str 
     return sorted((root / folder / assignment).glob("*.ipynb"))
 
 
-def course_config(root: Path, scratch: Path | None = None) -> Config:
-    """Load the course's nbgrader_config.py (none is fine, as for nbgrader), optionally pointed at a scratch root.
+@functools.lru_cache(maxsize=16)
+def _load_config(folder: str, version: tuple[int, int, int] | None) -> Config:
+    """Execute a course's nbgrader_config.py once per version of the file (`version`: None when there is none)."""
+    return PyFileConfigLoader(CONFIG_FILE, path=folder).load_config() if version is not None else Config()
 
-    The course root is the folder given, as nbgrader's is the folder it runs in, unless the file says otherwise.
+
+def course_config(root: Path, scratch: Path | None = None) -> Config:
+    """Return the course's nbgrader_config.py (none is fine, as for nbgrader), optionally pointed at a scratch root.
+
+    The file is executed once per process and version (a grading run's workers, forked from it, inherit it);
+    each caller gets its own copy. The course root is the folder given, as nbgrader's is the folder it runs
+    in, unless the file says otherwise.
     """
-    config = (PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-              if (root / "nbgrader_config.py").is_file() else Config())
+    try:
+        stat = (root / CONFIG_FILE).stat()
+        version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    except FileNotFoundError:
+        version = None
+    config = copy.deepcopy(_load_config(str(root), version))
     if "root" not in config.CourseDirectory:
         config.CourseDirectory.root = str(root)
     if scratch is not None:

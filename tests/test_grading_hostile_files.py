@@ -101,12 +101,16 @@ def test_the_reader_caps_size_cells_and_nesting_before_anything_else_reads_the_n
 def test_a_student_who_cannot_be_installed_is_invalid_and_the_next_student_is_recorded(tmp_path, monkeypatch):
     from autograder.grading import session
     from autograder.grading.results import CellScore, StudentResult
+    from autograder.grading.sandbox import Isolation
     from autograder.grading.submissions import Submission
 
     course = make_course(tmp_path)
-    run = session.ClassRun(course, "tiny", course / "incoming", course / "graded" / "tiny", tmp_path / "run", 1,
-                           10, 600, print)
-    run.max_points = {("tiny.ipynb", "double-tests"): 2.0}
+    prepared = session.Assignment(tmp_path / "template", {"tiny.ipynb": {"double-tests"}},
+                                  {("tiny.ipynb", "double-tests"): 2.0})
+    announced = []
+    run = session.ClassRun(course, "tiny", course / "incoming", course / "graded" / "tiny", tmp_path / "run",
+                           prepared, Isolation("none"), session.GradeOptions(jobs=1, timeout=10), print,
+                           lambda result: announced.append((result.student, result.status)))
     recorded = []
     monkeypatch.setattr(session.gbook, "record", lambda db, c, a, result: recorded.append((result.student,
                                                                                           result.status)))
@@ -123,3 +127,4 @@ def test_a_student_who_cannot_be_installed_is_invalid_and_the_next_student_is_re
     assert run.results["bad"].status == "invalid" and "No space left on device" in run.results["bad"].detail
     assert run.results["bad"].score == 0 and run.results["good"].status == "graded"
     assert recorded == [("bad", "graded"), ("bad", "invalid"), ("good", "graded")]
+    assert announced == [("bad", "invalid"), ("good", "graded")]  # each once, after they are recorded

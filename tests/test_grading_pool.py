@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from autograder.grading import pool as pool_module
-from autograder.grading.attempt import COMPLETED, AttemptReport, FailureKind, Job
+from autograder.grading.attempt import AttemptReport, FailureKind, Job, Outcome
 from autograder.grading.pool import Pool
 from autograder.grading.sandbox import Isolation
-from autograder.grading.worker import Settings
+from autograder.grading.worker import WorkerSettings
 
 
 class FakeWorker:
@@ -19,20 +19,20 @@ class FakeWorker:
     def __init__(self, settings, task_events=""):
         self.settings = settings
 
-    def grade(self, job: Job) -> AttemptReport:
+    def attempt(self, job: Job) -> AttemptReport:
         if job.student == "die":
             os._exit(3)
         if job.student == "hang":
             time.sleep(600)
         if job.student == "bug":
             raise ValueError("a grader bug")
-        return AttemptReport(COMPLETED, notes=[f"graded {job.student} attempt {job.attempt}"])
+        return AttemptReport(Outcome.COMPLETED, notes=[f"graded {job.student} attempt {job.attempt}"])
 
 
 @pytest.fixture
 def fake_pool(tmp_path, monkeypatch):
     monkeypatch.setattr(pool_module, "Worker", FakeWorker)  # the forked workers inherit it
-    settings = Settings(tmp_path, "tiny", tmp_path, tmp_path, Isolation("none"), timeout=5, memory_mib=4000)
+    settings = WorkerSettings(tmp_path, "tiny", tmp_path, tmp_path, Isolation("none"), timeout=5, memory_mib=4000)
     pool = Pool(settings, 2, 4000, tmp_path)
     yield pool
     pool.shutdown()
@@ -43,7 +43,7 @@ def test_every_job_gets_one_report_whatever_its_worker_did(fake_pool):
     reports: dict[str, AttemptReport] = {}
     fake_pool.run(jobs, lambda job: 3.0, lambda job, report: reports.setdefault(job.student, report) and [])
     assert sorted(reports) == ["ada", "ben", "bug", "die", "hang"]
-    assert reports["ada"].outcome == COMPLETED and reports["ada"].notes == ["graded ada attempt 1"]
+    assert reports["ada"].outcome == Outcome.COMPLETED and reports["ada"].notes == ["graded ada attempt 1"]
     assert reports["die"].failure.kind is FailureKind.CRASHED and "exited (code 3)" in reports["die"].failure.message
     assert reports["hang"].failure.kind is FailureKind.TIMEOUT
     assert reports["bug"].failure.kind is FailureKind.GRADER_ERROR and "a grader bug" in reports["bug"].failure.message

@@ -15,8 +15,8 @@ from autograder.grading.sandbox import (
     ADDRESS_SPACE_HEADROOM_MIB,
     MAX_FILE_MIB,
     Isolation,
+    IsolationUnavailable,
     ProcessWatch,
-    SandboxError,
     bwrap_prefix,
     detect_isolation,
     limits_prefix,
@@ -80,7 +80,7 @@ def test_kill_takes_down_a_tree_that_ignores_sigterm_and_a_child_that_left_the_g
 
 def test_none_is_always_available_and_unknown_names_are_refused():
     assert detect_isolation("none").mode == "none"
-    with pytest.raises(SandboxError):
+    with pytest.raises(IsolationUnavailable):
         detect_isolation("docker")
 
 
@@ -91,7 +91,7 @@ def _sandboxed(mode: str, tmp_path: Path) -> tuple[Isolation, Path, Path]:
     (hidden / "secret.txt").write_text("grades")
     try:
         return detect_isolation(mode, hidden=[hidden]), hidden, work
-    except SandboxError as exc:
+    except IsolationUnavailable as exc:
         pytest.skip(str(exc))
 
 

@@ -1,5 +1,7 @@
 """How a student's grading attempts become one row: status, score and a detail a person can read."""
 
+import pytest
+
 from autograder.grading.attempt import (
     AttemptReport,
     Failure,
@@ -9,7 +11,9 @@ from autograder.grading.attempt import (
     next_attempt,
     wrongly_blamed,
 )
+from autograder.grading.errors import SandboxError
 from autograder.grading.results import CellScore
+from autograder.grading.sandbox import IsolationUnavailable
 from autograder.grading.session import combine, describe_failure
 
 POINTS = {("tiny.ipynb", "double-tests"): 2.0, ("tiny.ipynb", "square-tests"): 1.0}
@@ -114,14 +118,20 @@ def test_grade_hide_reaches_the_sandbox_as_more_hidden_folders(monkeypatch, tmp_
 
     seen = {}
 
-    def fake_grade_class(root, assignment, submissions, **options):
-        seen.update(options)
+    def fake_grade_class(root, assignment, submissions, options, **where):
+        seen["options"] = options
         raise session.GradingError("stop here")
 
     monkeypatch.setattr(session, "grade_class", fake_grade_class)
     exchange = tmp_path / "exchange"
     assert cli.main(["grade", "tiny", str(tmp_path), "--hide", str(exchange), "--hide", "/srv/other"]) != 0
-    assert seen["hidden"] == (exchange, session.Path("/srv/other"))
-    run = session.ClassRun(tmp_path, "tiny", tmp_path, tmp_path / "out", tmp_path / "run", 1, 10, 100, print,
-                           [exchange])
-    assert run.extra_hidden == [exchange]
+    assert seen["options"].hidden == (exchange, session.Path("/srv/other"))
+
+    def fake_detect(mode, hidden, visible):
+        seen["hidden"] = hidden
+        raise IsolationUnavailable("stop here too")
+
+    monkeypatch.setattr(session, "detect_isolation", fake_detect)
+    with pytest.raises(SandboxError):
+        session.isolate("auto", [tmp_path / "course", *seen["options"].hidden], print)
+    assert seen["hidden"] == [tmp_path / "course", exchange, session.Path("/srv/other")]

@@ -350,7 +350,7 @@ def test_the_graders_environment_while_it_drives_nbgrader_is_its_own(tmp_path, m
     student.mkdir()
     nbformat.write(tiny_assignment(), student / "tiny.ipynb")
     job = Job(0, "ada", {"tiny.ipynb": str(student / "tiny.ipynb")}, str(student))
-    worker.grade(job)
+    worker.attempt(job)
     assert seen["env"] == worker.grader_environment(worker.scratch_for(job))
     assert os.environ["JUPYTER_CONFIG_DIR"] == "/callers/own"
 

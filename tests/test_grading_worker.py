@@ -8,7 +8,7 @@ import nbformat
 from autograder.grading import worker as worker_module
 from autograder.grading.attempt import Job, Skip
 from autograder.grading.sandbox import Isolation
-from autograder.grading.worker import GUARD_CHANNEL, GUARD_SCRIPT, Settings, Worker
+from autograder.grading.worker import GUARD_CHANNEL, GUARD_SCRIPT, Worker, WorkerSettings
 from tests.factories import tiny_assignment
 
 
@@ -18,7 +18,7 @@ def make_worker(tmp_path) -> Worker:
         (template / folder).mkdir(parents=True)
         nbformat.write(tiny_assignment(), template / folder / "tiny.ipynb")
     (template / "gradebook.db").write_bytes(b"")
-    settings = Settings(tmp_path, "tiny", template, tmp_path / "run", Isolation("none"), timeout=30, memory_mib=1000)
+    settings = WorkerSettings(tmp_path, "tiny", template, tmp_path / "run", Isolation("none"), timeout=30, memory_mib=1000)
     return Worker(settings)
 
 
@@ -73,7 +73,7 @@ def test_the_kernelspec_starts_the_grading_kernel_with_its_channel(tmp_path):
 
 
 def test_nbgraders_fallback_feedback_is_rendered_inert_and_gets_the_script_forbidding_csp(tmp_path):
-    from autograder.grading.attempt import COMPLETED, AttemptReport
+    from autograder.grading.attempt import AttemptReport, Outcome
     from autograder.safe_html import STATIC_PAGE_CSP, InertStudentContent
 
     worker = make_worker(tmp_path)
@@ -95,7 +95,7 @@ def test_nbgraders_fallback_feedback_is_rendered_inert_and_gets_the_script_forbi
             return {"success": True}
 
     worker.feedback = Broken()
-    report = AttemptReport(COMPLETED)
+    report = AttemptReport(Outcome.COMPLETED)
     worker.write_feedback(FallbackAPI(), job, scratch, report)
     page = (scratch / "feedback" / "ada" / "tiny" / "tiny.html").read_text()
     assert STATIC_PAGE_CSP in page and page.index("Content-Security-Policy") < page.index("<title>")

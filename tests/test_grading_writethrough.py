@@ -72,11 +72,11 @@ STUDENTS = {
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
     """Grade the class once with bubblewrap; return (course, outside folder, record)."""
-    from autograder.grading.sandbox import SandboxError, detect_isolation
+    from autograder.grading.sandbox import IsolationUnavailable, detect_isolation
 
     try:
         detect_isolation("bwrap")
-    except SandboxError as exc:
+    except IsolationUnavailable as exc:
         pytest.skip(str(exc))
 
     def grade_it(folder: Path) -> dict:

@@ -27,7 +27,7 @@ from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
 from autograder.hub.api import HubAPI
 from autograder.hub.arrival import nbgrader_time
-from autograder.hub.autograde_queue import DONE, FAILED, GRADING, MAX_TRIES, QUEUED, SUPERSEDED, Queue
+from autograder.hub.autograde_queue import MAX_TRIES, Queue, State
 from tests.hub_support import (
     COURSE,
     Hub,
@@ -59,14 +59,14 @@ def add(q: Queue, student: str, stamp: str, now: float, assignment: str = "ps01"
 
 
 def test_newest_submission_wins_and_keeps_its_place(queue: Queue) -> None:
-    assert add(queue, "ann", "t1", now=1) == QUEUED
-    assert add(queue, "bob", "t2", now=2) == QUEUED
-    assert add(queue, "ann", "t3", now=3) == QUEUED  # replaces t1, at t1's place (before bob), not an extra one
-    assert add(queue, "ann", "t3", now=4) == QUEUED  # seen again: nothing changes
-    assert add(queue, "ann", "t0", now=5) == SUPERSEDED  # an older one found late never counts
+    assert add(queue, "ann", "t1", now=1) == State.QUEUED
+    assert add(queue, "bob", "t2", now=2) == State.QUEUED
+    assert add(queue, "ann", "t3", now=3) == State.QUEUED  # replaces t1, at t1's place (before bob), not an extra one
+    assert add(queue, "ann", "t3", now=4) == State.QUEUED  # seen again: nothing changes
+    assert add(queue, "ann", "t0", now=5) == State.SUPERSEDED  # an older one found late never counts
     states = {(e.student, e.timestamp): e.state for e in queue.entries()}
-    assert states == {("ann", "t1"): SUPERSEDED, ("bob", "t2"): QUEUED, ("ann", "t3"): QUEUED,
-                      ("ann", "t0"): SUPERSEDED}
+    assert states == {("ann", "t1"): State.SUPERSEDED, ("bob", "t2"): State.QUEUED, ("ann", "t3"): State.QUEUED,
+                      ("ann", "t0"): State.SUPERSEDED}
     assert [(e.student, e.timestamp) for e in queue.next_batch(8, now=6)] == [("ann", "t3"), ("bob", "t2")]
 
 
@@ -76,9 +76,9 @@ def test_a_batch_is_fair_and_bounded(queue: Queue) -> None:
     add(queue, "late", "t1", now=100)
     first = queue.next_batch(8, now=101)
     assert [e.student for e in first] == [f"s{i:02}" for i in range(8)]
-    assert {e.state for e in queue.entries(state=GRADING)} == {GRADING} and len(queue.entries(state=GRADING)) == 8
+    assert {e.state for e in queue.entries(state=State.GRADING)} == {State.GRADING} and len(queue.entries(state=State.GRADING)) == 8
     for e in first:
-        queue.finish(e, graded=True, status="graded", score=1, max_score=1, detail="", now=102)
+        queue.record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="", now=102)
     # The one who came late waits for those ahead of them only, never behind a later crowd:
     for i in range(20, 40):
         add(queue, f"s{i:02}", "t1", now=103)
@@ -106,11 +106,11 @@ def test_a_restart_requeues_what_was_being_graded_and_fails_a_poison_pill(queue:
         if attempt < MAX_TRIES:
             queue.recover(now=20)  # the service was killed in the middle of the batch
         else:
-            queue.finish(batch[0], graded=True, status="graded", score=1, max_score=1, detail="", now=30)
+            queue.record_outcome(batch[0], graded=True, status="graded", score=1, max_score=1, detail="", now=30)
             queue.recover(now=31)
     states = {e.student: (e.state, e.tries) for e in queue.entries()}
-    assert states == {"ann": (DONE, MAX_TRIES), "cat": (FAILED, MAX_TRIES)}
-    assert "stopped 3 times" in queue.entries(state=FAILED)[0].detail
+    assert states == {"ann": (State.DONE, MAX_TRIES), "cat": (State.FAILED, MAX_TRIES)}
+    assert "stopped 3 times" in queue.entries(state=State.FAILED)[0].detail
 
 
 def test_an_hourly_limit_delays_and_never_drops(queue: Queue) -> None:
@@ -118,7 +118,7 @@ def test_an_hourly_limit_delays_and_never_drops(queue: Queue) -> None:
     for n, now in enumerate((0, 10)):
         add(queue, "ann", f"t{n}", now=now)
         (e,) = queue.next_batch(8, now=now + 1)
-        queue.finish(e, graded=True, status="graded", score=1, max_score=1, detail="", now=now + 2)
+        queue.record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="", now=now + 2)
     add(queue, "ann", "t2", now=20)
     add(queue, "bob", "t0", now=21)
     assert [e.student for e in queue.next_batch(8, now=22)] == ["bob"]  # ann waits; bob does not wait behind her
@@ -133,7 +133,7 @@ def test_the_queue_survives_a_reopen(tmp_path: Path) -> None:
     q.close()
     again = Queue(tmp_path / "queue.sqlite")
     assert again.setting("ps01").per_hour == 3 and again.setting("ps01").timeout == 30
-    assert [e.state for e in again.entries()] == [QUEUED]
+    assert [e.state for e in again.entries()] == [State.QUEUED]
 
 
 def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_by_secret(tmp_path: Path) -> None:
@@ -248,14 +248,14 @@ def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arr
     on_time = scratch.submit(now)
     log = scratch.serve_once()
     entry = scratch.graded(on_time)
-    assert (entry.state, entry.score, entry.max_score) == (DONE, 3, 3), log
+    assert (entry.state, entry.score, entry.max_score) == (State.DONE, 3, 3), log
     assert scratch.penalty() == 0 and "claims" not in entry.detail
 
     scratch.due(now - datetime.timedelta(hours=1))  # the deadline has passed: an honest late resubmission
     late = scratch.submit(now + datetime.timedelta(seconds=1))
     log = scratch.serve_once()
     entry = scratch.graded(late)
-    assert (entry.state, entry.score, entry.max_score) == (DONE, 0, 3), log
+    assert (entry.state, entry.score, entry.max_score) == (State.DONE, 0, 3), log
     assert scratch.penalty() == 3 and "claims" not in entry.detail
 
     (tmp_path / "second").mkdir()  # a student who first submits after the deadline, claiming a time before it
@@ -264,7 +264,7 @@ def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arr
     backdated = scratch.submit(now - datetime.timedelta(hours=2))
     log = scratch.serve_once()
     entry = scratch.graded(backdated)
-    assert (entry.state, entry.score, entry.max_score) == (DONE, 0, 3), log
+    assert (entry.state, entry.score, entry.max_score) == (State.DONE, 0, 3), log
     assert scratch.penalty() == 3
     assert f"claims {backdated}" in entry.detail and "graded as submitted at" in entry.detail, entry.detail
     assert "claims" in log
@@ -318,7 +318,7 @@ def test_a_renamed_notebooks_feedback_is_found_by_nbgraders_fetch_feedback(tmp_p
                               capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
     (entry,) = scratch.queue.entries("tiny")
-    assert (entry.state, entry.score) == (DONE, 3), log
+    assert (entry.state, entry.score) == (State.DONE, 3), log
     pages = list((work / "feedback").glob("*/*.html"))
     assert len(pages) == 1, (sorted(p.name for p in scratch.place.outbound_feedback.iterdir()), done.stdout + done.stderr)
     (page,) = pages
@@ -421,7 +421,7 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     assert top > 0 and scores["ann"] == (top, top)
     assert scores["bob"][0] < top and scores["cat"][0] < top
     done = {e.student: e for e in queue_of(hub).entries(assignment)}
-    assert {e.state for e in done.values()} == {DONE}
+    assert {e.state for e in done.values()} == {State.DONE}
     assert done[hub.user("cat")].status == "timeout" and done[hub.user("bob")].status == "graded"
     grades = exported(hub, assignment)
     assert {m: grades[hub.user(m)] for m in plan} == {m: scores[m][0] for m in plan}
@@ -448,7 +448,7 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     while time.monotonic() < deadline:
         newest = {e.student: e for e in queue_of(hub).entries(assignment)
                   if e.timestamp > {**stamps, "bob": newer}[e.student[len(hub.prefix):]]}
-        if len(newest) == 3 and [newest[hub.user(m)].state for m in plan] == [DONE, DONE, GRADING]:
+        if len(newest) == 3 and [newest[hub.user(m)].state for m in plan] == [State.DONE, State.DONE, State.GRADING]:
             break
         time.sleep(0.2)
     else:
@@ -468,9 +468,9 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     assert after["cat"] != recorded["cat"]
     entries = queue_of(hub).entries(assignment)
     last = {e.student: e for e in entries if e.key == newest[e.student].key}
-    assert [(last[hub.user(m)].state, last[hub.user(m)].tries) for m in plan] == [(DONE, 1), (DONE, 1), (DONE, 2)]
+    assert [(last[hub.user(m)].state, last[hub.user(m)].tries) for m in plan] == [(State.DONE, 1), (State.DONE, 1), (State.DONE, 2)]
     assert all(e.graded for e in last.values())
-    assert len(entries) == 7 and {e.state for e in entries} == {DONE}
+    assert len(entries) == 7 and {e.state for e in entries} == {State.DONE}
     assert not [e.detail for e in entries if "claims" in e.detail]  # nbgrader's own submit: its times stand
     assert fetched_score(servers["ann"], assignment, newest[hub.user("ann")].timestamp) == (top, top)
     assert fetched_score(servers["cat"], assignment, newest[hub.user("cat")].timestamp)[0] < top

@@ -23,7 +23,7 @@ import pytest
 
 from autograder.grading.redact import FEEDBACK_PREFIX
 from autograder.hub.arrival import nbgrader_time
-from autograder.hub.autograde_queue import DONE, FAILED
+from autograder.hub.autograde_queue import State
 from tests.hub_support import (
     COURSE,
     Hub,
@@ -219,7 +219,7 @@ def test_special_files_and_huge_files_stall_nobody(klass: Klass) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             mine = [e for e in queue_of(hub).entries(a) if e.student == cat and e.folder.endswith(suffix)]
-            if mine and mine[0].state in (DONE, FAILED):
+            if mine and mine[0].state in (State.DONE, State.FAILED):
                 return mine[0]
             time.sleep(0.5)
         pytest.fail(f"cat's {suffix} submission not finished: {queue_of(hub).entries(a)}\n{log_tail(hub)}")
@@ -243,7 +243,7 @@ def test_special_files_and_huge_files_stall_nobody(klass: Klass) -> None:
     plant(klass, "cat", f"{cat}+{a}+{stamp}+many", submission_files(klass, "wrong", stamp),
           "mkdir d && cd d && seq 1 1200 | xargs touch")
     many = cat_done("many")
-    assert (many.state, many.status) == (FAILED, "refused") and "more than 1000 files" in many.detail, many
+    assert (many.state, many.status) == (State.FAILED, "refused") and "more than 1000 files" in many.detail, many
     before = submissions_of(klass.servers["bob"], a)[0]["timestamp"]
     hand_in(klass.servers["bob"], a, klass.notebooks["right"], fetch=False)
     wait_for_feedback(klass.servers["bob"], a, after=before)
@@ -274,7 +274,7 @@ def test_swapping_a_file_for_a_link_while_the_service_copies_leaks_nothing(klass
         deadline, entry = time.monotonic() + 240, None
         while time.monotonic() < deadline and entry is None:
             mine = [e for e in queue_of(hub).entries(a) if e.student == cat and e.folder.endswith("+swap")]
-            entry = mine[0] if mine and mine[0].state in (DONE, FAILED) else None
+            entry = mine[0] if mine and mine[0].state in (State.DONE, State.FAILED) else None
             time.sleep(0.5)
     finally:
         swapper.kill()

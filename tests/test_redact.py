@@ -37,7 +37,7 @@ from autograder.grading.redact import (
     hidden_blocks,
     student_feedback_pages,
 )
-from autograder.hub.autograde_queue import PROTECTED, SHOWN, Queue, Setting
+from autograder.hub.autograde_queue import AutogradeSetting, HiddenTests, Queue
 from tests.factories import graded_cell_meta, solution_cell_meta
 from tests.once_per_run import once_per_run
 
@@ -186,16 +186,16 @@ def test_hidden_blocks_leave_exactly_what_release_shows() -> None:
 def test_the_setting_protects_by_default_until_the_due_date(tmp_path: Path) -> None:
     now = datetime.datetime(2026, 12, 1, 12)
     hour = datetime.timedelta(hours=1)
-    protected = Setting("ps01", True)
-    assert protected.hidden_tests == PROTECTED
+    protected = AutogradeSetting("ps01", True)
+    assert protected.hidden_tests == HiddenTests.PROTECTED
     assert protected.protects_hidden_tests(None, now) and protected.protects_hidden_tests(now + hour, now)
     assert not protected.protects_hidden_tests(now - hour, now)
-    assert not Setting("ps01", True, hidden_tests=SHOWN).protects_hidden_tests(now + hour, now)
+    assert not AutogradeSetting("ps01", True, hidden_tests=HiddenTests.SHOWN).protects_hidden_tests(now + hour, now)
     queue = Queue(tmp_path / "queue.sqlite")
-    assert queue.setting("ps01").hidden_tests == PROTECTED
-    queue.configure("ps01", True, hidden_tests=SHOWN)
+    assert queue.setting("ps01").hidden_tests == HiddenTests.PROTECTED
+    queue.configure("ps01", True, hidden_tests=HiddenTests.SHOWN)
     queue.configure("ps01", False, per_hour=2)  # other switches keep it
-    assert queue.setting("ps01").hidden_tests == SHOWN
+    assert queue.setting("ps01").hidden_tests == HiddenTests.SHOWN
     with pytest.raises(ValueError, match="protected or shown"):
         queue.configure("ps01", True, hidden_tests="hidden")
 
@@ -210,7 +210,7 @@ def test_a_queue_made_before_the_setting_protects(tmp_path: Path) -> None:
     db.commit()
     db.close()
     setting = Queue(tmp_path / "queue.sqlite").setting("ps01")
-    assert (setting.enabled, setting.timeout, setting.hidden_tests) == (True, 30, PROTECTED)
+    assert (setting.enabled, setting.timeout, setting.hidden_tests) == (True, 30, HiddenTests.PROTECTED)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from autograder import safe_html
 from autograder.grading.report import summary_html
-from autograder.grading.results import GRADED, StudentResult
+from autograder.grading.results import Status, StudentResult
 
 MARK = "PWN"  # every payload carries MARK-<vector>
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
@@ -189,7 +189,7 @@ def test_the_summary_escapes_names_and_forbids_scripts(tmp_path: Path) -> None:
     name = f"<img src=x onerror=\"{js('student')}\">"
     (tmp_path / name).mkdir()
     (tmp_path / name / f"{name}.html").write_text("page")
-    result = StudentResult(student=name, assignment="ps01", status=GRADED,
+    result = StudentResult(student=name, assignment="ps01", status=Status.GRADED,
                            detail=f"<script>{js('detail')}</script>", flags=[f"<script>{js('flag')}</script>"])
     page = summary_html("ps01", [result], "none", tmp_path)
     assert live(page) == set()

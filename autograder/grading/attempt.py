@@ -7,31 +7,54 @@ of one cell (a dead or hung kernel, a cap), `next_attempt` returns the same job 
 
 import json
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 
-from autograder.grading.results import CRASHED, DISK, INVALID, MEMORY, PROCESSES, TIMEOUT, CellScore
+from autograder.grading.results import CellScore, Status
+from autograder.words import Word
 
 MAX_ATTEMPTS = 3
 
 
-class FailureKind(str, Enum):
-    """Why an attempt could not finish; each kind knows the status it gives and whether it is retried."""
+class EventKind(Word):
+    """What happened while a notebook ran (execution.py writes these into the progress file)."""
 
     KERNEL_DIED = "kernel-died"
+    UNRESPONSIVE = "unresponsive"  # ignored the interrupt at the time limit
+    TIMEOUT = "timeout"  # a cell was interrupted at the time limit
+    MEMORY = "memory"  # a cell ran out of memory (MemoryError, CUDA out of memory)
+    PROCESSES = "processes"  # a cell tried to start too many processes
+    DISK = "disk"  # a cell wrote a file past the size cap
+    TAMPER = "tamper"  # the guard found and undid a change to grading
+    SKIPPED = "skipped"  # a cell not run in this attempt
+    TRUNCATED = "truncated"  # output past the cap was dropped
+    SYS_EXIT = "sys-exit"  # a cell called sys.exit()
+
+    @property
+    def status(self) -> Status | None:
+        """Return the status this event gives a student graded so far, if it changes it."""
+        return {EventKind.TIMEOUT: Status.TIMEOUT, EventKind.MEMORY: Status.MEMORY,
+                EventKind.PROCESSES: Status.PROCESSES, EventKind.DISK: Status.DISK}.get(self)
+
+
+class FailureKind(Word):
+    """Why an attempt could not finish; each kind knows the status it gives and whether it is retried."""
+
+    KERNEL_DIED = EventKind.KERNEL_DIED.value
     CRASHED = "crashed"  # the grading process died
     GRADER_ERROR = "grader-error"  # the grader failed on this student: `invalid` with the reason, never retried
-    UNRESPONSIVE = "unresponsive"  # ignored the interrupt at the time limit
-    TIMEOUT = "timeout"
-    MEMORY = "memory"
-    PROCESSES = "processes"
-    DISK = "disk"
+    UNRESPONSIVE = EventKind.UNRESPONSIVE.value
+    TIMEOUT = EventKind.TIMEOUT.value
+    MEMORY = EventKind.MEMORY.value
+    PROCESSES = EventKind.PROCESSES.value
+    DISK = EventKind.DISK.value
     INVALID = "invalid"  # nbgrader could not read the notebook
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """Return the student's status when this is the first failure."""
-        return {"unresponsive": TIMEOUT, "timeout": TIMEOUT, "memory": MEMORY, "processes": PROCESSES,
-                "disk": DISK, "invalid": INVALID, "grader-error": INVALID}.get(self.value, CRASHED)
+        return {FailureKind.UNRESPONSIVE: Status.TIMEOUT, FailureKind.TIMEOUT: Status.TIMEOUT,
+                FailureKind.MEMORY: Status.MEMORY, FailureKind.PROCESSES: Status.PROCESSES,
+                FailureKind.DISK: Status.DISK, FailureKind.INVALID: Status.INVALID,
+                FailureKind.GRADER_ERROR: Status.INVALID}.get(self, Status.CRASHED)
 
     @property
     def retried(self) -> bool:
@@ -41,10 +64,11 @@ class FailureKind(str, Enum):
     @property
     def reason(self) -> str:
         """Return what the guilty cell did, to tell the student why it was not run again."""
-        return {"kernel-died": "crashed the kernel", "crashed": "crashed the grading process",
-                "unresponsive": "ran past the time limit", "timeout": "ran past the time limit",
-                "memory": "used more than the memory cap", "processes": "started too many processes",
-                "disk": "wrote too much to disk"}.get(self.value, "failed")
+        return {FailureKind.KERNEL_DIED: "crashed the kernel", FailureKind.CRASHED: "crashed the grading process",
+                FailureKind.UNRESPONSIVE: "ran past the time limit", FailureKind.TIMEOUT: "ran past the time limit",
+                FailureKind.MEMORY: "used more than the memory cap",
+                FailureKind.PROCESSES: "started too many processes",
+                FailureKind.DISK: "wrote too much to disk"}.get(self, "failed")
 
 
 @dataclass(frozen=True)
@@ -106,7 +130,7 @@ class Failure:
 class Event:
     """Something that happened while a notebook ran (a cell interrupted, output cut, a flag), from execution.py."""
 
-    kind: str
+    kind: EventKind
     message: str = ""
     notebook: str | None = None
     cell: int | None = None
@@ -115,19 +139,25 @@ class Event:
 
 def progress_events(progress: dict) -> list[Event]:
     """Return the events of a progress file (execution.py writes them as JSON objects)."""
-    fields = ("kind", "message", "notebook", "cell", "grade_id")
-    return [Event(**{k: raw.get(k) or ("" if k == "message" else None) for k in fields})
-            for raw in progress.get("events", []) if isinstance(raw, dict) and raw.get("kind")]
+    known = {kind.value for kind in EventKind}
+    fields = ("message", "notebook", "cell", "grade_id")
+    return [Event(EventKind(raw["kind"]), **{k: raw.get(k) or ("" if k == "message" else None) for k in fields})
+            for raw in progress.get("events", []) if isinstance(raw, dict) and raw.get("kind") in known]
 
 
-COMPLETED, FAILED, UNREADABLE = "completed", "failed", "invalid"
+class Outcome(Word):
+    """How an attempt ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    UNREADABLE = Status.INVALID.value  # no notebook could be read
 
 
 @dataclass
 class AttemptReport:
     """What one attempt produced: scores when it completed, else why it failed."""
 
-    outcome: str  # COMPLETED, FAILED or UNREADABLE (no notebook could be read)
+    outcome: Outcome
     failure: Failure | None = None
     events: list[Event] = field(default_factory=list)
     cells: list[CellScore] = field(default_factory=list)
@@ -155,13 +185,14 @@ class AttemptReport:
         raw["failure"] = Failure.from_json(raw["failure"]) if raw.get("failure") else None
         raw["events"] = progress_events(raw)
         raw["cells"] = [c if isinstance(c, CellScore) else CellScore(**c) for c in raw.get("cells", [])]
+        raw["outcome"] = Outcome(raw["outcome"])
         return cls(**raw)
 
 
 def next_attempt(job: Job, report: AttemptReport, max_attempts: int = MAX_ATTEMPTS) -> Job | None:
     """Return the job to run after this report (the same student, the guilty cell skipped), or None: done."""
     failure = report.failure
-    if (report.outcome != FAILED or failure is None or report.blamed is None or not failure.kind.retried
+    if (report.outcome != Outcome.FAILED or failure is None or report.blamed is None or not failure.kind.retried
             or job.attempt >= max_attempts or report.blamed in {(s.notebook, s.cell) for s in job.skip}):
         return None
     # A dead kernel is noticed up to a second late, so a failure can be blamed on a cell after the culprit:

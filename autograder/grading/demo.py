@@ -14,6 +14,7 @@ It grades them in a scratch copy of the course (graded/demo/course), so the real
 import copy
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -22,7 +23,8 @@ from nbgrader import utils
 from autograder.cells import grade_id
 from autograder.course import assignments
 from autograder.grading import gradebook as gbook
-from autograder.grading.session import GradingError, RunSummary, grade_class
+from autograder.grading.errors import UnknownAssignment
+from autograder.grading.session import GradeOptions, RunSummary, grade_class
 
 MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 PLAN = {
@@ -87,8 +89,10 @@ def build_class(course: Path, assignment: str, dest: Path) -> list[str]:
     return sorted(PLAN)
 
 
-def run_demo(root: Path, out: Path, only: list[str] | None = None, *, jobs: int | None = None,
-             timeout: float = 120, memory_mib: int = 4096, sandbox: str = "auto", progress: bool = True,
+DEMO_OPTIONS = GradeOptions(timeout=120)
+
+
+def run_demo(root: Path, out: Path, only: list[str] | None = None, options: GradeOptions = DEMO_OPTIONS,
              echo=print) -> list[RunSummary]:
     """Build the demo course and class under `out`, grade every assignment (or `only` these), return the runs."""
     course = out / "course"
@@ -99,7 +103,7 @@ def run_demo(root: Path, out: Path, only: list[str] | None = None, *, jobs: int 
     found = [a for a in assignments(root) if not only or a in only]
     unknown = sorted(set(only or []) - set(found))
     if unknown or not found:
-        raise GradingError(f"no assignment {', '.join(unknown)} in source/" if unknown
+        raise UnknownAssignment(f"no assignment {', '.join(unknown)} in source/" if unknown
                            else "no assignments in source/: nothing to demonstrate")
     runs = []
     for assignment in found:
@@ -109,6 +113,6 @@ def run_demo(root: Path, out: Path, only: list[str] | None = None, *, jobs: int 
         echo(f"\n== {assignment}: a class of {len(PLAN)} ==")
         for student, what in PLAN.items():
             echo(f"   {student}: {what}")
-        runs.append(grade_class(course, assignment, subs, jobs=jobs, timeout=timeout, memory_mib=memory_mib,
-                                out=out / assignment, sandbox=sandbox, force=True, progress=progress, echo=echo))
+        runs.append(grade_class(course, assignment, subs, replace(options, force=True), out=out / assignment,
+                                echo=echo))
     return runs

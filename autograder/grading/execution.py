@@ -32,6 +32,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Integer, Unicode
 
 from autograder.cells import grade_id
+from autograder.grading.attempt import EventKind
 from autograder.grading.guard_kernel import GRADER_KEY
 from autograder.grading.sandbox import MAX_FILE_MIB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
@@ -101,10 +102,10 @@ class GraderExecute(Execute):
         try:
             result = super().preprocess(nb, resources, km)
         except DeadKernelError:
-            self._event("kernel-died", self._cell, self._exit_detail())
+            self._event(EventKind.KERNEL_DIED, self._cell, self._exit_detail())
             raise
         except CellTimeoutError:
-            self._event("unresponsive", self._cell, "did not stop when interrupted")
+            self._event(EventKind.UNRESPONSIVE, self._cell, "did not stop when interrupted")
             raise
         finally:
             self._close_channel()
@@ -195,7 +196,7 @@ class GraderExecute(Execute):
         message = f"{self._cell_name(index)} {words}"
         if message not in self._flagged:
             self._flagged.add(message)
-            self._event("tamper", index, message)
+            self._event(EventKind.TAMPER, index, message)
 
     def _flagged_with(self, index, words: str) -> bool:
         """Return True when the kernel already flagged this cell for the same thing (in any detail)."""
@@ -263,7 +264,7 @@ class GraderExecute(Execute):
         out_of_budget = self._remaining() <= 1
         why = (f"the notebook's time limit ({self.budget:g} s) ran out" if out_of_budget
                else f"the cell ran longer than {timeout} s")
-        self._event("timeout", self._cell, why)
+        self._event(EventKind.TIMEOUT, self._cell, why)
         return await super()._async_handle_timeout(timeout, cell)
 
     # --- cells ---------------------------------------------------------------------------------------
@@ -276,11 +277,11 @@ class GraderExecute(Execute):
         reason = self.skip.get(self._notebook, {}).get(str(cell_index))
         if reason is None and self._remaining() <= 0:
             reason = f"not run: the notebook's time limit ({self.budget:g} s) had run out"
-            if not any(e["kind"] == "timeout" for e in self._events):
-                self._event("timeout", cell_index, "the notebook's time limit ran out")
+            if not any(e["kind"] == EventKind.TIMEOUT for e in self._events):
+                self._event(EventKind.TIMEOUT, cell_index, "the notebook's time limit ran out")
         if reason is not None:
             cell.outputs = [_error_output(NOT_RUN, reason)]
-            self._event("skipped", cell_index, reason)
+            self._event(EventKind.SKIPPED, cell_index, reason)
             return cell
         self._write_progress("running")
         self._kept_cell = 0
@@ -292,24 +293,24 @@ class GraderExecute(Execute):
         if self._is_test(cell_index):
             await self._read_waiting_replies()
         if self.task_events and refused_tasks(self.task_events) > refused:
-            self._event("processes", cell_index, f"tried to start more than {MAX_TASKS} processes and threads; "
+            self._event(EventKind.PROCESSES, cell_index, f"tried to start more than {MAX_TASKS} processes and threads; "
                                                  "the rest were refused")
         if self._dropped_cell:
             cell.outputs.insert(0, NotebookNode(  # first, so that nbgrader's LimitOutput keeps it
                 output_type="stream", name="stderr",
                 text=f"[grader: {self._dropped_cell:,} more characters of output were dropped; "
                      f"at most {self.cell_output_chars:,} are kept per cell]\n"))
-            self._event("truncated", cell_index, f"{self._dropped_cell:,} characters of output dropped")
+            self._event(EventKind.TRUNCATED, cell_index, f"{self._dropped_cell:,} characters of output dropped")
         for output in cell.outputs:
             if output.get("output_type") != "error":
                 continue
             if is_memory_error(output):
                 evalue = str(output.get("evalue") or "").strip()
-                self._event("memory", cell_index, f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
+                self._event(EventKind.MEMORY, cell_index, f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
             elif "File too large" in str(output.get("evalue", "")) or output.get("ename") == "FileTooLarge":
-                self._event("disk", cell_index, f"wrote a file larger than the {MAX_FILE_MIB} MiB limit")
+                self._event(EventKind.DISK, cell_index, f"wrote a file larger than the {MAX_FILE_MIB} MiB limit")
             elif output.get("ename") == "SystemExit":
-                self._event("sys-exit", cell_index, "called sys.exit(); the grader carried on")
+                self._event(EventKind.SYS_EXIT, cell_index, "called sys.exit(); the grader carried on")
         return cell
 
     execute_cell = run_sync(async_execute_cell)
@@ -350,7 +351,7 @@ class GraderExecute(Execute):
             return None
         return grade_id(self.nb.cells[index])
 
-    def _event(self, kind: str, index, message: str) -> None:
+    def _event(self, kind: EventKind, index, message: str) -> None:
         self._events.append({"kind": kind, "notebook": self._notebook, "cell": index,
                              "grade_id": self._grade_id(index), "message": message})
         self._write_progress("running")

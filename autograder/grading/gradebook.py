@@ -15,13 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from autograder.course import course_config, course_directory, error_line, venv_on_path
-from autograder.grading.results import MISSING, StudentResult
+from autograder.grading.errors import GenerateFailed, GradebookBusy
+from autograder.grading.results import Status, StudentResult
 
 AUTOTESTS = "autotests.yml"
-
-
-class GradebookError(RuntimeError):
-    """The gradebook cannot be used for this run; the message says why and what to do."""
 
 
 def course_db_url(root: Path) -> str:
@@ -46,7 +43,7 @@ def locked(db_url: str) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise GradebookError(f"another grading run is using {path}; wait for it to finish") from None
+            raise GradebookBusy(f"another grading run is using {path}; wait for it to finish") from None
         try:
             yield
         finally:
@@ -124,7 +121,7 @@ def generate(root: Path, assignment: str, scratch: Path, db_url: str | None = No
         result = NbGraderAPI(config=config).generate_assignment(assignment, force=True, create=True)
     if not result.get("success"):
         text = (result.get("error") or "") + "\n" + (result.get("log") or "")
-        raise GradebookError(f"nbgrader could not generate {assignment}: {error_line(text, 'no reason given')}")
+        raise GenerateFailed(f"nbgrader could not generate {assignment}: {error_line(text, 'no reason given')}")
     return scratch
 
 
@@ -147,7 +144,7 @@ def record(db_url: str, course: str, assignment: str, result: StudentResult) -> 
     with Gradebook(db_url, course) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission trips SQLAlchemy 2's autoflush
         gb.update_or_create_student(result.student)
-        if result.status == MISSING:
+        if result.status == Status.MISSING:
             return
         gb.update_or_create_submission(assignment, result.student, timestamp=result.timestamp)
         for cell in result.cells:

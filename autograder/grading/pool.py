@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.grading.attempt import FAILED, AttemptReport, Failure, FailureKind, Job, progress_events
+from autograder.grading.attempt import AttemptReport, Failure, FailureKind, Job, Outcome, progress_events
 from autograder.grading.execution import read_progress
 from autograder.grading.sandbox import (
     MAX_DISK_MIB,
@@ -34,13 +34,13 @@ from autograder.grading.sandbox import (
     process_children,
     wait_for,
 )
-from autograder.grading.worker import Settings, Worker
+from autograder.grading.worker import Worker, WorkerSettings
 
 TICK = 0.25
 WATCH_EVERY = 0.5
 
 
-def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path, cap: TaskCap | None) -> None:
+def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path: Path, cap: TaskCap | None) -> None:
     """Body of a worker process: read jobs, grade, write reports, until the job pipe closes."""
     os.setsid()
     die_with_parent()
@@ -66,11 +66,11 @@ def _child_main(settings: Settings, job_fd: int, report_fd: int, log_path: Path,
     for line in jobs:
         job = Job.from_json(line)
         try:
-            report = worker.grade(job)
+            report = worker.attempt(job)
         except Exception as exc:  # noqa: BLE001  (a bug here must not lose the student: report it)
             traceback.print_exc()
             text = str(exc).splitlines()[0] if str(exc) else ""
-            report = AttemptReport(FAILED, Failure(FailureKind.GRADER_ERROR,
+            report = AttemptReport(Outcome.FAILED, Failure(FailureKind.GRADER_ERROR,
                                                    f"the grader failed on it ({type(exc).__name__}: {text})"[:300]))
         _kill_leftovers()
         reports.write(report.to_json() + "\n")
@@ -107,7 +107,7 @@ class WorkerProcess:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def start(cls, settings: Settings, log_path: Path, cap: TaskCap | None = None) -> "WorkerProcess":
+    def start(cls, settings: WorkerSettings, log_path: Path, cap: TaskCap | None = None) -> "WorkerProcess":
         """Fork a worker process (inside `cap`, when there is one)."""
         job_r, job_w = os.pipe()
         report_r, report_w = os.pipe()
@@ -166,7 +166,7 @@ class WorkerProcess:
 class Pool:
     """A fixed number of worker processes grading jobs; `run` calls back with one report per attempt."""
 
-    def __init__(self, settings: Settings, size: int, memory_mib: int, log_dir: Path) -> None:
+    def __init__(self, settings: WorkerSettings, size: int, memory_mib: int, log_dir: Path) -> None:
         self.settings = settings
         self.size = max(1, size)
         self.memory_mib = memory_mib
@@ -276,7 +276,7 @@ class Pool:
         where = progress.get("cell") if progress.get("state") == "running" else None
         failure = Failure(kind, message, progress.get("notebook"), where,
                           progress.get("grade_id") if where is not None else None)
-        return AttemptReport(FAILED, failure, progress_events(progress))
+        return AttemptReport(Outcome.FAILED, failure, progress_events(progress))
 
     def shutdown(self) -> None:
         """Stop every worker: politely when idle, by force when busy."""

@@ -12,21 +12,10 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from autograder.grading.results import (
-    CRASHED,
-    DISK,
-    GRADED,
-    MEMORY,
-    PROCESSES,
-    STATUSES,
-    TIMEOUT,
-    StudentResult,
-    write_atomic,
-)
+from autograder.grading.results import Status, StudentResult, write_atomic
 from autograder.safe_html import STATIC_PAGE_CSP
 
 CSV_HEADER = ("student", "assignment", "score", "max_score", "late_penalty", "status", "detail", "flags")
-RAN = (GRADED, TIMEOUT, MEMORY, PROCESSES, DISK, CRASHED)
 
 
 def number(value: float) -> str:
@@ -66,7 +55,7 @@ class Exercise:
 
 def exercises(results: list[StudentResult]) -> list[Exercise]:
     """Return per-cell pass rates over the students whose notebook ran, in notebook order."""
-    ran = [r for r in results if r.status in RAN and r.ran]
+    ran = [r for r in results if r.status.ran_notebooks and r.ran]
     order: dict[tuple[str, str], float] = {}
     for r in results:
         for c in r.cells:
@@ -166,10 +155,10 @@ def summary_html(assignment: str, results: list[StudentResult], isolation: str, 
     return _templates().get_template("summary.html.j2").render(
         assignment=assignment, csp=STATIC_PAGE_CSP, students=rows, isolation=isolation,
         exercises=exercises(results),
-        status_line=", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]),
+        status_line=", ".join(f"{counts[s]} {s}" for s in Status if counts[s]),
         mean=number(round(statistics.mean(scores), 2)) if scores else "-",
         median=number(round(statistics.median(scores), 2)) if scores else "-",
-        max_score=number(max_score), ran=sum(r.status in RAN for r in results),
+        max_score=number(max_score), ran=sum(r.status.ran_notebooks for r in results),
         flagged=sum(bool(r.flags) for r in results), histogram=histogram_svg(scores, max_score))
 
 

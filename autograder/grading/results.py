@@ -6,12 +6,30 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autograder.words import Word
+
 # Bump when a change to the grader can change grades: cached results from older versions are then regraded.
 GRADER_VERSION = "4"
 
-GRADED, TIMEOUT, MEMORY, CRASHED, INVALID, MISSING = "graded", "timeout", "memory", "crashed", "invalid", "missing"
-PROCESSES, DISK = "processes", "disk"
-STATUSES = (GRADED, TIMEOUT, MEMORY, PROCESSES, DISK, CRASHED, INVALID, MISSING)
+
+
+class Status(Word):
+    """A student's status for one assignment, in the order the summary counts them."""
+
+    GRADED = "graded"
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    PROCESSES = "processes"
+    DISK = "disk"
+    CRASHED = "crashed"
+    INVALID = "invalid"
+    MISSING = "missing"
+    REFUSED = "refused"  # the autograde service would not copy the submission out of the exchange
+
+    @property
+    def ran_notebooks(self) -> bool:
+        """Return True when the student's notebooks were run (whether or not every cell finished)."""
+        return self in (Status.GRADED, Status.TIMEOUT, Status.MEMORY, Status.PROCESSES, Status.DISK, Status.CRASHED)
 
 
 @dataclass
@@ -38,7 +56,7 @@ class StudentResult:
 
     student: str
     assignment: str
-    status: str
+    status: Status
     detail: str = ""
     cells: list[CellScore] = field(default_factory=list)
     # notebook -> solution/task cell grade_id -> nbgrader's auto_comment ("No response." or None)
@@ -49,6 +67,9 @@ class StudentResult:
     ran: bool = False  # True when an autograded notebook exists for this student
     # Tampering the grading kernel found and undid, one short reason each, for the instructor to review
     flags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # a spelling read back from JSON or CSV becomes the member
 
     @property
     def score(self) -> float:

@@ -29,6 +29,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+
+class IsolationUnavailable(RuntimeError):
+    """The requested isolation cannot be set up on this machine (stdlib only: this file also runs as a script)."""
+
+
 MODES = ("bwrap", "unshare", "none")
 # torch maps about 3.2 GiB of address space at import before it holds any data, so the address-space limit
 # is the memory cap plus this; the real (resident) memory cap is enforced by watching the process tree.
@@ -40,10 +45,6 @@ MAX_TASKS = 512
 MAX_DISK_MIB = 2048
 MAX_FILES = 10_000
 CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1's pids hierarchy, then v2's
-
-
-class SandboxError(RuntimeError):
-    """The requested isolation cannot be set up on this machine."""
 
 
 DESCRIPTIONS = {
@@ -135,9 +136,9 @@ def python_locations() -> list[str]:
 
 def detect_isolation(preference: str = "auto", hidden: list[Path] | None = None,
                      visible: list[Path] | None = None) -> Isolation:
-    """Return the best isolation that works here (or the one asked for; SandboxError if it does not work)."""
+    """Return the best isolation that works here (or the one asked for; IsolationUnavailable if it does not work)."""
     if preference not in ("auto", *MODES):
-        raise SandboxError(f"unknown sandbox {preference!r}: choose auto, {', '.join(MODES)}")
+        raise IsolationUnavailable(f"unknown sandbox {preference!r}: choose auto, {', '.join(MODES)}")
     hide = {str(p) for p in (hidden or [])} | {str(Path.home()), "/home", "/root", "/mnt", "/media"}
     show = set(python_locations()) | {str(p) for p in (visible or [])}
     notes: list[str] = []
@@ -149,7 +150,7 @@ def detect_isolation(preference: str = "auto", hidden: list[Path] | None = None,
         if problem is None:
             return Isolation(mode, isolation.hidden, isolation.visible, isolation.bwrap_size_option, tuple(notes))
         if preference != "auto":
-            raise SandboxError(f"--sandbox {mode} does not work here: {problem}")
+            raise IsolationUnavailable(f"--sandbox {mode} does not work here: {problem}")
         notes.append(f"{mode} not used: {problem}")
     raise AssertionError("unreachable")
 

@@ -18,45 +18,41 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 from nbgrader import utils
 from sqlalchemy.exc import SQLAlchemyError
+from tqdm import tqdm
 
 from autograder.cells import grade_id
 from autograder.grading import gradebook as gbook
 from autograder.grading import scratch
 from autograder.grading.attempt import (
-    COMPLETED,
     AttemptReport,
     Event,
+    EventKind,
     Failure,
     FailureKind,
     Job,
+    Outcome,
     next_attempt,
     wrongly_blamed,
 )
-from autograder.grading.report import write_reports
-from autograder.grading.results import (
-    DISK,
-    GRADED,
-    INVALID,
-    MEMORY,
-    MISSING,
-    PROCESSES,
-    TIMEOUT,
-    StudentResult,
-    fingerprint,
-    hash_tree,
-    write_atomic,
-    zero_cells,
+from autograder.grading.errors import (
+    GradingError,
+    RecordFailed,
+    SandboxError,
+    UnknownAssignment,
+    UnsupportedCourse,
 )
-from autograder.grading.sandbox import Isolation, detect_isolation
+from autograder.grading.report import write_reports
+from autograder.grading.results import Status, StudentResult, fingerprint, hash_tree, write_atomic, zero_cells
+from autograder.grading.sandbox import Isolation, IsolationUnavailable, detect_isolation
 from autograder.grading.submissions import (
     Submission,
-    SubmissionsError,
     match_submission,
     open_submissions,
     read_notebook_json,
@@ -73,11 +69,40 @@ MAX_RESULT_BYTES = 16 * 2**20  # a saved result larger than this is not one the 
 # making the scratch course, feedback and report; past it the worker is stopped (pool.py).
 KERNEL_START_STOP_S = 20
 ATTEMPT_OVERHEAD_S = 40
+BACKUP_NAME = "gradebook-before-grading.db"  # in the output folder: the gradebook as it was before the run
 STUDENT_PACKAGES = ("devicelab",)  # imported by assignment notebooks; visible inside the sandbox
 
 
-class GradingError(RuntimeError):
-    """The run cannot start (unknown assignment, unreadable submissions, gradebook in use)."""
+@dataclass(frozen=True)
+class GradeOptions:
+    """How a run grades: the same for every student of it."""
+
+    jobs: int | None = None  # parallel workers; None: one per CPU core
+    timeout: float = DEFAULT_TIMEOUT  # seconds per notebook
+    memory_mib: int = DEFAULT_MEMORY_MIB  # per student
+    sandbox: str = "auto"  # auto or one of sandbox.MODES
+    force: bool = False  # grade again even students whose saved result is still valid
+    progress: bool = True  # show a progress bar
+    hidden: tuple[Path, ...] = ()  # more folders the sandbox hides (e.g. a hub's exchange)
+
+    @property
+    def workers(self) -> int:
+        """Return the number of parallel workers asked for (one per core when not given)."""
+        return self.jobs or default_jobs()
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The assignment as generated for this run: its template course, its notebooks' cells and their points."""
+
+    template: Path  # a course with the assignment generated: gradebook.db, source/, release/
+    expected: dict[str, set[str]]  # notebook name -> grade_ids of its cells
+    max_points: dict[tuple[str, str], float]  # (notebook, grade_id) -> points, graded cells only
+
+    @property
+    def multi(self) -> bool:
+        """Return True when the assignment has several notebooks (details then name the notebook)."""
+        return len(self.expected) > 1
 
 
 @dataclass
@@ -121,14 +146,15 @@ def describe_failure(failure: Failure, multi: bool) -> str:
     return f"{where}: {message}" if where else message
 
 
-# Events of a completed attempt that change the status (when it is still `graded`), and how they read
-EVENT_STATUS = {"timeout": TIMEOUT, "memory": MEMORY, "processes": PROCESSES, "disk": DISK}
+# Events of a completed attempt the student's detail tells of (those with a status also change a `graded` one)
+REPORTED_EVENTS = (EventKind.TIMEOUT, EventKind.MEMORY, EventKind.PROCESSES, EventKind.DISK, EventKind.SYS_EXIT,
+                   EventKind.TRUNCATED)
 
 
 def _event_detail(event: Event, where: str) -> str:
-    if event.kind == "timeout":
+    if event.kind == EventKind.TIMEOUT:
         return f"{where}: {event.message}; the cell was interrupted"
-    if event.kind == "memory":
+    if event.kind == EventKind.MEMORY:
         return f"{where}: ran out of memory ({event.message})"
     return f"{where}: {event.message}"
 
@@ -136,28 +162,28 @@ def _event_detail(event: Event, where: str) -> str:
 def combine(student: str, assignment: str, attempts: list[AttemptReport], notes: list[str],
             max_points: dict[tuple[str, str], float], multi: bool) -> StudentResult:
     """Turn a student's attempts (worker reports, last one final) into their result."""
-    result = StudentResult(student, assignment, GRADED)
+    result = StudentResult(student, assignment, Status.GRADED)
     failures = [a.failure for a in attempts if a.failure is not None]
     final = attempts[-1]
     details = [describe_failure(f, multi) for f in failures]
-    if failures and final.outcome == COMPLETED:
+    if failures and final.outcome == Outcome.COMPLETED:
         details[-1] += "; graded again without running that cell"
     if failures:
         result.status = failures[0].kind.status
     seen = set()
-    for event in final.events if final.outcome == COMPLETED else []:
+    for event in final.events if final.outcome == Outcome.COMPLETED else []:
         key = (event.kind, event.notebook, event.cell)
-        if key in seen or event.kind not in (*EVENT_STATUS, "sys-exit", "truncated"):
+        if key in seen or event.kind not in REPORTED_EVENTS:
             continue
         seen.add(key)
-        if event.kind in EVENT_STATUS and result.status == GRADED:
-            result.status = EVENT_STATUS[event.kind]
+        if event.kind.status is not None and result.status == Status.GRADED:
+            result.status = event.kind.status
         details.append(_event_detail(event, _where(event, multi)))
     flags = list(dict.fromkeys((f"{e.notebook}: " if multi and e.notebook else "") + e.message
-                               for attempt in attempts for e in attempt.events if e.kind == "tamper"))
+                               for attempt in attempts for e in attempt.events if e.kind == EventKind.TAMPER))
     result.flags = flags[:MAX_FLAGS] + ([f"and {len(flags) - MAX_FLAGS} more findings"]
                                         if len(flags) > MAX_FLAGS else [])
-    if final.outcome == COMPLETED:
+    if final.outcome == Outcome.COMPLETED:
         result.cells = list(final.cells)
         result.comments = final.comments
         result.late_penalties = final.late_penalties
@@ -165,7 +191,7 @@ def combine(student: str, assignment: str, attempts: list[AttemptReport], notes:
         result.ran = True
         tests = [c for c in result.cells if c.kind == "test"]
         failed = [c for c in tests if not c.passed and c.max_score > 0]
-        if failed and result.status == GRADED:
+        if failed and result.status == Status.GRADED:
             shown = ", ".join(c.grade_id for c in failed[:4]) + (", ..." if len(failed) > 4 else "")
             details.append(f"failed {len(failed)} of {len(tests)} tests: {shown}")
         waiting = [c for c in result.cells if c.needs_manual_grade]
@@ -179,14 +205,14 @@ def combine(student: str, assignment: str, attempts: list[AttemptReport], notes:
     return result
 
 
-def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | None = None,
-                timeout: float = DEFAULT_TIMEOUT, memory_mib: int = DEFAULT_MEMORY_MIB, out: Path | None = None,
-                sandbox: str = "auto", force: bool = False, progress: bool = True, echo=print,
-                hidden: tuple[Path, ...] = ()) -> RunSummary:
+def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOptions = GradeOptions(), *,
+                out: Path | None = None, echo: Callable[[str], object] = print,
+                on_result: Callable[[StudentResult], object] | None = None) -> RunSummary:
     """Grade every student folder in `submissions`; write grades, feedback, summary; fill the gradebook.
 
-    `hidden`: more folders the sandbox hides from student code (beside the course, the submissions and the
-    output), e.g. the exchange of a hub whose grader account may read every submission.
+    `on_result` is called with each student's result as soon as they are recorded (gradebook, feedback pages,
+    saved result), in the calling thread; students whose saved result is reused are not announced.
+    Raises a GradingError subclass (errors.py) when the run cannot start or go on.
     """
     root = root.resolve()
     if str(root) not in sys.path:  # as nbgrader does: plugins (late penalties, exporters) live beside the config
@@ -194,26 +220,26 @@ def grade_class(root: Path, assignment: str, submissions: Path, *, jobs: int | N
     source = root / "source" / assignment
     if not source.is_dir() or not any(source.glob("*.ipynb")):
         have = sorted(p.name for p in (root / "source").iterdir() if p.is_dir()) if (root / "source").is_dir() else []
-        raise GradingError(f"no assignment {assignment!r} in {root / 'source'} (have: {', '.join(have) or 'none'})")
+        raise UnknownAssignment(
+            f"no assignment {assignment!r} in {root / 'source'} (have: {', '.join(have) or 'none'})")
     problems = unsupported(root, assignment)
     if problems:
-        raise GradingError("this course cannot be graded here: " + "; ".join(problems)
+        raise UnsupportedCourse("this course cannot be graded here: " + "; ".join(problems)
                            + ". Use plain `nbgrader autograde` for it (README, 'Grading a class').")
     for left in scratch.remove_stale():
         echo(f"removed {left}, the scratch of a grading run that was killed")
     run_root = scratch.make_run_root()
-    run = ClassRun(root, assignment, Path(submissions).resolve(), (out or root / "graded" / assignment).resolve(),
-                   run_root, jobs or default_jobs(), timeout, memory_mib, echo, [Path(p) for p in hidden])
+    submissions = Path(submissions).resolve()
+    out = (out or root / "graded" / assignment).resolve()
     try:
-        try:
-            folder = open_submissions(run.submissions, run_root, assignment)
-        except SubmissionsError as exc:
-            raise GradingError(str(exc)) from exc
-        try:
-            with gbook.locked(run.db_url):
-                return run.grade(folder, sandbox, force, progress)
-        except gbook.GradebookError as exc:
-            raise GradingError(str(exc)) from exc
+        folder = open_submissions(submissions, run_root, assignment)
+        with gbook.locked(gbook.course_db_url(root)):
+            prepared = prepare(root, assignment, out, run_root)
+            inbox = submissions if submissions.is_dir() else submissions.parent
+            isolation = isolate(options.sandbox, [root, inbox, folder, out, run_root, *options.hidden], echo)
+            run = ClassRun(root, assignment, submissions, out, run_root, prepared, isolation, options, echo,
+                           on_result)
+            return run.grade(folder)
     finally:
         if os.environ.get("DEVICELAB_KEEP_SCRATCH"):
             scratch.keep(run_root)
@@ -244,58 +270,91 @@ def unsupported(root: Path, assignment: str) -> list[str]:
     return problems
 
 
-class ClassRun:
-    """The state of one `grade` run; `grade` does it all, the other methods are its steps."""
+def prepare(root: Path, assignment: str, out: Path, run_root: Path) -> Assignment:
+    """Back up the gradebook, generate the template course, define the assignment; return what grading needs."""
+    db_url = gbook.course_db_url(root)
+    out.mkdir(parents=True, exist_ok=True)
+    gbook.backup(db_url, out / BACKUP_NAME)
+    template = gbook.generate_apart(root, assignment, run_root / "template")
+    gbook.generate_apart(root, assignment, run_root / "register", db_url=db_url)
+    gbook.copy_due_date(db_url, f"sqlite:///{template / 'gradebook.db'}", gbook.course_id(root), assignment)
+    expected: dict[str, set[str]] = {}
+    max_points: dict[tuple[str, str], float] = {}
+    for nb in sorted((template / "release" / assignment).glob("*.ipynb")):
+        raw, _ = read_notebook_json(nb)
+        expected[nb.name] = set()
+        for cell in nbformat.from_dict(raw["cells"]):
+            gid = grade_id(cell)
+            if gid:
+                expected[nb.name].add(gid)
+                if utils.is_grade(cell):
+                    max_points[(nb.name, gid)] = float(cell.metadata.nbgrader.get("points", 0))
+    return Assignment(template, expected, max_points)
 
-    def __init__(self, root: Path, assignment: str, submissions: Path, out: Path, run_root: Path, jobs: int,
-                 timeout: float, memory_mib: int, echo, extra_hidden: list[Path] | None = None) -> None:
+
+def isolate(sandbox: str, hide: list[Path], echo: Callable[[str], object]) -> Isolation:
+    """Pick the sandbox: hide the given folders (course, submissions, output...); show Python and its packages."""
+    packages = [Path(spec.origin).parent for name in STUDENT_PACKAGES
+                if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
+    try:
+        isolation = detect_isolation(sandbox, hidden=hide, visible=packages)
+    except IsolationUnavailable as exc:
+        raise SandboxError(str(exc)) from exc
+    for note in isolation.notes:
+        echo(f"note: {note}")
+    return isolation
+
+
+class ClassRun:
+    """One `grade` run over a prepared assignment: `grade` does it all, the other methods are its steps."""
+
+    def __init__(self, root: Path, assignment: str, submissions: Path, out: Path, run_root: Path,
+                 prepared: Assignment, isolation: Isolation, options: GradeOptions,
+                 echo: Callable[[str], object], on_result: Callable[[StudentResult], object] | None) -> None:
         self.root, self.assignment, self.submissions, self.out = root, assignment, submissions, out
-        self.run_root, self.jobs, self.timeout, self.memory_mib, self.echo = run_root, jobs, timeout, memory_mib, echo
+        self.run_root, self.prepared, self.isolation, self.options = run_root, prepared, isolation, options
+        self.echo, self.on_result = echo, on_result
         self.db_url, self.course = gbook.course_db_url(root), gbook.course_id(root)
-        self.backup = out / "gradebook-before-grading.db"
+        self.backup = out / BACKUP_NAME
         self.started = time.monotonic()
         self.results: dict[str, StudentResult] = {}
         self.subs: dict[str, Submission] = {}
         self.prints: dict[str, str] = {}
         self.attempts: dict[str, list[AttemptReport]] = {}
         self.in_course = submissions == (root / "submitted").resolve()
-        self.bar = None
-        # Set by prepare(): the assignment's notebooks (name -> grade_ids), points per graded cell, several notebooks?
-        self.expected: dict[str, set[str]] = {}
-        self.max_points: dict[tuple[str, str], float] = {}
-        self.multi = False
-        self.isolation: Isolation | None = None  # set by isolate()
         self.reused: set[str] = set()  # students whose saved result was reused (plan())
-        self.extra_hidden = list(extra_hidden or [])  # more folders the sandbox hides (grade_class's hidden)
+        self.bar = tqdm(disable=True)  # replaced by the real bar in grade()
 
-    def grade(self, folder: Path, sandbox: str, force: bool, progress: bool) -> RunSummary:
-        """Prepare, reuse what is unchanged, grade the rest in parallel, write the reports."""
-        from tqdm import tqdm
+    @property
+    def max_points(self) -> dict[tuple[str, str], float]:
+        """Return the points of each graded cell ((notebook, grade_id) -> points)."""
+        return self.prepared.max_points
 
+    def grade(self, folder: Path) -> RunSummary:
+        """Reuse what is unchanged, grade the rest in parallel, write the reports."""
         from autograder.grading.pool import Pool
-        from autograder.grading.worker import Settings
+        from autograder.grading.worker import WorkerSettings
 
+        options = self.options
         students, ignored = student_folders(folder)
-        template = self.prepare()
-        self.isolation = self.isolate(sandbox, folder)
         others = frozenset(p.name for p in (self.root / "source").iterdir() if p.is_dir()) - {self.assignment}
-        subs = [_matched(f, self.expected, self.assignment, others) for f in students]
-        todo = self.plan(subs, force, self.isolation)
+        subs = [_matched(f, self.prepared.expected, self.assignment, others) for f in students]
+        todo = self.plan(subs)
         self.echo(f"{self.assignment}: {len(subs)} students in {self.submissions}"
                   + (f" ({len(self.reused)} unchanged since the last run)" if self.reused else ""))
         if ignored:
             self.echo(f"ignored (not student folders): {', '.join(ignored[:8])}{' ...' if len(ignored) > 8 else ''}")
         self.echo(f"isolation: {self.isolation.description}")
         if todo:
-            self.echo(f"{len(todo)} to grade with {min(self.jobs, len(todo))} workers, {self.timeout:g} s per "
-                      f"notebook, {self.memory_mib} MiB each")
-        workers = min(self.jobs, max(1, len(todo)))
-        settings = Settings(self.root, self.assignment, template, self.run_root, self.isolation, self.timeout,
-                            self.memory_mib, max(1, default_jobs() // workers))
+            self.echo(f"{len(todo)} to grade with {min(options.workers, len(todo))} workers, {options.timeout:g} s "
+                      f"per notebook, {options.memory_mib} MiB each")
+        workers = min(options.workers, max(1, len(todo)))
+        settings = WorkerSettings(self.root, self.assignment, self.prepared.template, self.run_root, self.isolation,
+                                  options.timeout, options.memory_mib, max(1, default_jobs() // workers))
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
-                        desc=f"grading {self.assignment}", disable=not progress)
-        pool = Pool(settings, workers, self.memory_mib, self.run_root)
+                        desc=f"grading {self.assignment}", disable=not options.progress)
+        pool = Pool(settings, workers, options.memory_mib, self.run_root)
         try:
             pool.run(todo, self.seconds_for, self.on_report)
         finally:
@@ -306,45 +365,11 @@ class ClassRun:
         return RunSummary(ordered, self.out, self.isolation, len(self.reused), len(todo),
                           time.monotonic() - self.started, ignored)
 
-    def prepare(self) -> Path:
-        """Back up the gradebook, generate the template course, define the assignment; return the template."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        gbook.backup(self.db_url, self.backup)
-        template = gbook.generate_apart(self.root, self.assignment, self.run_root / "template")
-        gbook.generate_apart(self.root, self.assignment, self.run_root / "register", db_url=self.db_url)
-        gbook.copy_due_date(self.db_url, f"sqlite:///{template / 'gradebook.db'}", self.course, self.assignment)
-        self.expected, self.max_points = {}, {}
-        for nb in sorted((template / "release" / self.assignment).glob("*.ipynb")):
-            raw, _ = read_notebook_json(nb)
-            self.expected[nb.name] = set()
-            for cell in nbformat.from_dict(raw["cells"]):
-                gid = grade_id(cell)
-                if gid:
-                    self.expected[nb.name].add(gid)
-                    if utils.is_grade(cell):
-                        self.max_points[(nb.name, gid)] = float(cell.metadata.nbgrader.get("points", 0))
-        self.multi = len(self.expected) > 1
-        return template
-
-    def isolate(self, sandbox: str, folder: Path) -> Isolation:
-        """Pick the sandbox: hide the course, the submissions and the output; show Python and its packages."""
-        packages = [Path(spec.origin).parent for name in STUDENT_PACKAGES
-                    if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
-        inbox = self.submissions if self.submissions.is_dir() else self.submissions.parent
-        try:
-            hide = [self.root, inbox, folder, self.out, self.run_root, *self.extra_hidden]
-            isolation = detect_isolation(sandbox, hidden=hide, visible=packages)
-        except RuntimeError as exc:
-            raise GradingError(str(exc)) from exc
-        for note in isolation.notes:
-            self.echo(f"note: {note}")
-        return isolation
-
     def seconds_for(self, job: Job) -> float:
         """Return the wall-clock budget of one attempt (past it, its worker is stopped)."""
-        return len(job.notebooks) * (self.timeout + KERNEL_START_STOP_S) + ATTEMPT_OVERHEAD_S
+        return len(job.notebooks) * (self.options.timeout + KERNEL_START_STOP_S) + ATTEMPT_OVERHEAD_S
 
-    def plan(self, subs: list[Submission], force: bool, isolation: Isolation) -> list[Job]:
+    def plan(self, subs: list[Submission]) -> list[Job]:
         """Reuse unchanged results, settle missing and invalid students, and return the jobs for the rest."""
         digest = hash_tree(regular_files(self.root / "source" / self.assignment),
                            self.root / "source" / self.assignment)
@@ -356,13 +381,13 @@ class ClassRun:
                 files = hash_tree(regular_files(sub.folder), sub.folder)
             except OSError as exc:  # a file that cannot be read: this student's problem only
                 files = ""
-                sub.status, sub.detail = INVALID, f"a file cannot be read ({_why(exc)})"
-            self.prints[sub.student] = fingerprint(digest, files, float(self.timeout), int(self.memory_mib),
-                                                   isolation.mode)
-            cached = None if force else _cached(self.out, self.root, self.assignment, sub.student,
+                sub.status, sub.detail = Status.INVALID, f"a file cannot be read ({_why(exc)})"
+            self.prints[sub.student] = fingerprint(digest, files, float(self.options.timeout),
+                                                   int(self.options.memory_mib), self.isolation.mode)
+            cached = None if self.options.force else _cached(self.out, self.root, self.assignment, sub.student,
                                                  self.prints[sub.student])
             if cached is not None:
-                if cached.status == MISSING or not gbook.has_submission(self.db_url, self.course, self.assignment,
+                if cached.status == Status.MISSING or not gbook.has_submission(self.db_url, self.course, self.assignment,
                                                                          sub.student):
                     gbook.record(self.db_url, self.course, self.assignment, cached)  # e.g. graded elsewhere
                 self.results[sub.student] = cached
@@ -384,7 +409,7 @@ class ClassRun:
         except Exception as exc:  # noqa: BLE001  (one student's failure is theirs: the class goes on)
             traceback.print_exc()
             sub = self.subs[job.student]
-            self.finish(sub, StudentResult(sub.student, self.assignment, INVALID,
+            self.finish(sub, StudentResult(sub.student, self.assignment, Status.INVALID,
                                            f"the grader could not finish this student ({_why(exc)})",
                                            zero_cells(self.max_points)))
             self.bar.update(1)
@@ -401,7 +426,7 @@ class ClassRun:
             history[:] = [r for r in history if r.blamed not in cleared]
             return [retry]
         sub = self.subs[job.student]
-        result = combine(sub.student, self.assignment, history, sub.notes, self.max_points, self.multi)
+        result = combine(sub.student, self.assignment, history, sub.notes, self.max_points, self.prepared.multi)
         self.finish(sub, result, Path(report.scratch) if report.scratch else None)
         for old in history:
             _drop(old)
@@ -410,6 +435,12 @@ class ClassRun:
         return []
 
     def finish(self, sub: Submission, result: StudentResult, scratch: Path | None = None) -> None:
+        """Record a student (a failure makes them invalid), then announce their result."""
+        self.settle(sub, result, scratch)
+        if self.on_result is not None:
+            self.on_result(self.results[sub.student])
+
+    def settle(self, sub: Submission, result: StudentResult, scratch: Path | None = None) -> None:
         """Record a student, install their files and feedback, save the result; a failure makes them invalid."""
         try:
             self.record(sub, result, scratch)
@@ -417,7 +448,7 @@ class ClassRun:
             raise
         except Exception as exc:  # noqa: BLE001  (one student's failure is theirs: the class goes on)
             traceback.print_exc()
-            failed = StudentResult(sub.student, self.assignment, INVALID,
+            failed = StudentResult(sub.student, self.assignment, Status.INVALID,
                                    f"the grader could not record this student ({_why(exc)})",
                                    zero_cells(self.max_points))
             shutil.rmtree(self.out / "feedback" / sub.student, ignore_errors=True)
@@ -437,7 +468,7 @@ class ClassRun:
         try:
             gbook.record(self.db_url, self.course, self.assignment, result)
         except SQLAlchemyError as exc:
-            raise GradingError(
+            raise RecordFailed(
                 f"cannot record {sub.student} in the gradebook ({type(exc).__name__}: {str(exc).splitlines()[0]}). "
                 + ("Student code may have changed it: without bubblewrap it can write your files. "
                    if self.isolation.mode != "bwrap" else "")
@@ -467,7 +498,7 @@ def _matched(folder: Path, expected: dict[str, set[str]], assignment: str, other
         return match_submission(folder.name, folder, expected, assignment, others)
     except Exception as exc:  # noqa: BLE001  (one student's failure is theirs: the class goes on)
         traceback.print_exc()
-        return Submission(folder.name, folder, status=INVALID, detail=f"cannot be read ({_why(exc)})")
+        return Submission(folder.name, folder, status=Status.INVALID, detail=f"cannot be read ({_why(exc)})")
 
 
 def _drop(report: AttemptReport) -> None:

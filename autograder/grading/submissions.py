@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from autograder.cells import grade_id
-from autograder.grading.results import INVALID, MISSING
+from autograder.grading.errors import SubmissionsError
+from autograder.grading.results import Status
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20
 MAX_CELLS = 10_000
@@ -32,10 +33,6 @@ MAX_ZIP_FILES = 100_000
 SKIPPED_NAMES = {"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".DS_Store", ".git", "Thumbs.db"}
 
 
-class SubmissionsError(RuntimeError):
-    """SUBMISSIONS cannot be read at all; the message says what to do."""
-
-
 @dataclass
 class Submission:
     """One student folder: the notebooks to grade, or the reason there is nothing to grade."""
@@ -43,7 +40,7 @@ class Submission:
     student: str
     folder: Path
     notebooks: dict[str, Path] = field(default_factory=dict)  # expected file name -> the student's file
-    status: str | None = None  # None when there is something to grade, else MISSING or INVALID
+    status: str | None = None  # None when there is something to grade, else Status.MISSING or Status.INVALID
     detail: str = ""
     notes: list[str] = field(default_factory=list)
     timestamp: str | None = None
@@ -240,7 +237,7 @@ def match_submission(student: str, folder: Path, expected: dict[str, set[str]], 
     sub = Submission(student, base)
     elsewhere = sorted(a for a in other_assignments if (folder / a).is_dir()) if base == folder else []
     if elsewhere:
-        sub.status = MISSING
+        sub.status = Status.MISSING
         sub.detail = f"no submission of {assignment}; found {', '.join(a + '/' for a in elsewhere[:5])}"
         return sub
     try:
@@ -252,7 +249,7 @@ def match_submission(student: str, folder: Path, expected: dict[str, set[str]], 
     files = regular_files(base)
     candidates = [p for p in files if p.suffix.lower() == ".ipynb"]
     if not candidates:
-        sub.status = MISSING
+        sub.status = Status.MISSING
         others = [p for p in files if p.name != "timestamp.txt"]
         sub.detail = (f"no notebook in the folder; found {_listing(others, base)}" if others
                       else "the folder is empty")
@@ -284,10 +281,10 @@ def match_submission(student: str, folder: Path, expected: dict[str, set[str]], 
         broken[unmatched[0]] = (unreadable[0], parsed[unreadable[0]][1])
     if not sub.notebooks:
         if broken:
-            sub.status = INVALID
+            sub.status = Status.INVALID
             sub.detail = "; ".join(f"{p.relative_to(base)}: {problem}" for p, problem in broken.values())
         else:
-            sub.status = MISSING
+            sub.status = Status.MISSING
             found = [f"{p.relative_to(base)} ({'not readable' if parsed[p][0] is None else 'none of its cells'}"
                      f"{'' if parsed[p][0] is None else ' belong to ' + assignment})" for p in candidates]
             sub.detail = "no notebook of this assignment; found " + ", ".join(found[:5])

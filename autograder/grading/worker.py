@@ -30,16 +30,7 @@ import nbformat
 from autograder.cells import grade_id
 from autograder.course import course_config, course_directory, error_line
 from autograder.grading import guard_kernel
-from autograder.grading.attempt import (
-    COMPLETED,
-    FAILED,
-    UNREADABLE,
-    AttemptReport,
-    Failure,
-    FailureKind,
-    Job,
-    progress_events,
-)
+from autograder.grading.attempt import AttemptReport, Failure, FailureKind, Job, Outcome, progress_events
 from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
 from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.restore import RestoreCells, read_notes
@@ -61,7 +52,7 @@ MAX_EXTRA_DEPTH = 32
 
 
 @dataclass(frozen=True)
-class Settings:
+class WorkerSettings:
     """What every student of one run shares."""
 
     root: Path  # the course root (its nbgrader_config.py)
@@ -150,7 +141,7 @@ def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, str]:
 class Worker:
     """Grades students one after another; keeps what every student shares (the instructor's notebooks)."""
 
-    def __init__(self, settings: Settings, task_events: str = "") -> None:
+    def __init__(self, settings: WorkerSettings, task_events: str = "") -> None:
         self.settings = settings
         self.task_events = task_events  # the worker's cap on processes counts refused forks here
         release = settings.template / "release" / settings.assignment
@@ -271,7 +262,7 @@ class Worker:
                 "env": self.environment(scratch, kernel.home, kernel.runtime)}
         (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
 
-    def grade(self, job: Job) -> AttemptReport:
+    def attempt(self, job: Job) -> AttemptReport:
         """Grade one attempt at one student; return its report (session.py combines a student's reports)."""
         from nbgrader.apps import NbGraderAPI
 
@@ -279,9 +270,9 @@ class Worker:
         s = self.settings
         scratch = self.scratch_for(job)
         notes, unreadable = self.prepare(job, scratch)
-        report = AttemptReport(COMPLETED, notes=notes + unreadable, scratch=str(scratch))
+        report = AttemptReport(Outcome.COMPLETED, notes=notes + unreadable, scratch=str(scratch))
         if not any((scratch / "submitted" / job.student / s.assignment).glob("*.ipynb")):
-            report.outcome, report.notes = UNREADABLE, notes
+            report.outcome, report.notes = Outcome.UNREADABLE, notes
             report.failure = Failure(FailureKind.INVALID, "; ".join(unreadable))
             return report
         self.write_kernelspec(job, scratch)
@@ -298,7 +289,7 @@ class Worker:
                 self.write_feedback(api, job, scratch, report)
                 self.collect(job, scratch, report)
             else:
-                report.outcome = FAILED
+                report.outcome = Outcome.FAILED
                 report.failure = self.failure(progress, result)
         finally:
             os.environ.clear()

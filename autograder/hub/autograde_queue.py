@@ -19,22 +19,39 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-QUEUED, GRADING, DONE, SUPERSEDED, FAILED = "queued", "grading", "done", "superseded", "failed"
+from autograder.grading.results import Status
+from autograder.words import Word
+
+
+class State(Word):
+    """Where a submission is in the queue."""
+
+    QUEUED = "queued"
+    GRADING = "grading"
+    DONE = "done"
+    SUPERSEDED = "superseded"  # a newer submission of the same student took its place
+    FAILED = "failed"  # not graded: gone, refused, or the service died grading it MAX_TRIES times
+
+
+class HiddenTests(Word):
+    """What feedback on submit shows of the hidden tests before the due date: only each one's score and the
+    instructor's message (protected, the default), or everything, as nbgrader's feedback does (shown)."""
+
+    PROTECTED = "protected"
+    SHOWN = "shown"
+
+
 MAX_TRIES = 3  # the service died this many times while grading a submission: it is failed, not retried
 DEFAULT_TIMEOUT = 120  # seconds per notebook, unless the instructor sets --timeout
 HOUR = 3600.0
-# What feedback on submit shows of the hidden tests before the due date: only each one's score and the
-# instructor's message (protected, the default), or everything, as nbgrader's feedback does (shown).
-PROTECTED, SHOWN = "protected", "shown"
-HIDDEN_TESTS = (PROTECTED, SHOWN)
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS assignments (
     assignment TEXT PRIMARY KEY,
     enabled INTEGER NOT NULL,
     per_hour INTEGER NOT NULL DEFAULT 0,
     timeout REAL NOT NULL DEFAULT 120,
-    hidden_tests TEXT NOT NULL DEFAULT 'protected'
+    hidden_tests TEXT NOT NULL DEFAULT '{HiddenTests.PROTECTED}'
 );
 CREATE TABLE IF NOT EXISTS submissions (
     student TEXT NOT NULL,
@@ -68,14 +85,14 @@ class Entry:
     timestamp: str
     folder: str  # its folder's name in the exchange's inbound
     secret: str  # nbgrader's submission_secret.txt: the feedback goes back through it
-    state: str
+    state: State
     place: float
     seen_at: float
     started_at: float | None
     finished_at: float | None
     tries: int
     graded: int  # 1 when this service ran the grader on it (0: a result saved before a restart was reused)
-    status: str
+    status: str  # a Status once graded or refused; empty before
     score: float | None
     max_score: float | None
     detail: str
@@ -87,7 +104,7 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Setting:
+class AutogradeSetting:
     """Autograding of one assignment: on or off, the limit of graded submissions per student per hour, and
     whether feedback on submit protects the hidden tests."""
 
@@ -95,14 +112,14 @@ class Setting:
     enabled: bool
     per_hour: int = 0  # 0: no limit
     timeout: float = DEFAULT_TIMEOUT
-    hidden_tests: str = PROTECTED
+    hidden_tests: HiddenTests = HiddenTests.PROTECTED
 
     def protects_hidden_tests(self, due: datetime | None, now: datetime) -> bool:
         """Return whether feedback given now must keep the hidden tests hidden (`due`, `now`: naive UTC).
 
         Protected until the due date has passed; with no due date, until the instructor says `shown`.
         """
-        return self.hidden_tests != SHOWN and (due is None or now <= due)
+        return self.hidden_tests != HiddenTests.SHOWN and (due is None or now <= due)
 
 
 class Queue:
@@ -116,7 +133,7 @@ class Queue:
         self.db.executescript(SCHEMA)
         columns = {r["name"] for r in self.db.execute("PRAGMA table_info(assignments)")}
         if "hidden_tests" not in columns:  # a queue made before the setting existed: protected, the default
-            self.db.execute(f"ALTER TABLE assignments ADD COLUMN hidden_tests TEXT NOT NULL DEFAULT '{PROTECTED}'")
+            self.db.execute(f"ALTER TABLE assignments ADD COLUMN hidden_tests TEXT NOT NULL DEFAULT '{HiddenTests.PROTECTED}'")
 
     def close(self) -> None:
         """Close the file."""
@@ -135,26 +152,27 @@ class Queue:
 
     # The instructor's switches
     def configure(self, assignment: str, enabled: bool, per_hour: int | None = None,
-                  timeout: float | None = None, hidden_tests: str | None = None) -> Setting:
+                  timeout: float | None = None, hidden_tests: HiddenTests | str | None = None) -> AutogradeSetting:
         """Turn autograding of an assignment on or off (keeping its other settings unless given)."""
-        if hidden_tests is not None and hidden_tests not in HIDDEN_TESTS:
-            raise ValueError(f"hidden tests are {' or '.join(HIDDEN_TESTS)}, not {hidden_tests!r}")
+        if hidden_tests is not None and hidden_tests not in set(HiddenTests):
+            raise ValueError(f"hidden tests are {' or '.join(HiddenTests)}, not {hidden_tests!r}")
         old = self.setting(assignment)
-        new = Setting(assignment, enabled, old.per_hour if per_hour is None else per_hour,
+        new = AutogradeSetting(assignment, enabled, old.per_hour if per_hour is None else per_hour,
                       old.timeout if timeout is None else timeout,
-                      old.hidden_tests if hidden_tests is None else hidden_tests)
+                      old.hidden_tests if hidden_tests is None else HiddenTests(hidden_tests))
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO assignments (assignment, enabled, per_hour, timeout, hidden_tests) "
                        "VALUES (?, ?, ?, ?, ?)",
                        (assignment, int(new.enabled), new.per_hour, new.timeout, new.hidden_tests))
         return new
 
-    def setting(self, assignment: str) -> Setting:
+    def setting(self, assignment: str) -> AutogradeSetting:
         """Return the assignment's setting (off when never set)."""
         row = self.db.execute("SELECT * FROM assignments WHERE assignment = ?", (assignment,)).fetchone()
         if row is None:
-            return Setting(assignment, False)
-        return Setting(row["assignment"], bool(row["enabled"]), row["per_hour"], row["timeout"], row["hidden_tests"])
+            return AutogradeSetting(assignment, False)
+        return AutogradeSetting(row["assignment"], bool(row["enabled"]), row["per_hour"], row["timeout"],
+                       HiddenTests(row["hidden_tests"]))
 
     def enabled(self) -> list[str]:
         """Return the assignments being autograded."""
@@ -180,17 +198,17 @@ class Queue:
             if row is not None:
                 return row["state"]
             newer = db.execute("SELECT 1 FROM submissions WHERE student = ? AND assignment = ? AND timestamp > ? "
-                               "AND state != ?", (student, assignment, timestamp, SUPERSEDED)).fetchone()
+                               "AND state != ?", (student, assignment, timestamp, State.SUPERSEDED)).fetchone()
             older = db.execute("SELECT place FROM submissions WHERE student = ? AND assignment = ? AND state = ? "
                                "AND timestamp < ? ORDER BY place LIMIT 1",
-                               (student, assignment, QUEUED, timestamp)).fetchone()
-            state = SUPERSEDED if newer else QUEUED
+                               (student, assignment, State.QUEUED, timestamp)).fetchone()
+            state = State.SUPERSEDED if newer else State.QUEUED
             place = older["place"] if older is not None and not newer else now
-            if state == QUEUED:
+            if state == State.QUEUED:
                 db.execute("UPDATE submissions SET state = ?, finished_at = ?, detail = ? WHERE student = ? AND "
                            "assignment = ? AND state = ? AND timestamp < ?",
-                           (SUPERSEDED, now, f"replaced by the submission of {timestamp}", student, assignment,
-                            QUEUED, timestamp))
+                           (State.SUPERSEDED, now, f"replaced by the submission of {timestamp}", student, assignment,
+                            State.QUEUED, timestamp))
             db.execute("INSERT INTO submissions (student, assignment, timestamp, folder, secret, state, place, "
                        "seen_at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (student, assignment, timestamp, folder, secret, state, place, now,
@@ -201,15 +219,15 @@ class Queue:
         """After a crash or restart: queue again what was being graded (fail what has died MAX_TRIES times)."""
         now = time.time() if now is None else now
         with self.transaction() as db:
-            rows = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = ?", (GRADING,))]
+            rows = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = ?", (State.GRADING,))]
             for e in rows:
                 if e.tries >= MAX_TRIES:
                     db.execute("UPDATE submissions SET state = ?, finished_at = ?, status = ?, detail = ? WHERE "
                                "student = ? AND assignment = ? AND timestamp = ?",
-                               (FAILED, now, "failed", _died(e.tries), *e.key))
+                               (State.FAILED, now, Status.CRASHED, _died(e.tries), *e.key))
                 else:
                     db.execute("UPDATE submissions SET state = ? WHERE student = ? AND assignment = ? AND "
-                               "timestamp = ?", (QUEUED, *e.key))
+                               "timestamp = ?", (State.QUEUED, *e.key))
         return rows
 
     def waiting_until(self, entry: Entry, per_hour: int, now: float) -> float:
@@ -228,7 +246,7 @@ class Queue:
         enabled = {a: self.setting(a) for a in self.enabled()}
         with self.transaction() as db:
             queued = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = ? ORDER BY place, "
-                                                    "student", (QUEUED,))]
+                                                    "student", (State.QUEUED,))]
             ready = [e for e in queued if e.assignment in enabled
                      and self.waiting_until(e, enabled[e.assignment].per_hour, now) <= now]
             if not ready:
@@ -240,10 +258,10 @@ class Queue:
                     students.add(e.student)
             for e in batch:
                 db.execute("UPDATE submissions SET state = ?, started_at = ?, tries = tries + 1 WHERE student = ? "
-                           "AND assignment = ? AND timestamp = ?", (GRADING, now, *e.key))
+                           "AND assignment = ? AND timestamp = ?", (State.GRADING, now, *e.key))
         return batch
 
-    def finish(self, entry: Entry, *, state: str = DONE, graded: bool, status: str, score: float | None,
+    def record_outcome(self, entry: Entry, *, state: State = State.DONE, graded: bool, status: Status, score: float | None,
                max_score: float | None, detail: str, now: float | None = None) -> None:
         """Record how a submission ended (one transaction)."""
         now = time.time() if now is None else now
@@ -257,9 +275,9 @@ class Queue:
         with self.transaction() as db:
             for e in entries:
                 db.execute("UPDATE submissions SET state = ?, tries = MAX(tries - 1, 0), detail = ? WHERE "
-                           "student = ? AND assignment = ? AND timestamp = ?", (QUEUED, detail, *e.key))
+                           "student = ? AND assignment = ? AND timestamp = ?", (State.QUEUED, detail, *e.key))
 
-    def entries(self, assignment: str | None = None, state: str | None = None) -> list[Entry]:
+    def entries(self, assignment: str | None = None, state: State | None = None) -> list[Entry]:
         """Return the submissions (of one assignment, in one state), oldest first."""
         query, args = "SELECT * FROM submissions WHERE 1", []
         if assignment:
@@ -274,4 +292,5 @@ def _died(tries: int) -> str:
 
 
 def _entry(row: sqlite3.Row) -> Entry:
-    return Entry(**{k: row[k] for k in row.keys()})  # noqa: SIM118  (sqlite3.Row has no __iter__ of keys)
+    fields = {k: row[k] for k in row.keys()}  # noqa: SIM118  (sqlite3.Row has no __iter__ of keys)
+    return Entry(**{**fields, "state": State(fields["state"])})

@@ -17,14 +17,14 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.grading.report import not_graded_page
+from autograder.grading.results import Status, StudentResult
 from autograder.hub import exchange
-from autograder.hub.autograde_queue import DONE, FAILED, HIDDEN_TESTS, MAX_TRIES, Entry, Queue, Setting
+from autograder.hub.autograde_queue import MAX_TRIES, AutogradeSetting, Entry, HiddenTests, Queue, State
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.safe_copy import Refusal, read_small
 
@@ -136,7 +136,7 @@ def stage(place: Place, batch: list[Entry]) -> Staged:
     return staged
 
 
-def feedback_pages(place: Place, entry: Entry, result, work: Path, setting: Setting) -> dict[str, str]:
+def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path, setting: AutogradeSetting) -> dict[str, str]:
     """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not.
 
     Until the due date (unless the instructor shows them) the pages keep the hidden tests hidden; they never fall
@@ -173,110 +173,86 @@ def release_feedback(place: Place, entry: Entry, pages: dict[str, str], submitte
                               entry.secret, pages, ids)
 
 
-def _stamp(path: Path) -> int | None:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return None
-
-
-class Releaser(threading.Thread):
-    """Hand each student's feedback back as soon as the grader has recorded them, not when the batch ends.
-
-    The grader records a student in the gradebook, writes their feedback pages, then saves their result
-    (results/<student>.json) last; a new result file is the sign that all of it is done. So a quick student
-    does not wait for a slow (or hostile) one graded beside them.
-    """
-
-    def __init__(self, place: Place, batch: list[Entry], staged: Staged) -> None:
-        super().__init__(name="autograde-releaser", daemon=True)
-        self.place, self.staged = place, staged
-        self.out = place.graded(batch[0].assignment)
-        self.pending = {e.student: (e, _stamp(self.out / "results" / f"{e.student}.json")) for e in batch}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        queue = self.place.queue()
-        try:
-            while not self.stop.wait(0.2):
-                self.sweep(queue)
-            self.sweep(queue)
-        finally:
-            queue.close()
-
-    def sweep(self, queue: Queue) -> None:
-        """Release and finish every pending student whose result is new."""
-        from autograder.grading.results import StudentResult
-
-        for student, (entry, before) in list(self.pending.items()):
-            path = self.out / "results" / f"{student}.json"
-            if _stamp(path) == before:
-                continue
-            try:
-                result = StudentResult.from_json(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError, TypeError, KeyError):
-                continue  # being replaced right now: next sweep
-            finish(self.place, queue, entry, result, self.staged, graded=True)
-            del self.pending[student]
-
-
-def finish(place: Place, queue: Queue, entry: Entry, result, staged: Staged, graded: bool) -> None:
+def release_result(place: Place, queue: Queue, entry: Entry, result: StudentResult, staged: Staged,
+                   graded: bool) -> None:
     """Release a graded submission's feedback, then mark it done."""
     pages = feedback_pages(place, entry, result, staged.work, queue.setting(entry.assignment))
     release_feedback(place, entry, pages, staged.work / entry.student / entry.assignment)
     notes = [result.detail, *(f"flag: {f}" for f in result.flags), staged.notes.get(entry.student, "")]
     detail = "; ".join(n for n in notes if n)
-    queue.finish(entry, state=DONE, graded=graded, status=result.status, score=result.final_score,
-                 max_score=result.max_score, detail=detail)
+    queue.record_outcome(entry, state=State.DONE, graded=graded, status=result.status, score=result.final_score,
+                         max_score=result.max_score, detail=detail)
     logger.info(f"{entry.student} {entry.assignment} {entry.timestamp}: {result.status} "
-        f"{result.final_score:g}/{result.max_score:g}"
-        + ("" if graded else " (recorded before a restart; not graded again)"))
+                f"{result.final_score:g}/{result.max_score:g}"
+                + ("" if graded else " (recorded before a restart; not graded again)"))
+
+
+class BatchReleaser:
+    """Hand each student's feedback back as soon as the grader has recorded them, not when the batch ends.
+
+    The grader calls `on_result` for each student once they are in the gradebook, their feedback pages are
+    written and their result is saved, so a quick student does not wait for a slow (or hostile) one graded
+    beside them.
+    """
+
+    def __init__(self, place: Place, queue: Queue, batch: list[Entry], staged: Staged) -> None:
+        self.place, self.queue, self.staged = place, queue, staged
+        self.pending = {e.student: e for e in batch}
+
+    def on_result(self, result: StudentResult) -> None:
+        """Release one student's feedback (a failure is logged; the student is settled after the run)."""
+        entry = self.pending.get(result.student)
+        if entry is None:
+            return
+        try:
+            release_result(self.place, self.queue, entry, result, self.staged, graded=True)
+        except Exception:
+            logger.exception(printable(f"releasing {result.student}'s feedback failed"))
+            return
+        del self.pending[result.student]
+
+    def settle(self, results: dict[str, StudentResult]) -> None:
+        """After the run: release results saved before a restart (reused as they were); fail the rest."""
+        for student, entry in list(self.pending.items()):
+            if student in results:
+                release_result(self.place, self.queue, entry, results[student], self.staged, graded=False)
+            else:
+                self.queue.record_outcome(entry, state=State.FAILED, graded=False, status=Status.INVALID,
+                                          score=None, max_score=None,
+                                          detail="the grader found no student folder in it")
+            del self.pending[student]
 
 
 def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None = None) -> None:
     """Grade one batch and release its feedback, each student's as soon as they are recorded."""
-    from autograder.grading.session import GradingError, grade_class
+    from autograder.grading.errors import GradebookBusy
+    from autograder.grading.session import GradeOptions, grade_class
 
     assignment = batch[0].assignment
     setting = queue.setting(assignment)
     staged = stage(place, batch)
     for e in staged.missing:
-        queue.finish(e, state=FAILED, graded=False, status="missing", score=None, max_score=None,
-                     detail="its folder left the exchange before it was graded")
+        queue.record_outcome(e, state=State.FAILED, graded=False, status=Status.MISSING, score=None,
+                             max_score=None, detail="its folder left the exchange before it was graded")
     for e in batch:
         if e.student in staged.refused:
-            queue.finish(e, state=FAILED, graded=False, status="refused", score=None, max_score=None,
-                         detail=staged.refused[e.student])
+            queue.record_outcome(e, state=State.FAILED, graded=False, status=Status.REFUSED, score=None,
+                                 max_score=None, detail=staged.refused[e.student])
     batch = [e for e in batch if e not in staged.missing and e.student not in staged.refused]
     if not batch:
         return
     started = time.monotonic()
-    releaser = Releaser(place, batch, staged)
-    releaser.start()
+    releaser = BatchReleaser(place, queue, batch, staged)
+    options = GradeOptions(jobs=jobs, timeout=setting.timeout, progress=False, hidden=(place.exchange,))
     try:
-        summary = grade_class(place.course, assignment, staged.work, jobs=jobs, timeout=setting.timeout,
-                              out=place.graded(assignment), progress=False,
-                              echo=lambda line: logger.info("  %s", line),
-                              hidden=(place.exchange,))
-    except GradingError as exc:
-        releaser.stop.set()
-        releaser.join()
-        if "another grading run" in str(exc):  # the instructor's `hub grade`: wait for it
-            logger.info(f"waiting: {exc}")
-            queue.requeue([e for e in batch if e.student in releaser.pending], "waiting for another grading run")
-            time.sleep(5)
-            return
-        raise
-    finally:
-        releaser.stop.set()
-        releaser.join()
-    results = {r.student: r for r in summary.results}
-    for student, (entry, _) in releaser.pending.items():  # results saved before a restart, reused as they were
-        if student in results:
-            finish(place, queue, entry, results[student], staged, graded=False)
-        else:
-            queue.finish(entry, state=FAILED, graded=False, status="invalid", score=None, max_score=None,
-                         detail="the grader found no student folder in it")
+        summary = grade_class(place.course, assignment, staged.work, options, out=place.graded(assignment),
+                              echo=lambda line: logger.info("  %s", line), on_result=releaser.on_result)
+    except GradebookBusy as exc:  # the instructor's `hub grade`: wait for it
+        logger.info(f"waiting: {exc}")
+        queue.requeue(list(releaser.pending.values()), "waiting for another grading run")
+        time.sleep(5)
+        return
+    releaser.settle({r.student: r for r in summary.results})
     write_assignment_reports(place.graded(assignment), assignment, summary.isolation.description)
     logger.info(f"batch of {len(batch)} for {assignment} in {time.monotonic() - started:.1f} s")
 
@@ -338,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "on":
             p.add_argument("--per-hour", type=int, default=None)
             p.add_argument("--timeout", type=float, default=None)
-            p.add_argument("--hidden-tests", choices=HIDDEN_TESTS, default=None)
+            p.add_argument("--hidden-tests", choices=list(HiddenTests), default=None)
     args = parser.parse_args(argv)
     course = Path(args.course)
     if args.action == "run":
@@ -354,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autograde {args.assignment}: {'on' if s.enabled else 'off'}"
               + (f", at most {s.per_hour} graded submissions per student per hour" if s.per_hour else "")
               + f", {s.timeout:g} s per notebook, hidden tests {s.hidden_tests}"
-              + (" until the due date" if s.hidden_tests == "protected" else ""))
+              + (" until the due date" if s.hidden_tests == HiddenTests.PROTECTED else ""))
         return 0
     s = queue.setting(args.assignment)
     print(f"autograde {args.assignment}: {'on' if s.enabled else 'off'}"

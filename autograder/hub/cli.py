@@ -131,7 +131,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "grade":
         extra = [*(["--timeout", args.timeout] if args.timeout else []), *(["--jobs", args.jobs] if args.jobs else []),
                  *(["--sandbox", args.sandbox] if args.sandbox else []), *(["--force"] if args.force else [])]
-        for g in loop.grade(settings, args.assignment, extra):
+        for g in loop.grade_collected(settings, args.assignment, extra):
             print(f"{g.student:24} {g.score:g}/{g.max_score:g} {g.status}")
         print(f"grades, feedback and summary: {settings.paths.course / 'graded' / args.assignment}")
     elif args.action == "feedback":

@@ -77,20 +77,20 @@ def _exchange(s: HubSettings) -> Exchange:
 
 
 @dataclass
-class Status:
+class Handins:
     """Who has submitted an assignment, and the inbound's folders that are nobody's submission."""
 
     handins: list[Handin]
     skipped: list[BadName] = field(default_factory=list)
 
 
-def status(s: HubSettings, assignment: str) -> Status:
+def status(s: HubSettings, assignment: str) -> Handins:
     """Return every student on the roster with their latest own submission in the exchange."""
     inbox = _exchange(s).read_inbox({assignment})
     latest = {student: sub.name.timestamp for student, sub in inbox.newest().items()}
     students = [m.username(s.prefix) for m in read_roster(s.paths.roster, s.prefix) if m.role == "student"]
     collected = s.paths.course / "submitted"
-    return Status([Handin(u, latest.get(u), (collected / u / assignment).is_dir())
+    return Handins([Handin(u, latest.get(u), (collected / u / assignment).is_dir())
                    for u in sorted(set(students) | set(latest))], inbox.skipped)
 
 
@@ -108,7 +108,7 @@ def collect(s: HubSettings, assignment: str) -> CollectReport:
     return CollectReport.from_json(_as_grader(s, "collect", assignment))
 
 
-def grade(s: HubSettings, assignment: str, extra: list[str]) -> list[Grade]:
+def grade_collected(s: HubSettings, assignment: str, extra: list[str]) -> list[Grade]:
     """Grade the collected submissions with `python -m autograder grade`, as the grader account."""
     _known(s, assignment)
     course = s.paths.course
