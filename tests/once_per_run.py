@@ -1,19 +1,11 @@
 """Expensive grading runs that several tests read: made once per test run, even across xdist workers."""
 
-import contextlib
-import fcntl
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (a file made for the purpose) for the block."""
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+from filelock import FileLock
 
 
 def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], dict]) -> tuple[Path, dict]:
@@ -21,7 +13,7 @@ def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], dict]) -> t
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     folder, record = shared / name, shared / f"{name}.json"
-    with locked(shared / f"{name}.lock"):
+    with FileLock(shared / f"{name}.lock"):
         if not record.exists():
             folder.mkdir(exist_ok=True)
             record.write_text(json.dumps(make(folder)))

@@ -1,5 +1,6 @@
 """Merging results into the course gradebook: once per student, updated in place, a person's grade respected."""
 
+import pytest
 from nbgrader.api import Gradebook
 
 from autograder.grading import gradebook
@@ -44,3 +45,33 @@ def test_a_missing_student_is_known_but_has_no_submission(scratch_course):
     with Gradebook(db) as gb:
         assert gb.find_student("ben").id == "ben"
     assert not gradebook.has_submission(db, gradebook.course_id(scratch_course), "tiny", "ben")
+
+
+def _hold_lock(db_url: str, held, release) -> None:
+    from autograder.grading.gradebook import locked
+
+    with locked(db_url):
+        held.set()
+        release.wait(60)
+
+
+def test_a_second_run_finds_the_gradebook_busy_until_the_first_lets_go(tmp_path):
+    import multiprocessing
+
+    from autograder.grading.errors import GradebookBusy
+    from autograder.grading.gradebook import locked
+
+    db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    context = multiprocessing.get_context("spawn")
+    held, release = context.Event(), context.Event()
+    first = context.Process(target=_hold_lock, args=(db_url, held, release))
+    first.start()
+    try:
+        assert held.wait(60)
+        with pytest.raises(GradebookBusy, match="another grading run"), locked(db_url):
+            pass
+    finally:
+        release.set()
+        first.join(60)
+    with locked(db_url):  # free again once the first run has finished
+        assert (tmp_path / "gradebook.db.lock").exists()

@@ -8,11 +8,12 @@ silently keeping the old total.
 """
 
 import contextlib
-import fcntl
 import shutil
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from autograder.course import course_config, course_directory, error_line, venv_on_path
 from autograder.grading.errors import GenerateFailed, GradebookBusy
@@ -33,21 +34,21 @@ def course_id(root: Path) -> str:
 
 @contextlib.contextmanager
 def locked(db_url: str) -> Iterator[None]:
-    """Hold an exclusive lock on a sqlite gradebook for the whole run (other URLs are not locked)."""
+    """Hold an exclusive lock beside a sqlite gradebook for the whole run (other URLs are not locked).
+
+    GradebookBusy at once when another run holds it (the lock file, `<gradebook>.lock`, stays; only the
+    lock held on it counts).
+    """
     if not db_url.startswith("sqlite:///"):
         yield
         return
     path = Path(db_url[len("sqlite:///"):])
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise GradebookBusy(f"another grading run is using {path}; wait for it to finish") from None
-        try:
+    try:
+        with FileLock(f"{path}.lock", blocking=False):
             yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    except Timeout:
+        raise GradebookBusy(f"another grading run is using {path}; wait for it to finish") from None
 
 
 def alembic_head() -> str:

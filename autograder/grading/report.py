@@ -12,7 +12,7 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from autograder.grading.results import Status, StudentResult, write_atomic
+from autograder.grading.results import CellKind, Status, StudentResult, write_atomic
 from autograder.safe_html import STATIC_PAGE_CSP
 
 CSV_HEADER = ("student", "assignment", "score", "max_score", "late_penalty", "status", "detail", "flags")
@@ -59,7 +59,7 @@ def exercises(results: list[StudentResult]) -> list[Exercise]:
     order: dict[tuple[str, str], float] = {}
     for r in results:
         for c in r.cells:
-            if c.kind == "test":
+            if c.kind == CellKind.TEST:
                 order.setdefault((c.notebook, c.grade_id), c.max_score)
     found = []
     for (notebook, gid), points in order.items():

@@ -27,16 +27,25 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 from autograder.cells import grade_id
+from autograder.words import Word
 
 FLAGS = ("grade", "solution", "locked", "task", "points")
 
 
-def _kind(cell) -> str:
+class Role(Word):
+    """What an instructor's cell is to the restorer, with how notes name it."""
+
+    ANSWER = "answer cell"
+    TEST = "test cell"
+    READ_ONLY = "read-only cell"  # locked cells (imports, setup) and task cells
+
+
+def _kind(cell) -> Role:
     if utils.is_solution(cell):
-        return "answer"
+        return Role.ANSWER
     if utils.is_grade(cell):
-        return "test"
-    return "locked"  # locked read-only cells (imports, setup) and task cells
+        return Role.TEST
+    return Role.READ_ONLY
 
 
 def _flags(cell) -> tuple:
@@ -52,10 +61,6 @@ def _as_type(cell, cell_type: str):
     if cell.get("id"):
         new["id"] = cell["id"]
     return new
-
-
-def _label(kind: str) -> str:
-    return {"test": "test cell", "locked": "read-only cell", "answer": "answer cell"}[kind]
 
 
 def restore_cells(student: nbformat.NotebookNode, instructor: nbformat.NotebookNode
@@ -78,9 +83,9 @@ def restore_cells(student: nbformat.NotebookNode, instructor: nbformat.NotebookN
         kind = _kind(icell)
         scell = present.get(gid)
         if scell is None:
-            if kind == "answer" and not utils.is_grade(icell):
+            if kind == Role.ANSWER and not utils.is_grade(icell):
                 continue  # never invented; an answer graded by hand comes back as released, as nbgrader does
-            notes.append(f"restored deleted {_label(kind)} '{gid}'")
+            notes.append(f"restored deleted {kind} '{gid}'")
             if utils.is_grade(icell) and (position == 0 or wanted[position - 1][0] in placeable):
                 placeable.add(gid)  # nbgrader's add_missing_cells puts it back
                 continue
@@ -90,28 +95,28 @@ def restore_cells(student: nbformat.NotebookNode, instructor: nbformat.NotebookN
             present[gid] = new
         else:
             _restore_changed(nb, scell, icell, kind, gid, present, notes)
-        if kind != "locked" and gid in present:
+        if kind != Role.READ_ONLY and gid in present:
             placeable.add(gid)
     _unique_ids(nb)
     return nb, notes
 
 
-def _restore_changed(nb, scell, icell, kind: str, gid: str, present: dict, notes: list[str]) -> None:
+def _restore_changed(nb, scell, icell, kind: Role, gid: str, present: dict, notes: list[str]) -> None:
     """Give a retyped or re-flagged cell back its instructor's type and flags (answers keep their code)."""
     retyped = scell.cell_type != icell.cell_type
     if not (retyped or _flags(scell) != _flags(icell)):
         return
     index = next(i for i, c in enumerate(nb.cells) if c is scell)
-    if kind == "answer":
+    if kind == Role.ANSWER:
         fixed = _as_type(scell, icell.cell_type) if retyped else scell
         fixed.metadata["nbgrader"] = copy.deepcopy(icell.metadata["nbgrader"])
         nb.cells[index] = fixed
         why = f"changed back from {scell.cell_type} to {icell.cell_type}" if retyped else "metadata restored"
-        notes.append(f"{_label(kind)} '{gid}': {why}")
+        notes.append(f"{kind} '{gid}': {why}")
     else:
         nb.cells[index] = copy.deepcopy(icell)
         why = f"it had been changed to {scell.cell_type}" if retyped else "its grading metadata had been edited"
-        notes.append(f"restored {_label(kind)} '{gid}' ({why})")
+        notes.append(f"restored {kind} '{gid}' ({why})")
     present[gid] = nb.cells[index]
 
 

@@ -32,6 +32,14 @@ class Status(Word):
         return self in (Status.GRADED, Status.TIMEOUT, Status.MEMORY, Status.PROCESSES, Status.DISK, Status.CRASHED)
 
 
+class CellKind(Word):
+    """What a graded cell is."""
+
+    TEST = "test"  # autograded
+    ANSWER = "answer"  # an answer graded by hand
+    TASK = "task"  # a task graded by hand
+
+
 @dataclass
 class CellScore:
     """The autograder's score for one graded test cell."""
@@ -42,7 +50,10 @@ class CellScore:
     max_score: float
     needs_manual_grade: bool = False
     error: str = ""  # first line of the error when the test failed
-    kind: str = "test"  # "test" (autograded), "answer" (an answer graded by hand) or "task" (graded by hand)
+    kind: CellKind = CellKind.TEST
+
+    def __post_init__(self) -> None:
+        self.kind = CellKind(self.kind)  # a spelling read back from JSON becomes the member
 
     @property
     def passed(self) -> bool:

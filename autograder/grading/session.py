@@ -49,7 +49,15 @@ from autograder.grading.errors import (
     UnsupportedCourse,
 )
 from autograder.grading.report import write_reports
-from autograder.grading.results import Status, StudentResult, fingerprint, hash_tree, write_atomic, zero_cells
+from autograder.grading.results import (
+    CellKind,
+    Status,
+    StudentResult,
+    fingerprint,
+    hash_tree,
+    write_atomic,
+    zero_cells,
+)
 from autograder.grading.sandbox import Isolation, IsolationUnavailable, detect_isolation
 from autograder.grading.submissions import (
     Submission,
@@ -189,7 +197,7 @@ def combine(student: str, assignment: str, attempts: list[AttemptReport], notes:
         result.late_penalties = final.late_penalties
         result.timestamp = final.timestamp
         result.ran = True
-        tests = [c for c in result.cells if c.kind == "test"]
+        tests = [c for c in result.cells if c.kind == CellKind.TEST]
         failed = [c for c in tests if not c.passed and c.max_score > 0]
         if failed and result.status == Status.GRADED:
             shown = ", ".join(c.grade_id for c in failed[:4]) + (", ..." if len(failed) > 4 else "")

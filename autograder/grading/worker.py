@@ -34,7 +34,7 @@ from autograder.grading.attempt import AttemptReport, Failure, FailureKind, Job,
 from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
 from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.restore import RestoreCells, read_notes
-from autograder.grading.results import CellScore
+from autograder.grading.results import CellKind, CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
 from autograder.grading.submissions import read_notebook_json
 from autograder.grading.verdict import SaveVerdicts
@@ -125,16 +125,16 @@ def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
         notes.append(f"other extra files not copied ({report.stopped}; extra files are limited)")
 
 
-def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, str]:
-    """Return grade_id -> "test", "answer" (graded by hand) or "task" for the graded cells of a notebook."""
+def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, CellKind]:
+    """Return grade_id -> what each graded cell of a notebook is."""
     from nbgrader import utils
 
     kinds = {}
     for cell in nb.cells if nb is not None else []:
         if utils.is_task(cell):
-            kinds[cell.metadata.nbgrader.grade_id] = "task"
+            kinds[cell.metadata.nbgrader.grade_id] = CellKind.TASK
         elif utils.is_grade(cell):
-            kinds[cell.metadata.nbgrader.grade_id] = "answer" if utils.is_solution(cell) else "test"
+            kinds[cell.metadata.nbgrader.grade_id] = CellKind.ANSWER if utils.is_solution(cell) else CellKind.TEST
     return kinds
 
 
@@ -347,7 +347,7 @@ class Worker:
                 kinds = cell_kinds(self.instructor.get(nb_name))
                 report.cells += [CellScore(nb_name, grade.name, float(grade.auto_score or 0),
                                            float(grade.max_score or 0), bool(grade.needs_manual_grade),
-                                           errors.get((nb_name, grade.name), ""), kinds.get(grade.name, "test"))
+                                           errors.get((nb_name, grade.name), ""), kinds.get(grade.name, CellKind.TEST))
                                  for grade in notebook.grades]
 
     @staticmethod
