@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,15 +259,23 @@ def start_server(hub: Hub, member: str, token: str) -> HubAPI:
     pytest.fail(f"{member}'s server did not start:\n{hub.log.read_text()[-3000:]}")
 
 
-def hand_in(server: HubAPI, assignment: str, notebook: nbformat.NotebookNode, fetch: bool = True) -> None:
-    """Fetch the assignment (first time), save the notebook as the student's answer and submit it."""
+def hand_in(server: HubAPI, assignment: str, notebook: nbformat.NotebookNode, fetch: bool = True,
+            name: str | None = None) -> None:
+    """Fetch the assignment (first time), save the notebook as the student's answer and submit it.
+
+    With `name`, the answer is saved under that file name instead (a student's renamed copy), and the fetched
+    notebook is deleted.
+    """
     if fetch:
         fetched = server.call("POST", "/assignments/fetch", {"course_id": COURSE, "assignment_id": assignment})
         assert fetched.status == 200 and fetched.body["success"], fetched
-    path = f"{COURSE}/{assignment}/{assignment}.ipynb"
+    path = f"{COURSE}/{assignment}/{urllib.parse.quote(name or assignment + '.ipynb')}"
     saved = server.call("PUT", f"/api/contents/{path}", {"type": "notebook", "format": "json",
                                                           "content": json.loads(nbformat.writes(notebook))})
     assert saved.status == 200, saved
+    if name:
+        gone = server.call("DELETE", f"/api/contents/{COURSE}/{assignment}/{assignment}.ipynb")
+        assert gone.status in (204, 404), gone
     submitted = server.call("POST", "/assignments/submit", {"course_id": COURSE, "assignment_id": assignment})
     assert submitted.status == 200 and submitted.body["success"], submitted
 

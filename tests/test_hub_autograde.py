@@ -346,12 +346,16 @@ def wait_for_feedback(server, assignment: str, after: str = "", seconds: float =
     pytest.fail(f"no feedback for {assignment} within {seconds} s: {submissions_of(server, assignment)[:1]}")
 
 
-def fetched_score(server, assignment: str, stamp: str) -> tuple[float, float]:
-    """Fetch the feedback (the student's Fetch Feedback) and return the score on the page of that submission."""
+def fetched_score(server, assignment: str, stamp: str, notebook: str | None = None) -> tuple[float, float]:
+    """Fetch the feedback (the student's Fetch Feedback) and return the score on the page of that submission.
+
+    `notebook`: the file name the student submitted, when not the assignment's own.
+    """
     reply = server.call("POST", "/assignments/fetch_feedback", {"course_id": COURSE, "assignment_id": assignment})
     assert reply.status == 200 and reply.body["success"], reply
     folder = f"{COURSE}/{assignment}/feedback/{urllib.parse.quote(stamp)}"
-    page = server.call("GET", f"/api/contents/{folder}/{assignment}.html?type=file")
+    page_name = urllib.parse.quote(Path(notebook or f"{assignment}.ipynb").stem + ".html")
+    page = server.call("GET", f"/api/contents/{folder}/{page_name}?type=file")
     assert page.status == 200, page
     match = SCORE.search(page.body["content"])
     assert match, page.body["content"][:500]
@@ -431,10 +435,12 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     assert not services[f"{COURSE}-autograde"].get("url"), services
     refused(hub, "cat", ["ls", str(Path(hub.settings.paths.course) / "autograde")])
 
-    # A resubmission replaces the grade (bob fixes his answers).
-    hand_in(servers["bob"], assignment, notebooks["right"], fetch=False)
+    # A resubmission replaces the grade (bob fixes his answers, in a copy he renamed): graded as the
+    # assignment's notebook, its feedback reaches him under his own file name through Fetch Feedback.
+    renamed = f"Copy of {assignment} (2).ipynb"
+    hand_in(servers["bob"], assignment, notebooks["right"], fetch=False, name=renamed)
     newer = wait_for_feedback(servers["bob"], assignment, after=stamps["bob"])
-    assert fetched_score(servers["bob"], assignment, newer) == (top, top)
+    assert fetched_score(servers["bob"], assignment, newer, renamed) == (top, top)
     assert exported(hub, assignment)[hub.user("bob")] == top
 
     # Killed in the middle of a batch: nothing lost, nothing graded twice. Three resubmissions wait while
