@@ -6,7 +6,8 @@
    buffers in the same process (target: ratio >= 0.9).
 2. How long the default CPU sweep (4 KiB to 256 MiB) takes (target: within 5 s).
 3. How long after Run the transfer lab shows its first point (target: within 0.5 s).
-4. On a GPU only: pinned host-to-device at 256 MiB against raw CUDA events around one copy_ (target: within 5%).
+4. On a GPU only: pinned host-to-device at 256 MiB against raw CUDA events around one copy_ (target: within
+   5%).
 """
 
 import statistics
@@ -61,12 +62,13 @@ def host_copy_against_numpy(rounds: int = 5) -> None:
         numpy_gbps.append(SIZE / median_seconds(lambda: np.copyto(b, a)) / GB)
     ours, theirs = statistics.median(bench_gbps), statistics.median(numpy_gbps)
     ratio = statistics.median(x / y for x, y in zip(bench_gbps, numpy_gbps, strict=True))
-    print(f"1. h2h at 256 MiB: devicelab.copybench {ours:.2f} GB/s ({torch.get_num_threads()} threads), NumPy copyto {theirs:.2f} GB/s "
-          f"(medians of {rounds} interleaved rounds of {REPEATS}): ratio {ratio:.2f} (target >= 0.9)")
+    print(f"1. h2h at 256 MiB: devicelab.copybench {ours:.2f} GB/s ({torch.get_num_threads()} threads), "
+          f"NumPy copyto {theirs:.2f} GB/s (medians of {rounds} interleaved rounds of {REPEATS}): ratio "
+          f"{ratio:.2f} (target >= 0.9)")
     threaded = SIZE / median_seconds(lambda: dst.copy_(src)) / GB
     clone = SIZE / median_seconds(lambda: src.clone()) / GB
-    print(f"   for comparison: dst.copy_(src) with torch's {torch.get_num_threads()} threads {threaded:.2f} GB/s; "
-          f"src.clone() (allocates inside the timing) {clone:.2f} GB/s")
+    print(f"   for comparison: dst.copy_(src) with torch's {torch.get_num_threads()} threads {threaded:.2f} "
+          f"GB/s; src.clone() (allocates inside the timing) {clone:.2f} GB/s")
 
 
 def default_sweep_time() -> None:
@@ -74,8 +76,8 @@ def default_sweep_time() -> None:
     start = time.perf_counter()
     results = list(cb.sweep(direction=direction, link=None))
     seconds = time.perf_counter() - start
-    print(f"2. default {direction} sweep ({len(results)} sizes, 4 KiB to 256 MiB, 5 repeats): {seconds:.2f} s "
-          "(target within 5 s on CPU)")
+    print(f"2. default {direction} sweep ({len(results)} sizes, 4 KiB to 256 MiB, 5 repeats): {seconds:.2f} "
+          "s (target within 5 s on CPU)")
 
 
 def time_to_first_point() -> None:
@@ -123,7 +125,8 @@ def pinned_h2d_against_raw_events() -> None:
 
 
 if __name__ == "__main__":
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CUDA usable: {torch.cuda.is_available()}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CUDA usable: "
+          f"{torch.cuda.is_available()}")
     host_copy_against_numpy()
     default_sweep_time()
     time_to_first_point()

@@ -1,4 +1,5 @@
-"""Run every lesson's cells, GPU-only ones included, on a machine that has a GPU but no Jupyter; record outputs.
+"""Run every lesson's cells, GPU-only ones included, on a machine that has a GPU but no Jupyter; record
+outputs.
 
     python benchmarks/gpu_smoke.py export DIR   # here: turn lessons into plain cell lists (needs nbformat)
     python benchmarks/gpu_smoke.py run DIR      # there: run them cell by cell, print a JSON report
@@ -8,11 +9,11 @@
 Only the standard library and torch are needed to `run`. IPython syntax is mapped to Python: `%load_ext
 devicelab` is dropped and `%%requires_cuda` cells run as ordinary code (a GPU is expected there).
 
-`record` keeps the notebooks clean (no cell outputs): every `requires-cuda` cell is followed by a markdown cell
-tagged `gpu-output` (id `<cell id>-gpu-output`) that shows either the output a GPU printed, with the device, the
-torch version and the date, or says that no GPU has run the cell yet. `CLAIMS` lists what a recorded output must
-still show for the lesson's text to stay true; an output that breaks its claim is reported and not written.
-Without a GPU, `record` says so and changes nothing.
+`record` keeps the notebooks clean (no cell outputs): every `requires-cuda` cell is followed by a markdown
+cell tagged `gpu-output` (id `<cell id>-gpu-output`) that shows either the output a GPU printed, with the
+device, the torch version and the date, or says that no GPU has run the cell yet. `CLAIMS` lists what a
+recorded output must still show for the lesson's text to stay true; an output that breaks its claim is
+reported and not written. Without a GPU, `record` says so and changes nothing.
 """
 
 import contextlib
@@ -30,8 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_TAG = "gpu-output"
-NOT_YET = ("*Not yet run on a GPU: no output has been recorded for the cell above. `make gpu-record` on a machine "
-           "with a GPU records it here.*")
+NOT_YET = ("*Not yet run on a GPU: no output has been recorded for the cell above. `make gpu-record` on a "
+           "machine with a GPU records it here.*")
 RECORDED = "**Output recorded on a GPU** ({device}, torch {torch}, {date}):"
 MAX_OUTPUT = 3000  # characters of a cell's output kept in the notebook (the end, where the result is)
 
@@ -48,8 +49,8 @@ def _graph_replay_faster(output: str) -> bool:
     return len(times) == 2 and float(times["graph replay"]) < float(times["eager"])
 
 
-# What a recorded output must show for the lesson's text to stay true: lesson -> cell id -> claims, each a regular
-# expression the output must match or a function of the output that must return True.
+# What a recorded output must show for the lesson's text to stay true: lesson -> cell id -> claims, each a
+# regular expression the output must match or a function of the output that must return True.
 CLAIMS: dict[str, dict[str, tuple[str | Callable[[str], bool], ...]]] = {
     "07-streams-events-and-profiling": {
         "sync-point-gpu": (_blocking_copy_waited,),
@@ -69,7 +70,8 @@ def export(target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     for path in sorted((root / "notebooks").glob("*.ipynb")) + sorted((root / "source").glob("*/*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        cells = [{"source": c.source, "tags": c.metadata.get("tags", [])} for c in nb.cells if c.cell_type == "code"]
+        cells = [{"source": c.source, "tags": c.metadata.get("tags", [])} for c in nb.cells
+                 if c.cell_type == "code"]
         (target / f"{path.stem}.json").write_text(json.dumps(cells))
 
 
@@ -78,10 +80,12 @@ def _python(source: str) -> str:
     if lines and lines[0].startswith("%%requires_cuda"):
         lines = lines[1:]
     kept = [line for line in lines if not line.lstrip().startswith(("%load_ext", "%matplotlib"))]
-    # `!command` lines are shell escapes in IPython, which expands {expressions} in them: an f-string does too.
-    # Its output is captured like the cell's own (subprocess.PIPE is -1, STDOUT is -2).
-    shell = "print(__import__('subprocess').run(f{!r}, shell=True, stdout=-1, stderr=-2, text=True).stdout, end='')"
-    return "\n".join(shell.format(line.strip()[1:]) if line.lstrip().startswith("!") else line for line in kept)
+    # `!command` lines are shell escapes in IPython, which expands {expressions} in them: an f-string does
+    # too. Its output is captured like the cell's own (subprocess.PIPE is -1, STDOUT is -2).
+    shell = ("print(__import__('subprocess').run(f{!r}, shell=True, stdout=-1, stderr=-2, text=True).stdout, "
+             "end='')")
+    return "\n".join(shell.format(line.strip()[1:]) if line.lstrip().startswith("!") else line
+                     for line in kept)
 
 
 def run(folder: Path) -> dict:
@@ -141,8 +145,8 @@ def note_text(output: str | None, machine: Machine | None) -> str:
         return NOT_YET
     shown = output.rstrip()[-MAX_OUTPUT:] or "(the cell printed nothing)"
     fence = "```" if "```" not in shown else "~~~~"
-    return f"{RECORDED.format(device=machine.device, torch=machine.torch, date=machine.date)}\n\n{fence}text\n" \
-           f"{shown}\n{fence}"
+    return (f"{RECORDED.format(device=machine.device, torch=machine.torch, date=machine.date)}\n\n"
+            f"{fence}text\n{shown}\n{fence}")
 
 
 def note_of(nb, cell):
@@ -248,8 +252,9 @@ def main_record(argv: list[str]) -> int:
     """`make gpu-record`: record every lesson's GPU outputs here; 2 without a GPU, 1 if a claim broke."""
     machine = this_machine()
     if machine is None:
-        print("gpu-record: no CUDA GPU is usable on this machine (torch.cuda.is_available() is False), so nothing "
-              "was run and no notebook was changed. Run `make gpu-record` where a GPU is.", file=sys.stderr)
+        print("gpu-record: no CUDA GPU is usable on this machine (torch.cuda.is_available() is False), so "
+              "nothing was run and no notebook was changed. Run `make gpu-record` where a GPU "
+              "is.", file=sys.stderr)
         return 2
     paths = [Path(a) for a in argv] or sorted((ROOT / "notebooks").glob("*.ipynb"))
     report = record(paths, machine)

@@ -49,7 +49,8 @@ async def transfer_lab_report() -> dict:
     from devicelab.units import MiB
 
     lab = TransferLabWidget(cuda=True)
-    report = {"directions": list(lab.direction.options), "backends": [label for label, _ in lab.backend.options],
+    report = {"directions": list(lab.direction.options),
+              "backends": [label for label, _ in lab.backend.options],
               "pinned_offered": not lab.host.disabled, "reason": lab.reason.value}
     lab.direction.value, lab.host.value, lab.non_blocking.value = "h2d", "pinned", True
     lab.largest.value, lab.repeats.value = 256 * MiB, 3
@@ -95,7 +96,8 @@ def problems(report: dict) -> list[str]:
     lab = report["transfer_lab"]
     found = []
     if not {"h2d", "d2h", "d2d"} <= set(lab["directions"]) or not lab["pinned_offered"]:
-        found.append(f"the lab does not offer the GPU copies: {lab['directions']}, pinned {lab['pinned_offered']}")
+        found.append(f"the lab does not offer the GPU copies: {lab['directions']}, pinned "
+                     f"{lab['pinned_offered']}")
     for key in ("h2d_pinned", "h2d_pageable", "d2h_pinned"):
         sweep = lab[key]
         if not sweep["status"].startswith("done") or sweep["table_rows"] != len(sweep["results"]):
@@ -104,7 +106,8 @@ def problems(report: dict) -> list[str]:
             found.append(f"{key}: not timed with CUDA events")
     pinned, pageable = lab["h2d_pinned"]["results"][-1]["gbps"], lab["h2d_pageable"]["results"][-1]["gbps"]
     if pinned <= pageable:
-        found.append(f"pinned h2d ({pinned} GB/s) is not faster than pageable ({pageable} GB/s) at the largest size")
+        found.append(f"pinned h2d ({pinned} GB/s) is not faster than pageable ({pageable} GB/s) at the "
+                     "largest size")
     stopped = re.match(r"stopped after (\d+) of (\d+)", lab["stopped"]["status"])
     if not stopped or int(stopped.group(1)) >= int(stopped.group(2)) or not lab["run_enabled_after_stop"]:
         found.append(f"Stop did not end the sweep early: {lab['stopped']['status']}")
@@ -130,7 +133,8 @@ def main() -> int:
         return 2
     import ipywidgets
 
-    report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "ipywidgets": ipywidgets.__version__,
+    report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "ipywidgets": ipywidgets.__version__,
               "transfer_lab": asyncio.run(transfer_lab_report()), "timing_lies": timing_lies_report(),
               "overlap": overlap_report()}
     report["problems"] = problems(report)

@@ -67,7 +67,8 @@ def run(cmd: list[str], cwd: Path) -> float:
 
 def main() -> None:
     """Build the class, time both graders, print the figures."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--assignment", default=None, help="assignment id (default: the first in source/)")
     parser.add_argument("--students", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=2)
@@ -84,8 +85,9 @@ def main() -> None:
         plain = scratch_course(tmp / "plain", assignment)
         run([nbgrader, "generate_assignment", assignment, "--force"], plain)
         for path in sorted((plain / "release" / assignment).glob("*.ipynb")):
-            right = solved(nbformat.read(path, as_version=4), nbformat.read(plain / "source" / assignment / path.name,
-                                                                             as_version=4))
+            right = solved(nbformat.read(path, as_version=4),
+                           nbformat.read(plain / "source" / assignment / path.name,
+                                          as_version=4))
             for k in range(args.students):
                 for folder in (plain / "submitted" / f"s{k:02d}" / assignment, tmp / "class" / f"s{k:02d}"):
                     folder.mkdir(parents=True, exist_ok=True)
@@ -99,16 +101,19 @@ def main() -> None:
             busy = machine_busy()
             plain_times.append(run([nbgrader, "autograde", assignment], plain))
             our_times.append(run([py, "-m", "autograder", "grade", assignment, str(tmp / "class"), "--course",
-                                  str(ours), "--jobs", str(args.jobs), "--sandbox", args.sandbox, "--quiet"], ROOT))
+                                  str(ours), "--jobs", str(args.jobs), "--sandbox", args.sandbox, "--quiet"],
+                                 ROOT))
             busy = max(busy, machine_busy())
             print(f"  run {attempt + 1}: nbgrader {plain_times[-1]:.1f} s, ours {our_times[-1]:.1f} s, "
                   f"{plain_times[-1] / our_times[-1]:.2f}x (other programs used {100 * busy:.0f}% of the CPU "
                   "just before or after)")
         t_plain, t_ours = statistics.median(plain_times), statistics.median(our_times)
-        print(f"  nbgrader autograde (sequential):        {t_plain:6.1f} s  ({t_plain / args.students:.2f} s/student)")
+        print(f"  nbgrader autograde (sequential):        {t_plain:6.1f} s  ({t_plain / args.students:.2f} "
+              "s/student)")
         print(f"  python -m autograder grade --jobs {args.jobs}:    {t_ours:6.1f} s  "
               f"({t_ours / args.students:.2f} s/student; feedback, gradebook and report included)")
-        print(f"  speed-up: {t_plain / t_ours:.2f}x" + (f" (medians of {args.repeat} runs)" if args.repeat > 1 else ""))
+        print(f"  speed-up: {t_plain / t_ours:.2f}x"
+              + (f" (medians of {args.repeat} runs)" if args.repeat > 1 else ""))
         run([nbgrader, "export", "--to", str(tmp / "plain.csv")], plain)
         with (tmp / "plain.csv").open() as handle:
             plain_scores = {r["student_id"]: float(r["raw_score"]) for r in csv.DictReader(handle)}
@@ -116,8 +121,9 @@ def main() -> None:
             rows = list(csv.DictReader(handle))
         our_scores = {r["student"]: float(r["score"]) for r in rows}
         same = plain_scores == our_scores
-        print(f"  scores: nbgrader {sorted(set(plain_scores.values()))}, ours {sorted(set(our_scores.values()))}"
-              f" ({'the same' if same else 'DIFFERENT'}; statuses: {sorted({r['status'] for r in rows})})")
+        print(f"  scores: nbgrader {sorted(set(plain_scores.values()))}, ours "
+              f"{sorted(set(our_scores.values()))} ({'the same' if same else 'DIFFERENT'}; statuses: "
+              f"{sorted({r['status'] for r in rows})})")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,12 @@ Run as root, with what the hub tests need (README, "Run a class on a hub"):
 
     sudo .venv/bin/python benchmarks/hub_latency.py [--students 20] [--single 5]
 
-It sets up a hub on loopback with N students (accounts removed afterwards), releases the smallest assignment and
-turns autograding on. Each student fetches it and submits a right answer with nbgrader's own commands run as
-their Unix account (what the Assignments tab's Submit button runs, without a browser or a server per student).
-The clock starts when a student's submit returns and stops when their feedback is in the exchange, i.e. when
-their Assignments tab offers Fetch Feedback. First one student alone, several times in a row; then every
-student at once. It prints the median and the 95th percentile of each.
+It sets up a hub on loopback with N students (accounts removed afterwards), releases the smallest assignment
+and turns autograding on. Each student fetches it and submits a right answer with nbgrader's own commands run
+as their Unix account (what the Assignments tab's Submit button runs, without a browser or a server per
+student). The clock starts when a student's submit returns and stops when their feedback is in the exchange,
+i.e. when their Assignments tab offers Fetch Feedback. First one student alone, several times in a row; then
+every student at once. It prints the median and the 95th percentile of each.
 """
 
 import argparse
@@ -63,7 +63,8 @@ def submit_and_wait(hub: Hub, member: str, assignment: str, timeout: float = 600
     as_student(hub, member, "submit", assignment)
     start = time.monotonic()
     _, secret = newest_secret(hub, member, assignment)
-    page = hub.settings.paths.exchange / COURSE / "feedback" / f"{notebook_hash(secret=secret, notebook_id=assignment)}.html"
+    page = (hub.settings.paths.exchange / COURSE / "feedback"
+            / f"{notebook_hash(secret=secret, notebook_id=assignment)}.html")
     while not page.exists():
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"no feedback for {member} within {timeout} s")
@@ -78,14 +79,15 @@ def p95(values: list[float]) -> float:
 
 
 def line(label: str, values: list[float]) -> str:
-    return (f"{label:34} n={len(values):3}  median {statistics.median(values):5.1f} s  p95 {p95(values):5.1f} s  "
-            f"max {max(values):5.1f} s")
+    return (f"{label:34} n={len(values):3}  median {statistics.median(values):5.1f} s  p95 "
+            f"{p95(values):5.1f} s  max {max(values):5.1f} s")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=20)
-    parser.add_argument("--single", type=int, default=5, help="submissions of one student, one after the other")
+    parser.add_argument("--single", type=int, default=5,
+                        help="submissions of one student, one after the other")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("run as root (it makes Unix accounts and starts a hub)", file=sys.stderr)
@@ -103,7 +105,8 @@ def main() -> int:
             prepare(hub, member, assignment, right)
         single = [submit_and_wait(hub, members[0], assignment) for _ in range(args.single)]
         crowd: dict[str, float] = {}
-        threads = [threading.Thread(target=lambda m=m: crowd.__setitem__(m, submit_and_wait(hub, m, assignment)))
+        threads = [threading.Thread(target=lambda m=m: crowd.__setitem__(m,
+                                                                         submit_and_wait(hub, m, assignment)))
                    for m in members]
         for t in threads:
             t.start()
