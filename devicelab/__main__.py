@@ -22,21 +22,23 @@ def _bench_parser(commands) -> argparse.ArgumentParser:
 
     bench = commands.add_parser(
         "bench", help="measure copy bandwidth (host/device, pageable/pinned) over a sweep of sizes",
-        description="Measure copy bandwidth: buffers allocated outside the timing, a warm-up, several repeats, "
-                    "the median (CUDA events on a GPU, a host clock for host copies).",
+        description="Measure copy bandwidth: buffers allocated outside the timing, a warm-up, several "
+                    "repeats, the median (CUDA events on a GPU, a host clock for host copies).",
         epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("--direction", choices=DIRECTIONS,
                        help="h2d, d2h, d2d (need a CUDA GPU) or h2h; default: h2d with a GPU, h2h without")
     bench.add_argument("--host", choices=HOSTS, default="pageable",
                        help="host memory for h2d, d2h and h2h (pinned needs a CUDA GPU); default: pageable")
     bench.add_argument("--non-blocking", action="store_true", help="copy with non_blocking=True")
-    bench.add_argument("--sizes", help="comma-separated sizes, e.g. 4KiB,1MiB,256MiB; default: 4 KiB to 256 MiB "
-                                       "in powers of two")
-    bench.add_argument("--repeats", type=int, default=5, help="timed samples per size (median reported); default 5")
+    bench.add_argument("--sizes", help="comma-separated sizes, e.g. 4KiB,1MiB,256MiB; default: 4 KiB to 256 "
+                                       "MiB in powers of two")
+    bench.add_argument("--repeats", type=int, default=5,
+                       help="timed samples per size (median reported); default 5")
     bench.add_argument("--threads", type=int, default=0,
-                       help="CPU threads for host-to-host copies (default 0: PyTorch's own setting, as in your code; "
-                            "1 gives a figure that other busy cores disturb less)")
-    bench.add_argument("--device", help="CUDA device for GPU directions, e.g. cuda:1; default: the current one")
+                       help="CPU threads for host-to-host copies (default 0: PyTorch's own setting, as in "
+                            "your code; 1 gives a figure that other busy cores disturb less)")
+    bench.add_argument("--device",
+                       help="CUDA device for GPU directions, e.g. cuda:1; default: the current one")
     bench.add_argument("--csv", metavar="FILE", help="also write one row per size to FILE")
     return bench
 
@@ -47,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("env", help="print what this machine offers PyTorch (GPUs, CUDA, Colab, nbgrader)")
     bench = _bench_parser(commands)
-    workspace = commands.add_parser("workspace", help="copy the lessons and assignments into a folder of your own "
-                                                      "(never overwrites a copy you already have)")
+    workspace = commands.add_parser("workspace", help="copy the lessons and assignments into a folder of "
+                                                      "your own (never overwrites a copy you already have)")
     workspace.add_argument("folder", nargs="?", default="mywork", help="where to copy them (default: mywork)")
     workspace.add_argument("--course", default=".", help="the course folder (default: the current folder)")
     args = parser.parse_args(argv)
@@ -83,7 +85,8 @@ def run_workspace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, out: TextIO | None = None) -> int:
-    """Run `bench`: check the request, then measure with a progress bar, printing a table and writing the CSV."""
+    """Run `bench`: check the request, then measure with a progress bar, printing a table and writing the CSV.
+    """
     from tqdm import tqdm
 
     from devicelab import copybench as cb
@@ -101,9 +104,9 @@ def run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, out: Te
     direction = args.direction or cb.default_direction()
     if not gpu and (direction in cb.GPU_DIRECTIONS or args.host == "pinned"):
         asked = f"--direction {direction}" if direction in cb.GPU_DIRECTIONS else "--host pinned"
-        parser.error(f"{asked} needs a CUDA GPU and none is usable here (torch.cuda.is_available() is False). "
-                     "Without a GPU, measure host copies: leave out --direction (or use --direction h2h) "
-                     "with pageable memory.")
+        parser.error(f"{asked} needs a CUDA GPU and none is usable here (torch.cuda.is_available() is "
+                     "False). Without a GPU, measure host copies: leave out --direction (or use --direction "
+                     "h2h) with pageable memory.")
     try:
         results = cb.sweep(sizes, direction, args.host, args.non_blocking, repeats=args.repeats,
                            device=args.device, threads=args.threads or None)
@@ -120,7 +123,8 @@ def run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, out: Te
             writer.writeheader()
         print(cb.table_header(), file=out, flush=True)
         measured = []
-        # disable=None: no bar when stderr is not a terminal (a pipe, a log), where it would land inside the table
+        # disable=None: no bar when stderr is not a terminal (a pipe, a log), where it would land inside the
+        # table
         with tqdm(total=len(sizes), desc=f"{direction} copies", unit="size", file=sys.stderr,
                   disable=None) as progress:
             for result in results:
@@ -135,8 +139,8 @@ def run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, out: Te
         return 1
     except KeyboardInterrupt:
         results.close()
-        print("interrupted: the sizes measured so far are above" + (f" and in {args.csv}" if args.csv else ""),
-              file=sys.stderr)
+        print("interrupted: the sizes measured so far are above"
+              + (f" and in {args.csv}" if args.csv else ""), file=sys.stderr)
         return 130
     finally:
         if handle is not None:

@@ -1,25 +1,28 @@
-"""Lesson 08's capstone: a slow training script, and a profiler that runs any version of it on the simulated GPU.
+"""Lesson 08's capstone: a slow training script, and a profiler that runs any version of it on the simulated
+GPU.
 
-The script (`Net`, `Images`, `build_loader`, `run_epoch`, `stopwatch`, `main`) is real PyTorch code that runs on
-any device; `show_script()` prints it. It is slow on a GPU, and the lesson does not say why: the student finds out
-from a trace of their own code.
+The script (`Net`, `Images`, `build_loader`, `run_epoch`, `stopwatch`, `main`) is real PyTorch code that runs
+on any device; `show_script()` prints it. It is slow on a GPU, and the lesson does not say why: the student
+finds out from a trace of their own code.
 
 `profile_script(Net, build_loader, run_epoch)` runs the student's versions of those three on the simulated GPU
 (`devicelab.simgpu`, a model of a T4 on a virtual clock) and records a chrome trace with `SimProfiler`. The
 code runs for real, with `meta` tensors standing in for CUDA ones: every `device="cuda"` is redirected to
-`meta`, every PyTorch call is seen by a `TorchFunctionMode`, and each one drives the simulated GPU as its CUDA counterpart would:
+`meta`, every PyTorch call is seen by a `TorchFunctionMode`, and each one drives the simulated GPU as its CUDA
+counterpart would:
 
 | the script does | the simulated GPU does |
 | --- | --- |
 | `x.to("cuda")`, `.cuda()`, `gpu.copy_(x)` | a host-to-device copy of `x`'s bytes (pageable or pinned) |
-| an op on a CUDA tensor (`model(x)`, `loss.backward()`, `optimizer.step()`) | kernels, timed from FLOPs or bytes |
+| an op on a CUDA tensor (`model(x)`, `loss.backward()`, `optimizer.step()`) | kernels, timed from FLOPs or
+bytes |
 | `.item()`, `float(t)`, `f"{t:.4f}"`, `.tolist()`, `.cpu()` | a device-to-host copy and a host wait |
 | `torch.cuda.Stream()`, `torch.cuda.stream(s)`, `wait_stream`, events | the simulated streams and events |
 | iterating the `DataLoader` | host time to make each batch (main thread or `num_workers`) and pin it |
 
-Meta tensors hold no values: losses read on the simulated GPU are placeholders (0.0). What the trace shows (which
-calls wait, which copies are pageable, what overlaps) is the point, not the numbers. The figures marked ASSUMPTION
-below are round values for this model, not measurements.
+Meta tensors hold no values: losses read on the simulated GPU are placeholders (0.0). What the trace shows
+(which calls wait, which copies are pageable, what overlaps) is the point, not the numbers. The figures marked
+ASSUMPTION below are round values for this model, not measurements.
 """
 
 import contextlib
@@ -40,7 +43,8 @@ from torch.utils.data import DataLoader, Dataset
 from devicelab.sim_trace import ITEM_OPS, TO_OPS, SimProfiler
 from devicelab.simgpu import SimStream, SimulatedGPU
 
-# ----- the script -----------------------------------------------------------------------------------------------
+# ----- the script
+# -----------------------------------------------------------------------------------------------
 
 
 class Net(nn.Module):
@@ -118,12 +122,14 @@ def show_script() -> None:
     print("\n\n".join(inspect.getsource(part).rstrip() for part in SCRIPT))
 
 
-# ----- the host's side of loading, modelled ---------------------------------------------------------------------
+# ----- the host's side of loading, modelled
+# ---------------------------------------------------------------------
 
-# ASSUMPTIONS, not measurements: decoding and augmenting one image on the host (the real cost of a dataset that
-# reads JPEG files; this synthetic one only flips), the cost of handing a batch from a worker process to the loop,
-# and the rate of the host copy that pinning a batch makes (near the 10.9 GB/s FACTS.md measured for host copies).
-# Not modelled: starting the worker processes (paid once per epoch unless persistent_workers=True).
+# ASSUMPTIONS, not measurements: decoding and augmenting one image on the host (the real cost of a dataset
+# that reads JPEG files; this synthetic one only flips), the cost of handing a batch from a worker process to
+# the loop, and the rate of the host copy that pinning a batch makes (near the 10.9 GB/s FACTS.md measured for
+# host copies). Not modelled: starting the worker processes (paid once per epoch unless
+# persistent_workers=True).
 LOAD_S_PER_SAMPLE = 4e-6
 WORKER_HANDOFF_S = 50e-6
 HOST_COPY_Bps = 10e9
@@ -169,7 +175,8 @@ class SimLoader:
                 if pin:
                     gpu.host_work(pin, "DataLoader: pin the batch (main thread)")
             else:
-                ready = start + (b // plan.num_workers + 1) * load  # each worker makes every num_workers-th batch
+                # each worker makes every num_workers-th batch
+                ready = start + (b // plan.num_workers + 1) * load
                 pinned_until = max(ready, pinned_until) + pin  # one pinning thread, batch after batch
                 if pinned_until > gpu.clock():  # the loop's thread waits for the worker (not a CUDA call)
                     gpu.host_work(pinned_until - gpu.clock(), "DataLoader: wait for a worker's batch")
@@ -190,10 +197,12 @@ def _tensors(batch: Any) -> list[torch.Tensor]:
     return []
 
 
-# ----- CUDA, played by the meta device and the simulated GPU ----------------------------------------------------
+# ----- CUDA, played by the meta device and the simulated GPU
+# ----------------------------------------------------
 
 _SYNCS = {"item", "__float__", "__int__", "__bool__", "__format__", "tolist", "cpu", "numpy", "__repr__"}
-_FREE = {"__get__", "__set__", "size", "dim", "numel", "stride", "is_pinned", "view", "reshape", "t", "detach",
+_FREE = {"__get__", "__set__", "size", "dim", "numel", "stride", "is_pinned", "view", "reshape", "t",
+         "detach",
          "squeeze", "unsqueeze", "expand", "as_strided", "_set_grad_enabled", "_record_function_enter_new",
          "_record_function_exit._RecordFunction", "__len__", "__iter__", "__getitem__", "requires_grad_",
          "zero_", "record_stream", "is_contiguous", "flatten", "__hash__", "__eq__", "data_ptr"}
@@ -285,15 +294,18 @@ class PinnedSet:
 
 
 class SimCuda(TorchFunctionMode):
-    """Run PyTorch code written for CUDA on meta tensors, driving a SimulatedGPU and naming operators on `prof`."""
+    """Run PyTorch code written for CUDA on meta tensors, driving a SimulatedGPU and naming operators on
+    `prof`.
+    """
 
     def __init__(self, gpu: SimulatedGPU, prof: SimProfiler) -> None:
         super().__init__()
         self.gpu, self.prof = gpu, prof
         self.pinned = PinnedSet()
         self.forward_flops = 0.0  # since the last backward: the backward pass costs about twice the forward's
-        # Stream order, for uploads used on another stream: how much work each stream has queued, how much of each
-        # other stream's work it waits for, and for each uploaded tensor the stream and position of its copy.
+        # Stream order, for uploads used on another stream: how much work each stream has queued, how much of
+        # each other stream's work it waits for, and for each uploaded tensor the stream and position of its
+        # copy.
         self.queued: dict[int, int] = {}
         self.waited: dict[tuple[int, int], int] = {}
         self.landing: dict[int, tuple[weakref.ref, int, int]] = {}
@@ -377,7 +389,8 @@ class SimCuda(TorchFunctionMode):
                 return format(value, args[1] if len(args) > 1 else "")
             if name == "__repr__":
                 return f"tensor({value})"
-            return [value] if name == "tolist" and source.dim() else (bool(value) if name == "__bool__" else value)
+            return [value] if name == "tolist" and source.dim() else (bool(value) if name == "__bool__"
+                                                                      else value)
         with self.prof.ops(*TO_OPS):
             self.gpu.cpu(self.gpu.launch(0.0, nbytes=source.nbytes, name="result"))
         host = torch.zeros(source.shape, dtype=source.dtype)
@@ -416,7 +429,9 @@ def _inner_size(name: str, args: tuple) -> int:
 
 @contextlib.contextmanager
 def simulated_cuda(gpu: SimulatedGPU, prof: SimProfiler) -> Iterator[SimCuda]:
-    """Inside the block, CUDA code runs on meta tensors and the simulated GPU (streams, events, syncs included)."""
+    """Inside the block, CUDA code runs on meta tensors and the simulated GPU (streams, events, syncs
+    included).
+    """
     from unittest import mock
 
     runtime = SimCuda(gpu, prof)
@@ -458,7 +473,8 @@ class ScriptRun:
     seconds: float  # from the first batch until the GPU has finished: the epoch's real (simulated) length
     host_seconds: float  # until run_epoch returned: what a stopwatch without a sync reads
     loader: LoaderPlan
-    races: list[str]  # kernels that read an uploaded tensor before its copy had landed (a missing stream wait)
+    # kernels that read an uploaded tensor before its copy had landed (a missing stream wait)
+    races: list[str]
 
 
 def profile_script(net: Callable[[], nn.Module] = Net, loader_maker: Callable = build_loader,
@@ -466,8 +482,8 @@ def profile_script(net: Callable[[], nn.Module] = Net, loader_maker: Callable = 
                    quiet: bool = True) -> ScriptRun:
     """Run one epoch of the script (your `Net`, `build_loader`, `run_epoch`) on the simulated GPU; trace it.
 
-    Errors a GPU would raise (a tensor left on the CPU) are raised here too. `seconds` is the epoch's simulated
-    time, from the first batch until the GPU has finished (a sync is added after your loop).
+    Errors a GPU would raise (a tensor left on the CPU) are raised here too. `seconds` is the epoch's
+    simulated time, from the first batch until the GPU has finished (a sync is added after your loop).
     """
     gpu = SimulatedGPU(initialized=True)
     torch.manual_seed(0)
@@ -493,7 +509,8 @@ class _Discard:
         pass
 
 
-# ----- reading a trace ------------------------------------------------------------------------------------------
+# ----- reading a trace
+# ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -501,7 +518,8 @@ class TraceSummary:
     """What a trace says about host waits, copies and the GPU's busy time (seconds)."""
 
     waits: dict[str, int]  # innermost operator (or "(no operator)") -> host waits inside it
-    wait_s: float  # host time in sync calls and in copies that held the host (cudaMemcpyAsync longer than 50 us)
+    # host time in sync calls and in copies that held the host (cudaMemcpyAsync longer than 50 us)
+    wait_s: float
     copies: dict[str, int]  # gpu_memcpy name -> count
     copy_s: float
     kernel_s: float
@@ -516,11 +534,13 @@ def summarize(trace: dict) -> TraceSummary:
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
     ops = sorted((e for e in events if e["cat"] == "cpu_op"), key=lambda e: e["dur"])
     syncs = [e for e in events if e["cat"] == "cuda_runtime" and e["name"].endswith("Synchronize")]
-    held = [e for e in events if e["cat"] == "cuda_runtime" and e["name"] == "cudaMemcpyAsync" and e["dur"] > 50]
+    held = [e for e in events if e["cat"] == "cuda_runtime" and e["name"] == "cudaMemcpyAsync"
+            and e["dur"] > 50]
 
     def innermost(call: dict) -> str:
         return next((o["name"] for o in ops if o["pid"] == call["pid"] and o["tid"] == call["tid"]
-                     and o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"]), "(no operator)")
+                     and o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"]),
+                    "(no operator)")
 
     sync_starts = {(e["pid"], e["tid"], e["ts"]) for e in syncs}
     alone = [e for e in held if (e["pid"], e["tid"], round(e["ts"] + e["dur"], 3)) not in sync_starts]
@@ -569,7 +589,8 @@ def show_summary(summary: TraceSummary) -> None:
     waits = sum(summary.waits.values())
     print(f"host waits        {waits:4d}, {summary.wait_s * 1e3:7.2f} ms, inside {summary.waits}")
     print(f"host in loader          {summary.loader_s * 1e3:7.2f} ms")
-    print(f"copies            {sum(summary.copies.values()):4d}, {summary.copy_s * 1e3:7.2f} ms: {summary.copies}")
+    print(f"copies            {sum(summary.copies.values()):4d}, {summary.copy_s * 1e3:7.2f} ms: "
+          f"{summary.copies}")
     print(f"kernels                 {summary.kernel_s * 1e3:7.2f} ms on the GPU; "
           f"{summary.overlap:.0%} of the upload time under a kernel")
     print(f"whole trace             {summary.span_s * 1e3:7.2f} ms, "

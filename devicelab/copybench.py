@@ -11,13 +11,13 @@ The rules every measurement here follows (see docs/facts.md):
   does not decide the result; each figure is per copy.
 - Units (devicelab.units): sizes are binary (4 KiB, 256 MiB: powers of 1024); bandwidth is GB/s, 10**9 bytes
   per second, as PCIe and GPU datasheets quote it.
-- Host-to-host copies run with PyTorch's own number of threads by default, as your code's copies do (on an H100
-  host, one thread reached only 0.6x of NumPy's memcpy-based copy, all 16 reached 2.5x); pass `threads=1` for a
-  figure that does not depend on what the other cores are doing.
+- Host-to-host copies run with PyTorch's own number of threads by default, as your code's copies do (on an
+  H100 host, one thread reached only 0.6x of NumPy's memcpy-based copy, all 16 reached 2.5x); pass `threads=1`
+  for a figure that does not depend on what the other cores are doing.
 
-When NVML (`pip install nvidia-ml-py`) can read the GPU's PCIe link, each host<->device result also carries the
-per-direction link limit and the share of it reached. Sweeps yield results one by one, so a plot can grow as
-they arrive; closing a sweep early frees its buffers.
+When NVML (`pip install nvidia-ml-py`) can read the GPU's PCIe link, each host<->device result also carries
+the per-direction link limit and the share of it reached. Sweeps yield results one by one, so a plot can grow
+as they arrive; closing a sweep early frees its buffers.
 """
 
 import contextlib
@@ -125,7 +125,9 @@ _SIZE = re.compile(r"^\s*(-?[0-9]*\.?[0-9]+)\s*([a-z]*)\s*$")
 
 
 def parse_size(text: str | int) -> int:
-    """Return the number of bytes in `text` such as "4KiB", "1.5 MiB", "256M" or "4096" (K = KiB = 1024 bytes)."""
+    """Return the number of bytes in `text` such as "4KiB", "1.5 MiB", "256M" or "4096" (K = KiB = 1024
+    bytes).
+    """
     if isinstance(text, bool):
         raise TypeError(f"a size must be a number of bytes or a string such as '4KiB', not {text!r}")
     if isinstance(text, int):
@@ -136,9 +138,10 @@ def parse_size(text: str | int) -> int:
                          "for example 4096, 4KiB, 1MiB, 256MiB or 1GiB")
     number, unit = match.groups()
     if unit in _DECIMAL_LABELS:
-        raise ValueError(f"{text!r}: sizes in this course are binary, so write {number}{_DECIMAL_LABELS[unit]} "
-                         f"({_DECIMAL_LABELS[unit]} = {_UNITS[_DECIMAL_LABELS[unit].lower()]} bytes) or a number "
-                         "of bytes (the course keeps decimal units for bandwidth: GB/s = 10**9 bytes per second)")
+        raise ValueError(f"{text!r}: sizes in this course are binary, so write "
+                         f"{number}{_DECIMAL_LABELS[unit]} ({_DECIMAL_LABELS[unit]} = "
+                         f"{_UNITS[_DECIMAL_LABELS[unit].lower()]} bytes) or a number of bytes (the course "
+                         "keeps decimal units for bandwidth: GB/s = 10**9 bytes per second)")
     if unit not in _UNITS:
         raise ValueError(f"unknown unit {unit!r} in {text!r}: use B, KiB, MiB or GiB (powers of 1024)")
     nbytes = float(number) * _UNITS[unit]
@@ -278,8 +281,8 @@ def _nvml_handle(pynvml, index: int):
 def check_request(direction: str, host: str, device: torch.device | None) -> torch.device | None:
     """Validate direction and host; return the CUDA device to use (None for h2h without a GPU)."""
     if direction not in DIRECTIONS:
-        raise ValueError(f"unknown direction {direction!r}: choose one of {', '.join(DIRECTIONS)} "
-                         "(h2d = host to device, d2h = device to host, d2d = device to device, h2h = host to host)")
+        raise ValueError(f"unknown direction {direction!r}: choose one of {', '.join(DIRECTIONS)} (h2d = "
+                         "host to device, d2h = device to host, d2d = device to device, h2h = host to host)")
     if host not in HOSTS:
         raise ValueError(f"unknown host memory {host!r}: choose 'pageable' or 'pinned'")
     needs_gpu = direction in GPU_DIRECTIONS or host == "pinned"
@@ -292,8 +295,8 @@ def check_request(direction: str, host: str, device: torch.device | None) -> tor
     if not cuda_usable():
         what = (f"{direction} ({DIRECTION_NAMES[direction]})" if direction in GPU_DIRECTIONS
                 else "pinned host memory (t.pin_memory() raises without a GPU)")
-        raise NoGPUError(f"{what} needs a CUDA GPU and none is usable here: measure h2h with pageable memory, "
-                         "or use the simulated GPU (devicelab.simgpu)")
+        raise NoGPUError(f"{what} needs a CUDA GPU and none is usable here: measure h2h with pageable "
+                         "memory, or use the simulated GPU (devicelab.simgpu)")
     device = device if device is not None else torch.device("cuda", torch.cuda.current_device())
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -319,21 +322,22 @@ def check_fits(nbytes: int, direction: str, host: str, device: torch.device | No
         if available is not None and need_host > share * available:
             kind = "pinned (page-locked, never swapped)" if host == "pinned" else "host"
             raise CopyMemoryError(
-                f"a {format_bytes(nbytes)} {direction} copy needs {format_bytes(need_host)} of {kind} memory, and "
-                f"this machine has {format_bytes(available)} available (at most {share:.0%} of it may be used): "
-                "choose smaller sizes")
+                f"a {format_bytes(nbytes)} {direction} copy needs {format_bytes(need_host)} of {kind} "
+                f"memory, and this machine has {format_bytes(available)} available (at most {share:.0%} of "
+                "it may be used): choose smaller sizes")
     if need_device and device is not None:
         available = available_device_bytes(device) if device_bytes is None else device_bytes
         if need_device > available:
             raise CopyMemoryError(
-                f"a {format_bytes(nbytes)} {direction} copy needs {format_bytes(need_device)} on {device}, and only "
-                f"{format_bytes(available)} is free there: choose smaller sizes")
+                f"a {format_bytes(nbytes)} {direction} copy needs {format_bytes(need_device)} on {device}, "
+                f"and only {format_bytes(available)} is free there: choose smaller sizes")
 
 
 # ----- buffers --------------------------------------------------------------------------------------------
 
 def _allocate(nbytes: int, where: str, device: torch.device | None, pinned: bool) -> torch.Tensor:
-    """Allocate `nbytes` on the host or the device and touch every page, so no page fault lands in a timing."""
+    """Allocate `nbytes` on the host or the device and touch every page, so no page fault lands in a timing.
+    """
     if where == "device":
         tensor = torch.empty(nbytes, dtype=torch.uint8, device=device)
     else:
@@ -352,7 +356,8 @@ def _release(device: torch.device | None, pinned: bool) -> None:
 
 @contextmanager
 def copy_buffers(nbytes: int, direction: str, host: str = "pageable", device: torch.device | None = None,
-                 allocate: Callable[..., torch.Tensor] = _allocate) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                 allocate: Callable[..., torch.Tensor] = _allocate
+                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield (source, destination) buffers for one copy; free them on exit, and on any error."""
     pinned = host == "pinned"
     where = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device"),
@@ -367,9 +372,9 @@ def copy_buffers(nbytes: int, direction: str, host: str = "pageable", device: to
                 raise
             buffers.clear()
             _release(device, pinned)
-            raise CopyMemoryError(f"out of memory allocating {format_bytes(nbytes)} buffers for a {direction} "
-                                  f"copy ({type(error).__name__}): choose smaller sizes. Nothing stays "
-                                  "allocated.") from None
+            raise CopyMemoryError(f"out of memory allocating {format_bytes(nbytes)} buffers for a "
+                                  f"{direction} copy ({type(error).__name__}): choose smaller sizes. Nothing "
+                                  "stays allocated.") from None
         yield buffers[0], buffers[1]
     finally:
         buffers.clear()
@@ -452,7 +457,8 @@ def _check_counts(repeats: object, warmup: object, threads: object) -> None:
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
 
 
-def measure_copy(nbytes: int, direction: str | None = None, host: str = "pageable", non_blocking: bool = False,
+def measure_copy(nbytes: int, direction: str | None = None, host: str = "pageable",
+                 non_blocking: bool = False,
                  *, repeats: int = 5, warmup: int = 1, device: str | torch.device | None = None,
                  link: LinkLimit | bool | None = True, threads: int | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> CopyResult:
@@ -505,7 +511,8 @@ def _sweep(sizes: list[int], direction: str, host: str, non_blocking: bool, repe
                     samples, calls = _time_on_host(copy, warmup, repeats, clock)
                 method, where = METHOD_CLOCK, "cpu"
             del copy, src, dst  # the names outlive the with block: drop them so the buffers are freed now
-        yield CopyResult(direction=direction, host="" if direction == "d2d" else host, non_blocking=non_blocking,
+        yield CopyResult(direction=direction, host="" if direction == "d2d" else host,
+                         non_blocking=non_blocking,
                          bytes=nbytes, median_s=statistics.median(samples), min_s=min(samples),
                          repeats=repeats, method=method, device=where, link_gbps=link_gbps,
                          calls_per_sample=calls)
@@ -517,15 +524,16 @@ UNSTEADY_SPREAD = 3.0  # a median this many times the fastest sample means the s
 def waited_for_cores(results: Sequence[CopyResult]) -> list[CopyResult]:
     """Return the host-timed results that waited for busy CPU cores rather than copying.
 
-    PyTorch splits a host copy of more than a few KiB over its CPU threads, and each copy waits for its slowest
-    thread. When another program holds one of those cores, that thread waits for the scheduler (milliseconds),
-    so a 1 MiB copy can take longer than a 64 MiB one. The symptoms: a copy slower than a larger copy of the same
-    run, or a median far above the fastest sample.
+    PyTorch splits a host copy of more than a few KiB over its CPU threads, and each copy waits for its
+    slowest thread. When another program holds one of those cores, that thread waits for the scheduler
+    (milliseconds), so a 1 MiB copy can take longer than a 64 MiB one. The symptoms: a copy slower than a
+    larger copy of the same run, or a median far above the fastest sample.
     """
     timed = [r for r in results if r.method == METHOD_CLOCK]
     slow = []
     for index, result in enumerate(timed):
-        larger_and_faster = any(o.bytes > result.bytes and o.median_s < result.median_s for o in timed[index + 1:])
+        larger_and_faster = any(o.bytes > result.bytes and o.median_s < result.median_s
+                                for o in timed[index + 1:])
         if larger_and_faster or result.median_s > UNSTEADY_SPREAD * result.min_s:
             slow.append(result)
     return slow
@@ -534,10 +542,10 @@ def waited_for_cores(results: Sequence[CopyResult]) -> list[CopyResult]:
 def contention_advice(slow: Sequence[CopyResult], threads: int) -> str:
     """Return what to tell a user whose host copies waited for busy cores (see `waited_for_cores`)."""
     sizes = ", ".join(format_bytes(r.bytes) for r in slow)
-    return (f"note: the copies of {sizes} waited for busy CPU cores rather than copying: PyTorch splits a host copy "
-            f"over its {threads} threads and each copy waits for the slowest one, which another program's work on "
-            "its core delays by milliseconds. Measure again on an idle machine, or with --threads 1 (one thread "
-            "needs one free core).")
+    return (f"note: the copies of {sizes} waited for busy CPU cores rather than copying: PyTorch splits a "
+            f"host copy over its {threads} threads and each copy waits for the slowest one, which another "
+            "program's work on its core delays by milliseconds. Measure again on an idle machine, or with "
+            "--threads 1 (one thread needs one free core).")
 
 
 def table(results: Iterable[CopyResult]) -> str:

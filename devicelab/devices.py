@@ -16,8 +16,9 @@ def mps_ready() -> bool:
 def best_device() -> torch.device:
     """Return the first usable device in a fixed order: cuda, then mps, then cpu.
 
-    It checks availability only and measures nothing, so it is not "the fastest device" for every job: for small
-    work the CPU can be faster than a GPU. It returns plain `cuda` (the current CUDA device), never `cuda:N`.
+    It checks availability only and measures nothing, so it is not "the fastest device" for every job: for
+    small work the CPU can be faster than a GPU. It returns plain `cuda` (the current CUDA device), never
+    `cuda:N`.
     """
     if cuda_ready():
         return torch.device("cuda")

@@ -55,7 +55,8 @@ class EnvironmentReport:
         for gpu in self.gpus:
             major, minor = gpu.capability
             rows.append(
-                (f"GPU cuda:{gpu.index}", f"{gpu.name}, {gpu.memory_gib:.1f} GiB, compute capability {major}.{minor}")
+                (f"GPU cuda:{gpu.index}",
+                 f"{gpu.name}, {gpu.memory_gib:.1f} GiB, compute capability {major}.{minor}")
             )
         if self.driver:
             rows.append(("NVIDIA driver", self.driver))
@@ -71,7 +72,8 @@ class EnvironmentReport:
         return "\n".join(f"{label:<{width}}  {value}" for label, value in self.rows())
 
     def _repr_html_(self) -> str:
-        body = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td style='text-align:left'>{escape(v)}</td></tr>"
+        body = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td "
+                       f"style='text-align:left'>{escape(v)}</td></tr>"
                        for k, v in self.rows())
         return f"<table>{body}</table>"
 

@@ -79,10 +79,11 @@ def _device_mismatch(message: str, devices: tuple[str, ...], detail: str = "") -
     shown = " and ".join(devices) if devices else "two different devices"
     meta = "meta" in devices
     what = (f"One operation got tensors on {shown}. Every tensor in an operation must be on the same device; "
-            "PyTorch moves one for you only in narrow cases (a 0-dim CPU tensor or a Python number in elementwise "
-            f"operations, a CPU index tensor), and this operation is not one of them.{detail}")
+            "PyTorch moves one for you only in narrow cases (a 0-dim CPU tensor or a Python number in "
+            f"elementwise operations, a CPU index tensor), and this operation is not one of them.{detail}")
     if meta:
-        what += " A meta tensor has a shape and dtype but no values; usually a model or tensor was moved to meta "
+        what += (" A meta tensor has a shape and dtype but no values; usually a model or tensor was moved to "
+                 "meta ")
         what += "(to test moves without a GPU) and the other operand was not."
     return Explanation(
         DEVICE_MISMATCH,
@@ -101,8 +102,8 @@ def _device_mismatch(message: str, devices: tuple[str, ...], detail: str = "") -
 def _match_device(message: str) -> Explanation | None:
     if m := re.search(r"found at least two devices, (\S+?) and (\S+?)!", message):
         return _device_mismatch(message, _unique(m.groups()))
-    if m := re.search(r"but got (\w+) is on (\S+?), different from other tensors on (\S+?)(?: \(when checking "
-                      r"argument in method (\w+)\)|[.!]?$|\s)", message):
+    if m := re.search(r"but got (\w+) is on (\S+?), different from other tensors on (\S+?)(?: \(when "
+                      r"checking argument in method (\w+)\)|[.!]?$|\s)", message):
         argument, device, others, method = m.groups()
         detail = f" The argument `{argument}` is on {device} while the other tensors are on {others}"
         if method:
@@ -115,7 +116,8 @@ def _match_device(message: str) -> Explanation | None:
         detail = f" It expected every tensor on {expected} and found one on {device}."
         return _device_mismatch(message, _unique((device, expected)), detail)
     if m := re.search(r"found input tensor at (\S+) and parameter tensor at (\S+)", message):
-        return _device_mismatch(message, _unique(m.groups()), " The input and the module's parameters differ.")
+        return _device_mismatch(message, _unique(m.groups()),
+                                " The input and the module's parameters differ.")
     if m := re.search(r"Input type \((.+?)\) and (?:weight|bias) type \((.+?)\) should be the same", message):
         on_gpu = ["cuda" if ".cuda." in side else "cpu" for side in m.groups()]
         if "Tensor" in m.group(1) and on_gpu[0] != on_gpu[1]:
@@ -150,8 +152,8 @@ def _match_dtype(message: str) -> Explanation | None:
         f"One operation got tensors of {shown}. Matrix products, linear layers and convolutions need both "
         "operands in one dtype, on every device (the CPU too); float64 itself works on GPUs. Data from NumPy "
         "is float64 by default, while model weights are float32.",
-        "Convert one side to the other's dtype; for a model input, use the model's dtype (you can change device "
-        "and dtype in one call: x.to(device, dtype)).",
+        "Convert one side to the other's dtype; for a model input, use the model's dtype (you can change "
+        "device and dtype in one call: x.to(device, dtype)).",
         f"x = x.to({target})",
         (),
         dtypes,
@@ -164,10 +166,10 @@ def _match_numpy(message: str) -> Explanation | None:
         return Explanation(
             NUMPY_REQUIRES_GRAD,
             "NumPy refused a tensor that requires grad",
-            "The tensor is part of an autograd graph. A NumPy array cannot carry gradients, so PyTorch makes you "
-            "say that you want the values without the graph.",
-            "Detach first (and bring it to the CPU if it is on a GPU). On the CPU the array shares memory with "
-            "the tensor; add .copy() if you will modify it.",
+            "The tensor is part of an autograd graph. A NumPy array cannot carry gradients, so PyTorch makes "
+            "you say that you want the values without the graph.",
+            "Detach first (and bring it to the CPU if it is on a GPU). On the CPU the array shares memory "
+            "with the tensor; add .copy() if you will modify it.",
             "arr = t.detach().cpu().numpy()",
             message=message,
         )
@@ -186,8 +188,8 @@ def _match_numpy(message: str) -> Explanation | None:
         return Explanation(
             NUMPY_NEEDS_CPU,
             f"NumPy needs a CPU tensor, got one on {device}",
-            f"NumPy arrays live in host memory, so .numpy() works only on CPU tensors; this one is on {device}.",
-            "Copy it to the host first (detach too if it requires grad).",
+            "NumPy arrays live in host memory, so .numpy() works only on CPU tensors; this one is on "
+            f"{device}.", "Copy it to the host first (detach too if it requires grad).",
             "arr = t.detach().cpu().numpy()",
             (device,),
             message=message,
@@ -220,8 +222,8 @@ def _match_checkpoint(message: str) -> Explanation | None:
     return Explanation(
         CHECKPOINT_DEVICE,
         f"torch.load tried to put tensors on {device}, which this machine cannot use",
-        "torch.save records each tensor's device, and torch.load puts every tensor back on that device unless "
-        f"map_location says otherwise; {device} is not usable here.",
+        "torch.save records each tensor's device, and torch.load puts every tensor back on that device "
+        f"unless map_location says otherwise; {device} is not usable here.",
         "Tell torch.load where to put the tensors with map_location (\"cpu\" always works).",
         "state = torch.load(path, map_location=\"cpu\")",
         (device,),

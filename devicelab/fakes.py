@@ -2,12 +2,14 @@
 
 - `fake_machine(cuda=2, mps=False, current=0)`: inside the `with` block, PyTorch's availability questions
   (`torch.cuda.is_available()`, `torch.cuda.device_count()`, `torch.cuda.current_device()`,
-  `torch.backends.mps.is_available()`) answer as on a machine with that many CUDA GPUs, MPS or not, and GPU number
-  `current` as the current CUDA device. Everything is restored when the block ends, even after an error.
-- `on_device(tensor, "cuda:1")`: a tensor that keeps its data on the CPU but reports another device, and behaves
-  like a tensor there where device and NumPy matters are concerned: `.numpy()` refuses it as PyTorch refuses a CUDA
-  tensor, `.cpu()` and `.to("cpu")` copy it into an ordinary CPU tensor, and `.to(device)` returns the tensor itself
-  exactly when PyTorch would (plain `cuda` means the current CUDA device), else a copy on the new device.
+  `torch.backends.mps.is_available()`) answer as on a machine with that many CUDA GPUs, MPS or not, and GPU
+  number `current` as the current CUDA device. Everything is restored when the block ends, even after an
+  error.
+- `on_device(tensor, "cuda:1")`: a tensor that keeps its data on the CPU but reports another device, and
+  behaves like a tensor there where device and NumPy matters are concerned: `.numpy()` refuses it as PyTorch
+  refuses a CUDA tensor, `.cpu()` and `.to("cpu")` copy it into an ordinary CPU tensor, and `.to(device)`
+  returns the tensor itself exactly when PyTorch would (plain `cuda` means the current CUDA device), else a
+  copy on the new device.
 
 Nothing here knows any exercise's answer; the problem sets import these so that their test cells stay short.
 """
@@ -24,7 +26,9 @@ __all__ = ["OnDevice", "fake_machine", "on_device"]
 @contextlib.contextmanager
 def fake_machine(cuda: int = 0, mps: bool = False, current: int = 0) -> Iterator[None]:
     """Pretend, inside the `with` block, that this machine has `cuda` CUDA GPUs (GPU `current` is the current
-    one) and MPS or not. On a machine without CUDA, asking for the current CUDA device raises, as in PyTorch."""
+    one) and MPS or not. On a machine without CUDA, asking for the current CUDA device raises, as in
+    PyTorch.
+    """
     if cuda and not 0 <= current < cuda:
         raise ValueError(f"current={current} is not one of the {cuda} GPUs")
 
@@ -118,11 +122,13 @@ class OnDevice(torch.Tensor):
             return cls._to(args[0], plain, target, None, False)
         with torch._C.DisableTorchFunctionSubclass():
             result = func(*args, **kwargs)
-        # What an op on a real tensor there would put on the host stays an ordinary CPU tensor: a result asked for
-        # on the cpu (torch.empty_like(t, device="cpu")), or a host tensor written in place (host.copy_(t)).
+        # What an op on a real tensor there would put on the host stays an ordinary CPU tensor: a result asked
+        # for on the cpu (torch.empty_like(t, device="cpu")), or a host tensor written in place
+        # (host.copy_(t)).
         asked = kwargs.get("device")
         on_host = (asked is not None and torch.device(asked).type == "cpu") or (
-            args and isinstance(args[0], torch.Tensor) and not isinstance(args[0], OnDevice) and result is args[0])
+            args and isinstance(args[0], torch.Tensor) and not isinstance(args[0], OnDevice)
+            and result is args[0])
         if on_host or not isinstance(result, torch.Tensor) or isinstance(result, OnDevice):
             return result
         return result.as_subclass(cls)

@@ -32,7 +32,8 @@ class Exercise:
     hints: tuple[str, ...] = ()
     solution: str | None = None
     success: str = ""
-    withheld: str = ""  # why solution() shows no code (the same work is graded elsewhere); the tests still run it
+    # why solution() shows no code (the same work is graded elsewhere); the tests still run it
+    withheld: str = ""
 
 
 @dataclass(frozen=True, repr=False)
@@ -103,8 +104,9 @@ def evaluate(exercise: Exercise, namespace: dict) -> Feedback:
             return Feedback(exercise.name, Outcome.NOT_ATTEMPTED,
                             "It still raises NotImplementedError: replace that line with your code.")
         return Feedback(exercise.name, Outcome.INCORRECT,
-                        f"Calling it raised NotImplementedError: {error} (PyTorch raises this when a tensor's device "
-                        "cannot do what was asked, for example reading the values of a meta tensor).")
+                        f"Calling it raised NotImplementedError: {error} (PyTorch raises this when a "
+                        "tensor's device cannot do what was asked, for example reading the values of a meta "
+                        "tensor).")
     except AssertionError as failure:
         return Feedback(exercise.name, Outcome.INCORRECT, str(failure) or "An expectation failed.")
     except Exception as error:  # noqa: BLE001  (the student's code may raise anything; say what and where)

@@ -2,18 +2,18 @@
 
 Three ways to feed the loop, drawn as timelines of the copy and compute engines:
 
-- "pageable-blocking": `x = batch.to(device)` from ordinary memory, PyTorch's default. The host waits for every
-  copy, and the copy sits on the same stream as the compute, so nothing overlaps.
-- "pinned-same-stream": `x = batch.to(device, non_blocking=True)` from pinned memory on the default stream. The
-  host no longer waits, but one stream runs in order: copy, compute, copy, compute.
+- "pageable-blocking": `x = batch.to(device)` from ordinary memory, PyTorch's default. The host waits for
+  every copy, and the copy sits on the same stream as the compute, so nothing overlaps.
+- "pinned-same-stream": `x = batch.to(device, non_blocking=True)` from pinned memory on the default stream.
+  The host no longer waits, but one stream runs in order: copy, compute, copy, compute.
 - "pinned-side-stream": pinned memory, non_blocking=True, and the copy of the *next* batch issued on a second
   stream while the current batch computes; the compute waits for its own batch with an event. Copy and compute
   overlap. On the GPU the overlap needs a pinned source, a stream other than the compute's, and a free copy
-  engine; `non_blocking=True` is what lets the host queue the next kernels while the copy runs (a blocking copy on
-  a side stream overlaps only work queued before it).
+  engine; `non_blocking=True` is what lets the host queue the next kernels while the copy runs (a blocking
+  copy on a side stream overlaps only work queued before it).
 
-`simulate_steps` runs them on the simulated T4 (virtual clock, no GPU needed); `measure_steps` runs them on a real
-CUDA GPU and reads every span from CUDA events. `compare` picks whichever this machine can do.
+`simulate_steps` runs them on the simulated T4 (virtual clock, no GPU needed); `measure_steps` runs them on a
+real CUDA GPU and reads every span from CUDA events. `compare` picks whichever this machine can do.
 """
 
 from collections.abc import Sequence
@@ -73,7 +73,8 @@ def _check(mode: str, steps: int) -> None:
 
 def simulate_steps(mode: str, steps: int = 4, *, batch_bytes: int = 32 * MiB, compute_s: float = 3e-3,
                    host_s: float = 0.2e-3, profile: GPUProfile = T4_PCIE3) -> OverlapRun:
-    """Run `steps` training steps (copy a batch, then compute on it) on the simulated GPU; return the timeline.
+    """Run `steps` training steps (copy a batch, then compute on it) on the simulated GPU; return the
+    timeline.
 
     `host_s` is the host's own work per step (Python, the optimizer's launches). The default batch (32 MiB)
     takes about 2.7 ms to copy pinned and 6.8 ms pageable on the T4 profile, against 3 ms of compute.
@@ -163,13 +164,14 @@ def measure_steps(mode: str, steps: int = 4, *, batch_bytes: int = 32 * MiB, mat
             compute(x, step)
     torch.cuda.synchronize(device)
     records = tuple(
-        TimelineRecord(engine, stream_id, name, origin.elapsed_time(start) / 1e3, origin.elapsed_time(end) / 1e3,
-                       "h2d" if engine == "copy" else "kernel")
+        TimelineRecord(engine, stream_id, name, origin.elapsed_time(start) / 1e3,
+                       origin.elapsed_time(end) / 1e3, "h2d" if engine == "copy" else "kernel")
         for engine, stream_id, name, start, end in spans)
     return OverlapRun(mode, steps, records, MEASURED)
 
 
-def compare(steps: int = 4, modes: Sequence[str] = MODES, *, on_gpu: bool | None = None, **kwargs) -> list[OverlapRun]:
+def compare(steps: int = 4, modes: Sequence[str] = MODES, *, on_gpu: bool | None = None,
+            **kwargs) -> list[OverlapRun]:
     """Run every mode: measured on a CUDA GPU when there is one, simulated otherwise."""
     if on_gpu is None:
         import torch
@@ -187,9 +189,10 @@ def plot_overlap(runs: Sequence[OverlapRun], *, unit: str = "ms") -> Any:
     scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
     for ax, run in zip(axes[:, 0], runs, strict=True):
         plot_timeline(run.timeline, ax, unit=unit)
-        ax.set_title(f"{run.label}: {run.total_s * scale:.3g} {unit} for {run.steps} steps "
-                     f"(overlap {run.overlap_s() * scale:.3g} {unit}; {run.source})", fontsize="medium", loc="left")
+        ax.set_title(f"{run.label}: {run.total_s * scale:.3g} {unit} for {run.steps} steps (overlap "
+                     f"{run.overlap_s() * scale:.3g} {unit}; {run.source})", fontsize="medium", loc="left")
         ax.set_xlabel("")
-    axes[-1, 0].set_xlabel(f"time ({unit})" if runs and runs[0].source == MEASURED else f"virtual time ({unit})")
+    axes[-1,
+         0].set_xlabel(f"time ({unit})" if runs and runs[0].source == MEASURED else f"virtual time ({unit})")
     figure.tight_layout()
     return figure

@@ -196,7 +196,8 @@ def predict(question: str, choices: Sequence[str] | None, answer: str, reason: s
 
 
 def asker(predictions: Mapping[str, Prediction]) -> Callable[[str], None]:
-    """Return `ask(name)`, which shows one of `predictions`: the lesson's cell holds a name, not the answer."""
+    """Return `ask(name)`, which shows one of `predictions`: the lesson's cell holds a name, not the answer.
+    """
 
     def ask(name: str) -> None:
         """Show the prediction called `name`; its answer appears only after a guess."""

@@ -1,17 +1,18 @@
 """Record what a SimulatedGPU does and export it as a chrome trace, the format torch.profiler writes.
 
 `torch.profiler.profile(...).export_chrome_trace(path)` writes a JSON object whose `"traceEvents"` list holds
-complete events (`"ph": "X"`, `"ts"` and `"dur"` in microseconds) with a category: `cpu_op` for PyTorch operators,
-`cuda_runtime` for the host's CUDA API calls, `kernel` and `gpu_memcpy` for work on the GPU. `SimProfiler` turns
-the simulated GPU's virtual timeline into the same events, so that a student without a GPU can open a trace in
-Perfetto (https://ui.perfetto.dev) or chrome://tracing and read it in Python. Everything it writes is labelled
-SIMULATED (the process names, the device name, `traceName`, and a top-level `"devicelab"` entry): the
-numbers come from the model in `devicelab.simgpu`, never from a GPU.
+complete events (`"ph": "X"`, `"ts"` and `"dur"` in microseconds) with a category: `cpu_op` for PyTorch
+operators, `cuda_runtime` for the host's CUDA API calls, `kernel` and `gpu_memcpy` for work on the GPU.
+`SimProfiler` turns the simulated GPU's virtual timeline into the same events, so that a student without a GPU
+can open a trace in Perfetto (https://ui.perfetto.dev) or chrome://tracing and read it in Python. Everything
+it writes is labelled SIMULATED (the process names, the device name, `traceName`, and a top-level
+`"devicelab"` entry): the numbers come from the model in `devicelab.simgpu`, never from a GPU.
 
 How the simulated timeline maps onto a real trace:
 
 - a kernel -> `kernel`; a copy -> `gpu_memcpy` named like CUDA's (`Memcpy HtoD (Pinned -> Device)`, ...), with
-  `args["bytes"]`; both with `args["device"]` (0) and `args["stream"]`, in the GPU's process, one thread per stream;
+  `args["bytes"]`; both with `args["device"]` (0) and `args["stream"]`, in the GPU's process, one thread per
+  stream;
 - the host's launch of a kernel -> `cudaLaunchKernel`, of a graph replay -> `cudaGraphLaunch`, of a copy ->
   `cudaMemcpyAsync` (`cuda_runtime`); a host wait -> the call that waits: `cudaStreamSynchronize` after a
   blocking copy (PyTorch's `cudaMemcpyAsync` + `cudaStreamSynchronize`), for `item()` and for
@@ -43,7 +44,8 @@ HOST_PID = 1  # the simulated host process
 HOST_TID = 1  # its main thread
 GPU_PID = 0  # the simulated GPU: device 0, one thread per stream
 DEFAULT_STREAM_TID = 7  # CUPTI numbers the legacy default stream 7: real traces show kernels on "stream 7"
-SIDE_STREAM_TID = 12  # simulated stream n > 0 becomes 12 + n; a real trace numbers created streams its own way
+# simulated stream n > 0 becomes 12 + n; a real trace numbers created streams its own way
+SIDE_STREAM_TID = 12
 SYNC_CALLS = {"synchronize": "cudaDeviceSynchronize", "wait for event": "cudaEventSynchronize"}
 TO_OPS = ("aten::to", "aten::_to_copy", "aten::copy_")  # how a real trace nests a .to() copy
 ITEM_OPS = ("aten::item", "aten::_local_scalar_dense")  # and .item()
@@ -69,11 +71,13 @@ class SimProfiler:
 
     def __init__(self, gpu: SimulatedGPU, op_overhead_s: float = 1e-6) -> None:
         self.gpu = gpu
-        self.op_overhead_s = op_overhead_s  # host time an operator spends before and after its work (dispatch)
+        # host time an operator spends before and after its work (dispatch)
+        self.op_overhead_s = op_overhead_s
         self._overheads: set[int] = set()  # ids of those host spans: part of the operator, not shown apart
         self._start = 0
         self._records: list[TimelineRecord] = []
-        self._copies: dict[int, dict[str, Any]] = {}  # id of a copy's TimelineRecord -> what the call asked for
+        # id of a copy's TimelineRecord -> what the call asked for
+        self._copies: dict[int, dict[str, Any]] = {}
         self._ops: list[tuple[str, float, float, int]] = []  # (name, start s, end s, thread)
         self._keep: list[TimelineRecord] = []  # the copy records, kept alive so that their ids stay unique
         self._active = False
@@ -82,7 +86,8 @@ class SimProfiler:
         self._start = len(self.gpu.timeline)
         self._records, self._copies, self._ops, self._keep, self._overheads = [], {}, [], [], set()
         self._active = True
-        self.gpu.copy = self._traced_copy  # an instance attribute: cpu(), to_cpu() and item() go through it too
+        # an instance attribute: cpu(), to_cpu() and item() go through it too
+        self.gpu.copy = self._traced_copy
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,16 +97,19 @@ class SimProfiler:
 
     def _traced_copy(self, source, direction=None, *, pinned=None, non_blocking=False, **kwargs):
         before = len(self.gpu.timeline)
-        result = SimulatedGPU.copy(self.gpu, source, direction, pinned=pinned, non_blocking=non_blocking, **kwargs)
+        result = SimulatedGPU.copy(self.gpu, source, direction, pinned=pinned, non_blocking=non_blocking,
+                                   **kwargs)
         record = next(r for r in self.gpu.timeline[before:] if r.engine == "copy")
         self._copies[id(record)] = {"bytes": result.nbytes, "pinned": bool(result.pinned or (
-            pinned if pinned is not None else getattr(source, "pinned", False))), "non_blocking": non_blocking}
+            pinned if pinned is not None else getattr(source, "pinned", False))),
+                                    "non_blocking": non_blocking}
         self._keep.append(record)
         return result
 
     @contextmanager
     def op(self, name: str, thread: int = HOST_TID) -> Iterator[None]:
-        """Mark the host time spent inside the block as the operator `name` (a `cpu_op`, like `aten::item`)."""
+        """Mark the host time spent inside the block as the operator `name` (a `cpu_op`, like `aten::item`).
+        """
         start = self.gpu.clock()
         self._overhead(name)
         try:
@@ -128,9 +136,10 @@ class SimProfiler:
                      after: list[TimelineRecord], inside: set[int]) -> list[dict]:
         """Return the host's cudaMemcpyAsync for `copy` (and the stream sync a blocking copy adds after it).
 
-        A copy from or into pageable memory holds the host inside cudaMemcpyAsync (staging through the driver's
-        pinned buffer; a copy into pageable memory returns only when it is done), so that wait lengthens the call
-        and the cudaStreamSynchronize that PyTorch calls after a blocking copy then returns at once.
+        A copy from or into pageable memory holds the host inside cudaMemcpyAsync (staging through the
+        driver's pinned buffer; a copy into pageable memory returns only when it is done), so that wait
+        lengthens the call and the cudaStreamSynchronize that PyTorch calls after a blocking copy then returns
+        at once.
         """
         meta = self._copies.get(id(copy), {})
         wait = after[0] if after and after[0].kind == "wait" else None
@@ -139,17 +148,20 @@ class SimProfiler:
             inside.add(id(wait))
             end = wait.end
         calls = [_complete("cuda_runtime", "cudaMemcpyAsync", start, end, HOST_PID, HOST_TID, {})]
-        if copy.kind != "d2d" and not meta.get("non_blocking", False) and (wait is None or id(wait) in inside):
+        if copy.kind != "d2d" and not meta.get("non_blocking",
+                                               False) and (wait is None or id(wait) in inside):
             calls.append(_complete("cuda_runtime", "cudaStreamSynchronize", end, end, HOST_PID, HOST_TID, {}))
         return calls
 
     def trace(self) -> dict:
-        """Return the recorded work as a chrome trace (the dict json.load gives for a real profiler export)."""
+        """Return the recorded work as a chrome trace (the dict json.load gives for a real profiler export).
+        """
         records = self.gpu.timeline[self._start:] if self._active else self._records
         events = _metadata(self.gpu)
         events += [_complete("cpu_op", name, start, end, HOST_PID, thread, {})
                    for name, start, end, thread in sorted(self._ops, key=lambda o: (o[1], -o[2]))]
-        pending_wait: TimelineRecord | None = None  # a full launch queue holds the host inside the next launch
+        # a full launch queue holds the host inside the next launch
+        pending_wait: TimelineRecord | None = None
         inside_memcpy: set[int] = set()  # ids of waits drawn inside a cudaMemcpyAsync call
         for index, record in enumerate(records):
             if record.engine == "host":
@@ -161,18 +173,20 @@ class SimProfiler:
                         events += self._memcpy_call(start, record, following, records[index + 2:index + 3],
                                                     inside_memcpy)
                     else:
-                        call = "cudaGraphLaunch" if record.name.startswith("graph launch") else "cudaLaunchKernel"
-                        events.append(_complete("cuda_runtime", call, start, record.end, HOST_PID, HOST_TID, {}))
+                        call = "cudaGraphLaunch" if record.name.startswith(
+                            "graph launch") else "cudaLaunchKernel"
+                        events.append(_complete("cuda_runtime", call, start, record.end, HOST_PID, HOST_TID,
+                                                {}))
                 elif record.kind == "wait":
                     if record.name == "wait: launch queue full":
                         pending_wait = record
                     elif id(record) not in inside_memcpy:
                         call = SYNC_CALLS.get(record.name, "cudaStreamSynchronize")
-                        events.append(_complete("cuda_runtime", call, record.start, record.end, HOST_PID, HOST_TID,
-                                                {}))
+                        events.append(_complete("cuda_runtime", call, record.start, record.end, HOST_PID,
+                                                HOST_TID, {}))
                 elif id(record) not in self._overheads:  # host work, context creation
-                    events.append(_complete("user_annotation", record.name, record.start, record.end, HOST_PID,
-                                            HOST_TID, {}))
+                    events.append(_complete("user_annotation", record.name, record.start, record.end,
+                                            HOST_PID, HOST_TID, {}))
             elif record.engine == "compute":
                 tid = stream_tid(record.stream)
                 events.append(_complete("kernel", record.name, record.start, record.end, GPU_PID, tid,
@@ -191,12 +205,14 @@ class SimProfiler:
             "displayTimeUnit": "ms",
             "deviceProperties": [{"id": 0, "name": f"{SIMULATED} {self.gpu.profile.name}"}],
             "devicelab": {"simulated": True, "gpu": self.gpu.profile.name,
-                          "note": "made by devicelab.sim_trace from the simulated GPU's virtual clock, not measured"},
+                          "note": "made by devicelab.sim_trace from the simulated GPU's virtual clock, not "
+                          "measured"},
             "traceEvents": events,
         }
 
     def export_chrome_trace(self, path: str | Path) -> Path:
-        """Write the trace as JSON to `path` (like torch.profiler's export_chrome_trace) and return the path."""
+        """Write the trace as JSON to `path` (like torch.profiler's export_chrome_trace) and return the path.
+        """
         return write_trace(self.trace(), path)
 
 
@@ -239,11 +255,13 @@ def _metadata(gpu: SimulatedGPU) -> list[dict]:
 
 
 def stream_tid(stream: int | None) -> int:
-    """Return the thread id a trace gives simulated stream `stream` (the default stream is 7, as in CUPTI's)."""
+    """Return the thread id a trace gives simulated stream `stream` (the default stream is 7, as in CUPTI's).
+    """
     return DEFAULT_STREAM_TID if not stream else SIDE_STREAM_TID + stream
 
 
-def example_step(gpu: SimulatedGPU, prof: SimProfiler, *, pinned: bool, sync_each_step: bool, steps: int = 3) -> None:
+def example_step(gpu: SimulatedGPU, prof: SimProfiler, *, pinned: bool, sync_each_step: bool,
+                 steps: int = 3) -> None:
     """Simulate a few training steps (one batch copied in, forward, backward, optimizer) under `prof`."""
     from devicelab.units import MiB
 
@@ -270,7 +288,9 @@ def example_step(gpu: SimulatedGPU, prof: SimProfiler, *, pinned: bool, sync_eac
 
 
 def example_trace() -> dict:
-    """Return the course's example trace: three simulated training steps with a pageable batch and .item() per step."""
+    """Return the course's example trace: three simulated training steps with a pageable batch and .item() per
+    step.
+    """
     gpu = SimulatedGPU(initialized=True)
     with SimProfiler(gpu) as prof:
         example_step(gpu, prof, pinned=False, sync_each_step=True)

@@ -1,8 +1,8 @@
 """A small, deterministic simulated GPU on a virtual clock, for lessons and graders without a GPU.
 
 One host thread queues work onto streams; the device runs it later on one compute engine and on copy engines.
-Nothing sleeps: the virtual clock moves only through the model, so the same calls always give the same numbers.
-Each call models one PyTorch call (the lessons show them side by side):
+Nothing sleeps: the virtual clock moves only through the model, so the same calls always give the same
+numbers. Each call models one PyTorch call (the lessons show them side by side):
 
 | simulator | PyTorch |
 | --- | --- |
@@ -15,10 +15,13 @@ Each call models one PyTorch call (the lessons show them side by side):
 | `gpu.item(buf)` | `t.item()` (a scalar copied into pinned memory, then a stream sync) |
 | `buf.read()` | reading a CPU tensor (`host[:4].tolist()`): no sync |
 | `gpu.synchronize()` | `torch.cuda.synchronize()` |
-| `gpu.launch_graph([d1, d2, ...])` | `g.replay()` of a `torch.cuda.CUDAGraph` (`torch.compile`'s "reduce-overhead") |
-| `gpu.new_stream()`, `gpu.stream(s)`, `gpu.event()` | `torch.cuda.Stream()`, `torch.cuda.stream(s)`, `torch.cuda.Event()` |
+| `gpu.launch_graph([d1, d2, ...])` | `g.replay()` of a `torch.cuda.CUDAGraph` (`torch.compile`'s
+"reduce-overhead") |
+| `gpu.new_stream()`, `gpu.stream(s)`, `gpu.event()` | `torch.cuda.Stream()`, `torch.cuda.stream(s)`,
+`torch.cuda.Event()` |
 
-The rules (each one is a fact the course teaches, from docs/facts.md, "Sync points and non_blocking, precisely"):
+The rules (each one is a fact the course teaches, from docs/facts.md, "Sync points and non_blocking,
+precisely"):
 
 - Every enqueue (kernel launch or copy) costs the host `launch_s` (5 us; FACTS: a launch costs ~4-6 us).
   The call then returns: the host runs ahead of the device.
@@ -35,13 +38,15 @@ The rules (each one is a fact the course teaches, from docs/facts.md, "Sync poin
   duration, from the moment of the call), but it does not wait for earlier work on the stream. A copy *into*
   pageable host memory always waits for the copy to finish (CUDA "API synchronization behavior").
 - Reading a host buffer is an ordinary CPU read, never a sync point: before its copy has landed it gives the
-  memory's old contents, wrapped in `StaleData` so that you can see it (PyTorch gives you the old bytes silently).
+  memory's old contents, wrapped in `StaleData` so that you can see it (PyTorch gives you the old bytes
+  silently).
 - `cpu()`, `item()` and `synchronize()` are sync points: the host waits.
 - The first device operation pays the context-creation cost (1.5 s: an assumption inside FACTS' 1-4 s).
 - At most `queue_depth` operations may be in flight; one more makes the host wait (back-pressure; 1024 is an
   assumption, not a published figure).
 
-`describe_profile(profile)` lists every figure with where it comes from (measurement, datasheet or assumption).
+`describe_profile(profile)` lists every figure with where it comes from (measurement, datasheet or
+assumption).
 
 A function that measures time can be graded against this model, because its work is a closure over the
 simulator::
@@ -62,7 +67,9 @@ ENGINES = ("host", "compute", "copy")
 
 @dataclass(frozen=True)
 class GPUProfile:
-    """The figures a simulated GPU runs on: costs in seconds, bandwidths in bytes per second (GB/s = 10**9 B/s)."""
+    """The figures a simulated GPU runs on: costs in seconds, bandwidths in bytes per second (GB/s = 10**9
+    B/s).
+    """
 
     name: str
     launch_s: float = 5e-6
@@ -89,7 +96,8 @@ class GPUProfile:
         raise ValueError(f"direction must be 'h2d', 'd2h' or 'd2d', got {direction!r}")
 
     def copy_seconds(self, nbytes: int, direction: Direction, pinned: bool = True) -> float:
-        """Return how long the copy engine is busy moving `nbytes` (a fixed latency plus size over bandwidth)."""
+        """Return how long the copy engine is busy moving `nbytes` (a fixed latency plus size over bandwidth).
+        """
         return self.copy_latency_s + nbytes / self.bandwidth(direction, pinned)
 
 
@@ -101,9 +109,9 @@ class GPUProfile:
 # (25.7 -> 10.0 GB/s H2D, 25.8 -> 10.8 GB/s D2H). Not in FACTS.md, from NVIDIA's T4 datasheet: 8.1 TFLOPS FP32
 # peak and 320 GB/s memory, halved for device-to-device copies because a copy reads and writes every byte.
 # Assumptions, not measurements: `queue_depth` (1024) is a common rule of thumb for CUDA's launch queue;
-# `context_init_s` (1.5 s) is one value inside FACTS' 1-4 s; the pageable ratio (2.5x) is one host's ratio from a
-# published range (1.2x-9x); `copy_engines` (2) is the smallest count that lets an upload and a download overlap
-# (a real GPU reports its own count as `asyncEngineCount` in CUDA's device properties).
+# `context_init_s` (1.5 s) is one value inside FACTS' 1-4 s; the pageable ratio (2.5x) is one host's ratio
+# from a published range (1.2x-9x); `copy_engines` (2) is the smallest count that lets an upload and a
+# download overlap (a real GPU reports its own count as `asyncEngineCount` in CUDA's device properties).
 T4_PCIE3 = GPUProfile(name="NVIDIA T4, PCIe Gen3 x16")
 
 # NVIDIA A100 on PCIe Gen4 x16. From FACTS.md: pinned 25.7 / 25.8 GB/s, pageable 10.0 / 10.8 GB/s, 31.5 GB/s
@@ -124,8 +132,10 @@ PROVENANCE = {
     "launch_s": ("kernel launch (host side)", "measured: FACTS ~4-6 us per launch"),
     "h2d_pinned_Bps": ("pinned copy host to device", "measured on a T4 in a notebook (FACTS)"),
     "d2h_pinned_Bps": ("pinned copy device to host", "measured on a T4 in a notebook (FACTS)"),
-    "h2d_pageable_Bps": ("pageable copy host to device", "ASSUMPTION: pinned / 2.5 (published range 1.2x-9x)"),
-    "d2h_pageable_Bps": ("pageable copy device to host", "ASSUMPTION: pinned / 2.5 (published range 1.2x-9x)"),
+    "h2d_pageable_Bps": ("pageable copy host to device",
+                         "ASSUMPTION: pinned / 2.5 (published range 1.2x-9x)"),
+    "d2h_pageable_Bps": ("pageable copy device to host",
+                         "ASSUMPTION: pinned / 2.5 (published range 1.2x-9x)"),
     "link_peak_Bps": ("link limit, per direction", "PCIe specification (FACTS)"),
     "copy_latency_s": ("fixed cost per copy", "fitted to the measured half-peak size (~31-36 KiB)"),
     "flops_per_s": ("FP32 peak", "vendor datasheet"),
@@ -136,7 +146,8 @@ PROVENANCE = {
 
 
 def describe_profile(profile: "GPUProfile") -> str:
-    """Return one line per figure of `profile`: its value and where it comes from (measurement or assumption)."""
+    """Return one line per figure of `profile`: its value and where it comes from (measurement or assumption).
+    """
     lines = [profile.name]
     for field, (what, source) in PROVENANCE.items():
         value = getattr(profile, field)
@@ -166,8 +177,8 @@ class NotReadyError(RuntimeError):
 class StaleData:
     """What an early read of a host buffer sees: the memory's old contents, marked as stale.
 
-    PyTorch gives the old bytes silently (zeros, garbage or the previous batch); the simulator wraps them so that
-    the mistake is visible. `old` is None for freshly allocated memory (uninitialised in PyTorch).
+    PyTorch gives the old bytes silently (zeros, garbage or the previous batch); the simulator wraps them so
+    that the mistake is visible. `old` is None for freshly allocated memory (uninitialised in PyTorch).
     """
 
     old: Any
@@ -217,7 +228,8 @@ class SimBuffer:
 
     def __repr__(self) -> str:
         pinned = ", pinned" if self.location == "host" and self.pinned else ""
-        return f"SimBuffer({self.name!r}, {self.nbytes} B on {self.location}{pinned}, ready_at={self.ready_at:.6g} s)"
+        return (f"SimBuffer({self.name!r}, {self.nbytes} B on {self.location}{pinned}, "
+                f"ready_at={self.ready_at:.6g} s)")
 
     def is_ready(self) -> bool:
         """Return True once the work that writes this buffer has finished on the virtual clock."""
@@ -342,7 +354,8 @@ class SimulatedGPU:
 
     @property
     def timeline(self) -> list[TimelineRecord]:
-        """Return every span so far (host launches and waits, kernels, copies), in the order they were made."""
+        """Return every span so far (host launches and waits, kernels, copies), in the order they were made.
+        """
         return list(self._records)
 
     def clear_timeline(self) -> None:
@@ -391,7 +404,8 @@ class SimulatedGPU:
         self, duration_s: float | None = None, *, flops: float | None = None, stream: SimStream | None = None,
         name: str = "kernel", nbytes: int = 0, data: Any = None,
     ) -> SimBuffer:
-        """Queue a kernel lasting `duration_s` (or `flops` / the profile's FLOP rate) and return its output."""
+        """Queue a kernel lasting `duration_s` (or `flops` / the profile's FLOP rate) and return its output.
+        """
         if (duration_s is None) == (flops is None):
             raise ValueError("give exactly one of duration_s (seconds) or flops")
         duration = duration_s if duration_s is not None else flops / self.profile.flops_per_s
@@ -401,7 +415,8 @@ class SimulatedGPU:
 
     def launch_graph(self, durations: Sequence[float], *, stream: SimStream | None = None,
                      name: str = "graph") -> SimBuffer:
-        """Replay a captured CUDA graph of kernels (`g.replay()`): one launch for all of them, run back to back.
+        """Replay a captured CUDA graph of kernels (`g.replay()`): one launch for all of them, run back to
+        back.
 
         What a graph saves is the host's per-kernel launch cost; the kernels still run one after another.
         """
@@ -419,15 +434,16 @@ class SimulatedGPU:
 
     def copy(
         self, source: int | SimBuffer, direction: Direction | None = None, *, pinned: bool | None = None,
-        non_blocking: bool = False, stream: SimStream | None = None, name: str | None = None, data: Any = None,
-        out: SimBuffer | None = None,
+        non_blocking: bool = False, stream: SimStream | None = None, name: str | None = None,
+        data: Any = None, out: SimBuffer | None = None,
     ) -> SimBuffer:
         """Queue a copy of `source` (a byte count or a buffer) and return the destination buffer.
 
         `pinned` is about the host side (the source of an h2d copy, the destination of a d2h copy); for a
-        host buffer it defaults to the buffer's own flag. A blocking copy makes the host wait for its stream; a
-        non-blocking one from pageable memory holds the host while it is staged; a copy into pageable memory waits
-        for the copy. `out` (a host buffer, d2h only) is written in place, like `out.copy_(t, non_blocking=...)`.
+        host buffer it defaults to the buffer's own flag. A blocking copy makes the host wait for its stream;
+        a non-blocking one from pageable memory holds the host while it is staged; a copy into pageable memory
+        waits for the copy. `out` (a host buffer, d2h only) is written in place, like `out.copy_(t,
+        non_blocking=...)`.
         """
         if isinstance(source, SimBuffer):
             nbytes = source.nbytes
@@ -470,8 +486,11 @@ class SimulatedGPU:
         return SimBuffer(self, nbytes, location, pinned=pinned and location == "host", ready_at=end,
                          name=label, data=data)
 
-    def host_buffer(self, nbytes: int, *, pinned: bool = False, data: Any = None, name: str = "host") -> SimBuffer:
-        """Return a host buffer that is ready now, like `torch.empty(..., pin_memory=pinned)` filled with `data`."""
+    def host_buffer(self, nbytes: int, *, pinned: bool = False, data: Any = None,
+                    name: str = "host") -> SimBuffer:
+        """Return a host buffer that is ready now, like `torch.empty(..., pin_memory=pinned)` filled with
+        `data`.
+        """
         return SimBuffer(self, nbytes, "host", pinned=pinned, ready_at=self._now, name=name, data=data)
 
     def cpu(self, buffer: SimBuffer, *, stream: SimStream | None = None) -> SimBuffer:
@@ -480,10 +499,11 @@ class SimulatedGPU:
 
     def to_cpu(self, buffer: SimBuffer, *, non_blocking: bool = False, stream: SimStream | None = None,
                out: SimBuffer | None = None) -> SimBuffer:
-        """Copy a device buffer to the host like tensor.to("cpu", non_blocking=...) (or out.copy_(tensor, ...)).
+        """Copy a device buffer to the host like tensor.to("cpu", non_blocking=...) (or out.copy_(tensor,
+        ...)).
 
-        With non_blocking=True PyTorch writes into pinned memory and returns at once: until a sync point has let
-        the copy finish, read() gives `StaleData` (the memory's old contents), as a real read would.
+        With non_blocking=True PyTorch writes into pinned memory and returns at once: until a sync point has
+        let the copy finish, read() gives `StaleData` (the memory's old contents), as a real read would.
         """
         if buffer.location != "device":
             raise ValueError(f"{buffer!r} is already on the host")
@@ -527,7 +547,9 @@ class SimulatedGPU:
 
     def _enqueue(self, engine: str, duration: float, stream: SimStream | None, name: str, kind: str,
                  unit: int = 0) -> float:
-        """Charge the host a launch, place the work on `engine` after its stream's earlier work, return its end."""
+        """Charge the host a launch, place the work on `engine` after its stream's earlier work, return its
+        end.
+        """
         self._ensure_context()
         stream = stream if stream is not None else self._current
         if stream.gpu is not self:
@@ -536,7 +558,8 @@ class SimulatedGPU:
         self._host_span(self.profile.launch_s, f"launch {name}", "launch")
         return self._place(engine, duration, stream, name, kind, unit)
 
-    def _place(self, engine: str, duration: float, stream: SimStream, name: str, kind: str, unit: int = 0) -> float:
+    def _place(self, engine: str, duration: float, stream: SimStream, name: str, kind: str,
+               unit: int = 0) -> float:
         """Place work on `engine` after its stream's earlier work (no host cost); return its end."""
         start = self._fit((engine, unit), max(self._now, stream._tail), duration)
         end = start + duration
@@ -563,7 +586,8 @@ class SimulatedGPU:
 
 
 class KernelSequence:
-    """GPU work to time: call `n` queues the `n`-th of `durations` as a kernel; calling it more often fails."""
+    """GPU work to time: call `n` queues the `n`-th of `durations` as a kernel; calling it more often fails.
+    """
 
     def __init__(self, gpu: SimulatedGPU, durations: Sequence[float], caller: str = "the timer",
                  name: str = "kernel") -> None:
@@ -575,7 +599,8 @@ class KernelSequence:
 
     def __call__(self) -> None:
         if self.calls >= len(self.durations):
-            raise AssertionError(f"{self.caller} called fn more than warmup + repeats = {len(self.durations)} times.")
+            raise AssertionError(f"{self.caller} called fn more than warmup + repeats = "
+                                 f"{len(self.durations)} times.")
         self.gpu.launch(self.durations[self.calls], name=self.name)
         self.calls += 1
 
@@ -596,7 +621,8 @@ _COLOURS = {"launch": "tab:gray", "wait": "lightgray", "init": "tab:purple", "ho
 
 
 def plot_timeline(timeline: Sequence[TimelineRecord], ax: Any = None, *, unit: str = "ms") -> Any:
-    """Draw the timeline as one row of bars per engine (host, compute, copy) and return the matplotlib Axes."""
+    """Draw the timeline as one row of bars per engine (host, compute, copy) and return the matplotlib Axes.
+    """
     scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
     if ax is None:
         import matplotlib.pyplot as plt
@@ -613,7 +639,8 @@ def plot_timeline(timeline: Sequence[TimelineRecord], ax: Any = None, *, unit: s
     for record in timeline:
         label = None if record.kind in seen else record.kind
         seen.add(record.kind)
-        ax.broken_barh([(record.start * scale, max(record.duration * scale, 0.0))], (rows[row_of(record)] - 0.4, 0.8),
+        ax.broken_barh([(record.start * scale, max(record.duration * scale, 0.0))],
+                       (rows[row_of(record)] - 0.4, 0.8),
                        facecolors=_COLOURS.get(record.kind, "tab:brown"), edgecolor="black", linewidth=0.3,
                        label=label)
     ax.set_yticks(list(rows.values()), list(rows.keys()))

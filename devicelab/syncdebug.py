@@ -9,7 +9,8 @@ SYNC_WARNING = "synchroniz"  # PyTorch's warning says "called a synchronizing CU
 
 
 def warned_syncs(operations: Mapping[str, Callable[[], object]]) -> dict[str, bool]:
-    """Return, for each named operation, whether PyTorch's sync debug mode warned while it ran (needs CUDA)."""
+    """Return, for each named operation, whether PyTorch's sync debug mode warned while it ran (needs CUDA).
+    """
     result: dict[str, bool] = {}
     torch.cuda.set_sync_debug_mode("warn")
     try:

@@ -68,8 +68,8 @@ class TimingResult:
 
     def __str__(self) -> str:
         return (
-            f"median {format_seconds(self.median)} over {len(self.samples)} samples "
-            f"(min {format_seconds(self.min)}, max {format_seconds(self.max)}, IQR {format_seconds(self.iqr)}); "
+            f"median {format_seconds(self.median)} over {len(self.samples)} samples (min "
+            f"{format_seconds(self.min)}, max {format_seconds(self.max)}, IQR {format_seconds(self.iqr)}); "
             f"{self.method} on {self.device}"
         )
 
@@ -194,7 +194,8 @@ def time_with_events(
             end.record()
             torch.cuda.synchronize()  # wait for the events to be recorded before reading them
             samples.append(start.elapsed_time(end) / 1000.0)  # elapsed_time is in milliseconds
-    label = "cuda" if device is None else str(torch.device("cuda", device) if isinstance(device, int) else device)
+    label = "cuda" if device is None else str(torch.device("cuda", device) if isinstance(device, int)
+                                              else device)
     return TimingResult(samples=tuple(samples), method=METHOD_EVENTS, device=label)
 
 

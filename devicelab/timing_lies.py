@@ -101,7 +101,8 @@ def compare_timings(
         elif dev.type == "cuda":
             rows = _on_cuda(op, dev, warmup, repeats, min_run_time, step)
         else:
-            raise ValueError(f"compare_timings runs on 'cpu', a CUDA device or a SimulatedGPU, not {dev.type!r}")
+            raise ValueError("compare_timings runs on 'cpu', a CUDA device or a SimulatedGPU, not "
+                             f"{dev.type!r}")
     label = target_label(device)
     return [MethodTiming(m, dataclasses.replace(r, device=label), note) for m, r, note in rows]
 
@@ -159,7 +160,8 @@ def _simulated_events(op, gpu: SimulatedGPU, warmup: int, repeats: int) -> Timin
 
 
 def _simulated_benchmark(op, gpu: SimulatedGPU, min_run_time: float) -> TimingResult:
-    """Run the real torch.utils.benchmark.Timer with its clock swapped for the simulator's synchronised one."""
+    """Run the real torch.utils.benchmark.Timer with its clock swapped for the simulator's synchronised one.
+    """
     from torch.utils.benchmark import Timer
 
     def synced_clock() -> float:  # what Timer's default clock does on a GPU: synchronise, then read
@@ -199,10 +201,11 @@ def _on_cpu(op, warmup: int, repeats: int, min_run_time: float, step) -> list:
     return [
         (NAIVE, naive, "no sync needed: a CPU finishes the work before the call returns"),
         (SYNCED, synced, "synchronising a CPU does nothing: nothing is ever queued"),
-        (EVENTS, markers, ("a CPU has no events to record (torch.Event('cpu').record() raises); host-clock stamps around the "
-                           "call stand in for them, since the work happens inside the call")),
-        (BENCHMARK, bench, (f"num_threads={threads}, PyTorch's own setting (Timer's default, 1 thread, is not "
-                            f"what your program uses); {bench.calls_per_sample} call(s) per block")),
+        (EVENTS, markers, ("a CPU has no events to record (torch.Event('cpu').record() raises); host-clock "
+                           "stamps around the call stand in for them, since the work happens inside the "
+                           "call")),
+        (BENCHMARK, bench, (f"num_threads={threads}, PyTorch's own setting (Timer's default, 1 thread, is "
+                            f"not what your program uses); {bench.calls_per_sample} call(s) per block")),
     ]
 
 
@@ -246,8 +249,8 @@ def compare_matmul(
             if progress is not None:
                 progress(f"{label}: {method}")
 
-        comparisons.append(compare_timings(op_factory(n, target), device=target, repeats=repeats, warmup=warmup,
-                                           min_run_time=min_run_time, progress=step))
+        comparisons.append(compare_timings(op_factory(n, target), device=target, repeats=repeats,
+                                           warmup=warmup, min_run_time=min_run_time, progress=step))
     return comparisons
 
 

@@ -96,8 +96,9 @@ class TimingLiesWidget:
         except Exception as error:  # noqa: BLE001  (any error from the timed code is shown, not raised)
             self.error = error
             self.progress.bar_style = "danger"
-            self.status.value = (f"<span style='color:#cf222e'>The operation raised {escape(type(error).__name__)}: "
-                                 f"{escape(str(error))}. Change the settings and press Run again.</span>")
+            self.status.value = ("<span style='color:#cf222e'>The operation raised "
+                                 f"{escape(type(error).__name__)}: {escape(str(error))}. Change the settings "
+                                 "and press Run again.</span>")
             with self.output:
                 self.output.clear_output()
                 print(f"{type(error).__name__}: {error}")

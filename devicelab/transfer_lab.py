@@ -36,8 +36,8 @@ REPEAT_CHOICES = (1, 3, 5, 10)
 QUICK_LARGEST = 16 * MiB
 
 NO_GPU_REASON = ("No CUDA GPU here, so pinned memory is off: t.pin_memory() raises without one, and h2d, d2h "
-                 "and d2d copies need one too. This machine can measure host-to-host copies (h2h); choose the "
-                 f"{SIM_LABEL} to compare pinned and pageable GPU copies on a model of Colab's GPU.")
+                 "and d2d copies need one too. This machine can measure host-to-host copies (h2h); choose "
+                 f"the {SIM_LABEL} to compare pinned and pageable GPU copies on a model of Colab's GPU.")
 D2D_REASON = "A device-to-device copy uses no host memory, so pinned or pageable does not apply."
 H2H_REASON = "A host-to-host copy is always synchronous, so non-blocking does not apply."
 
@@ -120,7 +120,8 @@ def normalise(config: LabConfig, cuda: bool | None = None) -> LabConfig:
 
 # ----- sweeps ---------------------------------------------------------------------------------------------
 
-def simulated_sweep(sizes: Sequence[int], direction: str = "h2d", host: str = "pinned", non_blocking: bool = False,
+def simulated_sweep(sizes: Sequence[int], direction: str = "h2d", host: str = "pinned",
+                    non_blocking: bool = False,
                     *, repeats: int = 3, profile: GPUProfile = T4_PCIE3) -> Iterator[CopyResult]:
     """Yield one CopyResult per size for copies on a simulated GPU, timed with its events (virtual clock)."""
     sizes = [cb.check_size(n) for n in sizes]
@@ -138,7 +139,8 @@ def _simulated(sizes: list[int], direction: str, host: str, non_blocking: bool, 
     gpu = SimulatedGPU(profile)
     pinned = host == "pinned" and direction != "d2d"
     for nbytes in sizes:
-        gpu.copy(nbytes, direction, pinned=pinned, non_blocking=non_blocking)  # warm-up (and context creation)
+        # warm-up (and context creation)
+        gpu.copy(nbytes, direction, pinned=pinned, non_blocking=non_blocking)
         gpu.synchronize()
         samples = []
         for _ in range(repeats):
@@ -153,7 +155,8 @@ def _simulated(sizes: list[int], direction: str, host: str, non_blocking: bool, 
             samples.append(start.elapsed_time(end) / 1e3)
         gpu.clear_timeline()
         samples.sort()
-        yield CopyResult(direction=direction, host="" if direction == "d2d" else host, non_blocking=non_blocking,
+        yield CopyResult(direction=direction, host="" if direction == "d2d" else host,
+                         non_blocking=non_blocking,
                          bytes=nbytes, median_s=samples[len(samples) // 2], min_s=samples[0], repeats=repeats,
                          method=METHOD_SIMULATED, device=SIM_LABEL,
                          link_gbps=None if direction == "d2d" else profile.link_peak_Bps / GB)
@@ -163,7 +166,8 @@ def start_sweep(config: LabConfig) -> Iterator[CopyResult]:
     """Check `config` and return its sweep (nothing is measured until the first next())."""
     sizes = config.sizes()
     if config.backend == SIMULATED:
-        return simulated_sweep(sizes, config.direction, config.host, config.non_blocking, repeats=config.repeats)
+        return simulated_sweep(sizes, config.direction, config.host, config.non_blocking,
+                               repeats=config.repeats)
     if config.backend != MACHINE:
         raise ValueError(f"unknown backend {config.backend!r}")
     return cb.sweep(sizes, config.direction, config.host, config.non_blocking, repeats=config.repeats)
@@ -215,7 +219,8 @@ def link_label(run: Run) -> str:
 
 
 def plot_bandwidth(runs: Sequence[Run], ax: Any = None, *, title: str | None = None) -> Any:
-    """Draw GB/s against copy size for each run, with each known link limit as a dashed line; return the Axes."""
+    """Draw GB/s against copy size for each run, with each known link limit as a dashed line; return the Axes.
+    """
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -228,8 +233,8 @@ def plot_bandwidth(runs: Sequence[Run], ax: Any = None, *, title: str | None = N
             ax.plot(xs, ys, marker="o", markersize=3, label=run.label)
             if run.link_gbps and run.link_gbps not in drawn_links:
                 drawn_links.add(run.link_gbps)
-                ax.axhline(run.link_gbps, linestyle=("--", ":", "-.")[len(drawn_links) % 3 - 1], linewidth=1.2,
-                           color="black", label=link_label(run))
+                ax.axhline(run.link_gbps, linestyle=("--", ":", "-.")[len(drawn_links) % 3 - 1],
+                           linewidth=1.2, color="black", label=link_label(run))
     ax.set_xscale("log", base=2)
     ticks = [s for s in SIZE_CHOICES if s in (4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB)]
     ax.set_xticks(ticks, [format_bytes(s) for s in ticks])
@@ -274,7 +279,8 @@ def results_table_html(run: Run | None) -> str:
         rows.append(f"<tr><td>{format_bytes(r.bytes)}</td><td>{format_seconds(r.median_s)}</td>"
                     f"<td>{format_seconds(r.min_s)}</td><td>{r.gbps:.2f}</td><td>{link}</td><td>{share}</td></tr>")
     method = escape(run.results[0].method) if run.results else ""
-    caption = f"<b>{escape(run.label)}</b>: {escape(run.status)}" + (f"; timed with {method}" if method else "")
+    caption = f"<b>{escape(run.label)}</b>: {escape(run.status)}" + (f"; timed with {method}" if method
+                                                                     else "")
     return (f"<div>{caption}</div><table style='border-collapse:collapse;font-family:monospace'>"
             f"{header}{''.join(rows)}</table>")
 
@@ -284,7 +290,8 @@ def results_table_html(run: Run | None) -> str:
 Scheduler = Callable[[Callable[[], None]], None]
 
 
-STEP_GAP_S = 0.01  # the least idle time between two steps, in which the kernel handles waiting messages (Stop)
+# the least idle time between two steps, in which the kernel handles waiting messages (Stop)
+STEP_GAP_S = 0.01
 STEP_GAP_SHARE = 0.5  # ... and at least this share of the last step's duration: a busy kernel needs more
 STEP_GAP_MAX_S = 0.2
 
@@ -333,10 +340,12 @@ def event_loop_scheduler(gap_s: float = STEP_GAP_S) -> Scheduler | None:
 
 
 class SweepStepper:
-    """Measure one size per scheduled step, reporting each result, until the sweep ends, fails or is stopped."""
+    """Measure one size per scheduled step, reporting each result, until the sweep ends, fails or is stopped.
+    """
 
     def __init__(self, results: Iterator[CopyResult], schedule: Scheduler | None,
-                 on_result: Callable[[CopyResult], None], on_finish: Callable[[str, BaseException | None], None]):
+                 on_result: Callable[[CopyResult], None],
+                 on_finish: Callable[[str, BaseException | None], None]):
         self._results = results
         self._schedule = schedule
         self._on_result = on_result

@@ -29,5 +29,6 @@ def widgets_enabled() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-INERT_MESSAGE = ("(Interactive widget switched off: nbgrader is running this notebook, or there is no Jupyter "
-                 "kernel with ipywidgets. The results below come from the same functions, without the UI.)")
+INERT_MESSAGE = ("(Interactive widget switched off: nbgrader is running this notebook, or there is no "
+                 "Jupyter kernel with ipywidgets. The results below come from the same functions, without "
+                 "the UI.)")

@@ -16,14 +16,16 @@ _SIZE_UNITS = (("KiB", KiB), ("MiB", MiB), ("GiB", GiB), ("TiB", TiB))
 
 
 def format_bytes(nbytes: int) -> str:
-    """Return a byte count in binary units: '1023 B', '4 KiB', '1.5 MiB', '2 GiB' (whole multiples lose '.0')."""
+    """Return a byte count in binary units: '1023 B', '4 KiB', '1.5 MiB', '2 GiB' (whole multiples lose '.0').
+    """
     if isinstance(nbytes, bool) or not isinstance(nbytes, int | float):
         raise TypeError(f"a byte count must be a number, got {type(nbytes).__name__} {nbytes!r}")
     if nbytes < 0:
         return "-" + format_bytes(-nbytes)
     if nbytes < KiB:
         return f"{nbytes:.0f} B"
-    # the first unit in which the value, as printed, stays below 1024 (1048575 bytes is "1.0 MiB", not "1024.0 KiB")
+    # the first unit in which the value, as printed, stays below 1024 (1048575 bytes is "1.0 MiB", not "1024.0
+    # KiB")
     unit, scale = next(((u, s) for u, s in _SIZE_UNITS if round(nbytes / s, 1) < 1024), _SIZE_UNITS[-1])
     if nbytes % scale == 0:
         return f"{nbytes // scale:.0f} {unit}"

@@ -1,4 +1,5 @@
-"""Give students a folder of their own: copies of the lessons and assignments that course updates never touch."""
+"""Give students a folder of their own: copies of the lessons and assignments that course updates never touch.
+"""
 
 import shutil
 from dataclasses import dataclass, field

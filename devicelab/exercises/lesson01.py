@@ -18,21 +18,23 @@ _exercises = checker(
     Exercise("nbytes_for", _nbytes_for, hints=(
         "Bytes = number of elements x bytes per element.",
         "The number of elements is the product of the shape (math.prod); an empty shape () has 1 element.",
-        "Bytes per element: torch.tensor([], dtype=dtype).element_size(), or torch.finfo/iinfo(dtype).bits // 8.",
+        ("Bytes per element: torch.tensor([], dtype=dtype).element_size(), or torch.finfo/iinfo(dtype).bits "
+         "// 8."),
     ), solution='''
 import math
 
 def nbytes_for(shape: tuple[int, ...], dtype: torch.dtype) -> int:
     """Return how many bytes a tensor of this shape and dtype takes, without making it."""
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-''', success="A 100,000 x 100,000 bfloat16 tensor is 2 x 10**10 bytes (18.6 GiB): now you know before you allocate it."),
+''', success="A 100,000 x 100,000 bfloat16 tensor is 2 x 10**10 bytes (18.6 GiB): now you know before you "
+             "allocate it."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
     "default-device": Prediction(
-        question="On a machine with a GPU, `device` is `cuda`. Where do `torch.zeros(3)`, `torch.arange(3)` and "
-                 "`torch.randn(3)` end up when we pass no `device=`?",
+        question="On a machine with a GPU, `device` is `cuda`. Where do `torch.zeros(3)`, `torch.arange(3)` "
+                 "and `torch.randn(3)` end up when we pass no `device=`?",
         choices=("on the GPU, since `device` says `cuda`", "on the CPU", "it depends on the function"),
         answer="on the CPU",
         reason="Factory functions create on the CPU unless you pass `device=` (or change the default with "
@@ -43,14 +45,14 @@ PREDICTIONS = {
         choices=("yes, both float32", "yes, both float64", "no: float32 from the list, float64 from NumPy",
                  "no: float64 from the list, float32 from NumPy"),
         answer="no: float32 from the list, float64 from NumPy",
-        reason="Python floats become PyTorch's default float dtype, float32; a NumPy array keeps its own dtype, and "
-               "NumPy's default float is float64."),
+        reason="Python floats become PyTorch's default float dtype, float32; a NumPy array keeps its own "
+               "dtype, and NumPy's default float is float64."),
     "slice-storage": Prediction(
-        question="`small = torch.zeros(1_000_000)[:2]` keeps the first 2 of a million float32 numbers. How many bytes "
-                 "does `small.nbytes` report, and how many does the storage it keeps alive hold?",
+        question="`small = torch.zeros(1_000_000)[:2]` keeps the first 2 of a million float32 numbers. How "
+                 "many bytes does `small.nbytes` report, and how many does the storage it keeps alive hold?",
         choices=("8 and 8", "8 and 4,000,000", "4,000,000 and 4,000,000"),
         answer="8 and 4,000,000",
-        reason="`nbytes` counts only the elements the view shows; the view shares its base's storage, and the whole "
-               "block stays allocated as long as the view exists."),
+        reason="`nbytes` counts only the elements the view shows; the view shares its base's storage, and "
+               "the whole block stays allocated as long as the view exists."),
 }
 ask = asker(PREDICTIONS)

@@ -7,8 +7,8 @@ from devicelab.predict import Prediction, asker
 
 
 def _device_label(device_label) -> None:
-    for name, expected in [("cpu", "cpu"), ("cuda", "the current cuda device"), ("cuda:0", "cuda device number 0"),
-                           ("cuda:3", "cuda device number 3")]:
+    for name, expected in [("cpu", "cpu"), ("cuda", "the current cuda device"),
+                           ("cuda:0", "cuda device number 0"), ("cuda:3", "cuda device number 3")]:
         got = device_label(torch.device(name))
         assert got == expected, f"device_label(torch.device({name!r})) should be {expected!r}, not {got!r}."
 
@@ -29,21 +29,23 @@ check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
     "cuda1-label": Prediction(
-        question='This machine may have no GPU at all. Can it still make `torch.device("cuda:1")`, a device object '
+        question='This machine may have no GPU at all. Can it still make `torch.device("cuda:1")`, a '
+                 'device object '
                  "for a second GPU?",
         choices=("yes", "no: it raises, there is no such GPU", "only on a machine with two GPUs"),
         answer="yes",
-        reason="A device object is only a label: making one checks no hardware. The check comes when a tensor is "
-               "created on that device or moved there."),
+        reason="A device object is only a label: making one checks no hardware. The check comes when a "
+               "tensor is created on that device or moved there."),
     "cuda-vs-cuda0": Prediction(
         question='Is `torch.device("cuda") == torch.device("cuda:0")`?',
         choices=("True", "False", "it raises without a GPU"),
         answer="False",
-        reason="Plain `cuda` has no index (it means the current CUDA device); device objects compare type and "
-               "index, and `None` is not `0`."),
+        reason="Plain `cuda` has no index (it means the current CUDA device); device objects compare type "
+               "and index, and `None` is not `0`."),
     "current-accelerator": Prediction(
-        question="A PyTorch built with CUDA runs on a machine with no GPU, so `torch.accelerator.is_available()` is "
-                 "`False`. What does `torch.accelerator.current_accelerator()` return there?",
+        question="A PyTorch built with CUDA runs on a machine with no GPU, so "
+                 "`torch.accelerator.is_available()` is `False`. What does "
+                 "`torch.accelerator.current_accelerator()` return there?",
         choices=("`None`", "`device(type='cpu')`", "`device(type='cuda')`", "it raises an error"),
         answer="`device(type='cuda')`",
         reason="Without arguments it names the accelerator PyTorch was compiled for, usable or not. "

@@ -24,8 +24,8 @@ def _same_storage(same_storage) -> None:
 _exercises = checker(
     Exercise("same_storage", _same_storage, hints=(
         "Every tensor reads from a storage: t.untyped_storage().",
-        ("Compare where the storages start: a.untyped_storage().data_ptr(). A view starts later (data_ptr() of "
-         "the tensor differs) but its storage is the same."),
+        ("Compare where the storages start: a.untyped_storage().data_ptr(). A view starts later (data_ptr() "
+         "of the tensor differs) but its storage is the same."),
     ), solution='''
 def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Return True when a and b read the same block of memory."""
@@ -40,20 +40,20 @@ PREDICTIONS = {
                  "`x.to(torch.float32) is x` are `True`?",
         choices=("none of them", "only `x.cpu() is x`", "the first two", "all three"),
         answer="all three",
-        reason="When the tensor already has the device and dtype asked for, `.cpu()` and `.to()` hand back the "
-               "tensor itself: nothing has to change, so nothing is copied."),
+        reason="When the tensor already has the device and dtype asked for, `.cpu()` and `.to()` hand back "
+               "the tensor itself: nothing has to change, so nothing is copied."),
     "moved-grad": Prediction(
         question="`w` is made with `requires_grad=True`, and `w64 = w.to(torch.float64)`. After "
                  "`loss = (w64 ** 2).sum()` and `loss.backward()`, what is `w64.grad`?",
         choices=("`2 * w64`, the gradient of the loss", "`None`", "an error"),
         answer="`None`",
-        reason="`w64` is computed from `w`, so it is not a leaf: the gradient flows through the copy back to `w`, "
-               "and only leaves keep a `.grad` (PyTorch warns when you read a non-leaf's)."),
+        reason="`w64` is computed from `w`, so it is not a leaf: the gradient flows through the copy back to "
+               "`w`, and only leaves keep a `.grad` (PyTorch warns when you read a non-leaf's)."),
     "numpy-shares": Prediction(
         question="`t` is a CPU tensor. Does writing into `b = t.detach().cpu().numpy()` change `t`?",
         choices=("yes", "no: `.cpu()` made a copy", "it raises an error"),
         answer="yes",
-        reason="On the CPU, `.detach()` shares memory, `.cpu()` returns the same tensor and `.numpy()` shares "
-               "memory: `b` is `t`'s memory. On a GPU, `.cpu()` really copies."),
+        reason="On the CPU, `.detach()` shares memory, `.cpu()` returns the same tensor and `.numpy()` "
+               "shares memory: `b` is `t`'s memory. On a GPU, `.cpu()` really copies."),
 }
 ask = asker(PREDICTIONS)

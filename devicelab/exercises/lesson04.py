@@ -48,9 +48,10 @@ def _fixed_detector(fixed_detector) -> None:
 
 _exercises = checker(
     Exercise("fixed_detector", _fixed_detector, hints=(
-        "Move Detector to meta and call it on a meta input; tensor_table(model) shows which tensor stayed on cpu.",
-        ("Two culprits: a tensor kept as a plain attribute (model.to() moves only parameters and buffers), and a "
-         "tensor created inside forward without a device."),
+        ("Move Detector to meta and call it on a meta input; tensor_table(model) shows which tensor stayed "
+         "on cpu."),
+        ("Two culprits: a tensor kept as a plain attribute (model.to() moves only parameters and buffers), "
+         "and a tensor created inside forward without a device."),
         ("self.register_buffer('class_weight', torch.tensor([2.0])) in __init__; "
          "torch.arange(x.shape[0], device=x.device) in forward."),
     ), solution='''
@@ -84,8 +85,8 @@ PREDICTIONS = {
         choices=("a device-mismatch RuntimeError", "a meta tensor of shape (2, 2)",
                  "a CPU tensor of shape (2, 2), no error"),
         answer="a CPU tensor of shape (2, 2), no error",
-        reason="The CPU matmul kernel does not check the meta operand's device, and the meta operand holds no "
-               "numbers: the result is uninitialised CPU memory. The next cell shows it."),
+        reason="The CPU matmul kernel does not check the meta operand's device, and the meta operand holds "
+               "no numbers: the result is uninitialised CPU memory. The next cell shows it."),
     "float64-matmul": Prediction(
         question="On the CPU, no GPU involved: `torch.ones(2, 3, dtype=torch.float64) @ torch.ones(3, 2)`?",
         choices=("works, the result is float64", "works, the result is float32", "raises a dtype error"),

@@ -30,8 +30,8 @@ def _gpu_finish_time(gpu_finish_time) -> None:
 _exercises = checker(
     Exercise("gpu_finish_time", _gpu_finish_time, hints=(
         "Keep two clocks: when the host is done launching, and when the GPU is done computing.",
-        "Each launch costs the host launch_s; a kernel starts when it has been launched AND the previous one ended.",
-        "In a loop: host += launch_s; gpu = max(gpu, host) + seconds.",
+        ("Each launch costs the host launch_s; a kernel starts when it has been launched AND the previous "
+         "one ended."), "In a loop: host += launch_s; gpu = max(gpu, host) + seconds.",
     ), solution='''
 def gpu_finish_time(kernel_seconds: list[float], launch_s: float = 5e-6) -> float:
     """Return when the GPU finishes kernels launched back to back from time 0."""
@@ -40,32 +40,34 @@ def gpu_finish_time(kernel_seconds: list[float], launch_s: float = 5e-6) -> floa
         host += launch_s                  # the host spends launch_s queuing this kernel
         gpu = max(gpu, host) + seconds    # it runs once queued and once the GPU is free
     return gpu
-''', success="Long kernels: the GPU is the bottleneck. Tiny kernels: the host's launches are. That is the queue."),
+''', success="Long kernels: the GPU is the bottleneck. Tiny kernels: the host's launches are. That is the "
+             "queue."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
     "queue-3000": Prediction(
-        question="The host queues 3000 kernels of 1 ms each inside a naive stopwatch. How far does the host's "
-                 "clock move before the loop ends?",
+        question="The host queues 3000 kernels of 1 ms each inside a naive stopwatch. How far does the "
+                 "host's clock move before the loop ends?",
         choices=("about 15 ms (3000 launches of 5 us)", "about 3 s (the work)", "something else"),
         answer="something else",
-        reason="About 2 s on the simulated T4: the launch queue has a limited depth, and once it is full each "
-               "launch waits for a free slot. The explanation follows the cell."),
+        reason="About 2 s on the simulated T4: the launch queue has a limited depth, and once it is full "
+               "each launch waits for a free slot. The explanation follows the cell."),
     "default-h2d": Prediction(
-        question="50 ms of work is queued, then the host copies the next batch (1 MiB) to the GPU with a plain "
-                 "`x.to(device)`. How long does the host wait in that line?",
+        question="50 ms of work is queued, then the host copies the next batch (1 MiB) to the GPU with a "
+                 "plain `x.to(device)`. How long does the host wait in that line?",
         choices=("about the copy itself, well under 1 ms", "about 50 ms", "nothing: the copy is only queued"),
         answer="about 50 ms",
-        reason="The default host-to-device copy ends with a stream sync: the host waits for everything queued "
-               "before the copy, not only for the copy. The cell also times a pinned `non_blocking=True` copy."),
+        reason="The default host-to-device copy ends with a stream sync: the host waits for everything "
+               "queued before the copy, not only for the copy. The cell also times a pinned "
+               "`non_blocking=True` copy."),
     "stale-read": Prediction(
-        question='A pinned host buffer holds last step\'s result, "batch 0". A 20 ms kernel makes the new one, '
-                 "we copy it into the buffer with `copy_(..., non_blocking=True)` and read the buffer at once. "
-                 "What do we read?",
+        question='A pinned host buffer holds last step\'s result, "batch 0". A 20 ms kernel makes the new '
+                 "one, we copy it into the buffer with `copy_(..., non_blocking=True)` and read the buffer "
+                 "at once. What do we read?",
         choices=("an error", "the new values", "last step's values"),
         answer="last step's values",
-        reason="The copy was only queued behind the kernel, and reading a CPU tensor is not a sync point: the "
-               "buffer still holds the old numbers, with no error."),
+        reason="The copy was only queued behind the kernel, and reading a CPU tensor is not a sync point: "
+               "the buffer still holds the old numbers, with no error."),
 }
 ask = asker(PREDICTIONS)

@@ -30,39 +30,42 @@ def effective_gbps(nbytes: int, peak_gbps: float, latency_s: float) -> float:
     """Return the bandwidth one copy of `nbytes` achieves, in GB/s, given the link's peak and a fixed latency."""
     seconds = latency_s + nbytes / (peak_gbps * 1e9)
     return nbytes / seconds / 1e9
-''', success="Half of the peak is reached at nbytes = peak x latency: about 33,000 bytes (33 KiB) on a T4. Batch small copies."),
+''', success="Half of the peak is reached at nbytes = peak x latency: about 33,000 bytes (33 KiB) on a T4. "
+             "Batch small copies."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
     "pageable-non-blocking": Prediction(
-        question="`x` is an ordinary, pageable CPU tensor. Does `x.to(device, non_blocking=True)` return as soon as "
-                 "the copy is queued, as it does from pinned memory?",
+        question="`x` is an ordinary, pageable CPU tensor. Does `x.to(device, non_blocking=True)` return as "
+                 "soon as the copy is queued, as it does from pinned memory?",
         choices=("yes, it only queues the copy", "no: the host is held while the data is staged",
                  "it raises: non_blocking needs pinned memory"),
         answer="no: the host is held while the data is staged",
-        reason="The copy engine cannot read pageable memory, so the driver first copies the data into a pinned "
-               "buffer of its own; the call returns once the last chunk is there, about the copy's duration. It "
-               "still skips PyTorch's own stream sync after the copy."),
+        reason="The copy engine cannot read pageable memory, so the driver first copies the data into a "
+               "pinned buffer of its own; the call returns once the last chunk is there, about the copy's "
+               "duration. It still skips PyTorch's own stream sync after the copy."),
     "half-peak": Prediction(
-        question="A pinned copy's bandwidth grows with its size. Roughly what size reaches half of the simulated "
-                 "T4's 12.4 GB/s peak?",
+        question="A pinned copy's bandwidth grows with its size. Roughly what size reaches half of the "
+                 "simulated T4's 12.4 GB/s peak?",
         choices=("4 KiB", "32 KiB", "1 MiB", "16 MiB"),
         answer="32 KiB",
-        reason="Each copy pays a fixed few microseconds before its bytes move at the peak rate; the two are equal at "
-               "peak x latency, about 33,000 bytes on the simulated T4 (published T4 measurements: 31-36 KiB)."),
+        reason="Each copy pays a fixed few microseconds before its bytes move at the peak rate; the two are "
+               "equal at peak x latency, about 33,000 bytes on the simulated T4 (published T4 measurements: "
+               "31-36 KiB)."),
     "loader-device": Prediction(
         question="A DataLoader made with `pin_memory=True` hands out a batch. On which device is the batch?",
-        choices=("on the CPU", "on the GPU when there is one, else on the CPU", "on `device`, whatever it is"),
+        choices=("on the CPU", "on the GPU when there is one, else on the CPU",
+                 "on `device`, whatever it is"),
         answer="on the CPU",
-        reason="The DataLoader pins batches but never moves them: you still call `.to(device, non_blocking=True)`. "
-               "Without a GPU it warns and hands out ordinary, unpinned batches."),
+        reason="The DataLoader pins batches but never moves them: you still call `.to(device, "
+               "non_blocking=True)`. Without a GPU it warns and hands out ordinary, unpinned batches."),
     "one-stream-overlap": Prediction(
-        question="Pinned memory and `non_blocking=True`, everything on one stream (the second way): does the copy "
-                 "of the next batch overlap the current step's compute?",
+        question="Pinned memory and `non_blocking=True`, everything on one stream (the second way): does the "
+                 "copy of the next batch overlap the current step's compute?",
         choices=("yes, fully", "partly", "no"),
         answer="no",
-        reason="The host no longer waits, but a stream runs its work in order: the next copy starts only when the "
-               "step queued before it has finished. Overlap needs a second stream."),
+        reason="The host no longer waits, but a stream runs its work in order: the next copy starts only "
+               "when the step queued before it has finished. Overlap needs a second stream."),
 }
 ask = asker(PREDICTIONS)

@@ -18,15 +18,18 @@ def _copy_on_side_stream(copy_on_side_stream) -> None:
     copies = [r for r in gpu.timeline if r.engine == "copy"]
     assert len(copies) == 1, f"Queue exactly one copy; the timeline shows {len(copies)}."
     [copy] = copies
-    assert copy.stream == side.id, "Queue the copy on the side stream: with gpu.stream(side): ... (or stream=side)."
+    assert copy.stream == side.id, ("Queue the copy on the side stream: with gpu.stream(side): ... (or "
+                                    "stream=side).")
     assert copy.kind == "h2d", f"The batch goes host to device ('h2d'), not {copy.kind!r}."
     assert waited < 1e-4, (
-        f"The host waited {waited * 1e3:.3f} ms: a copy that returns at once needs pinned=True and non_blocking=True.")
-    assert copy.start < 0.0002, "The copy should run while the previous step's kernel runs (on the side stream)."
+        f"The host waited {waited * 1e3:.3f} ms: a copy that returns at once needs pinned=True and "
+        "non_blocking=True.")
+    assert copy.start < 0.0002, ("The copy should run while the previous step's kernel runs (on the side "
+                                 "stream).")
     kernel = gpu.launch(0.001, name="next step")
     assert kernel.ready_at - 0.001 >= copy.end - 1e-12, (
-        "The next kernel on the default stream started before the copy ended: make the current stream wait for "
-        "the side stream (gpu.current_stream.wait_stream(side)).")
+        "The next kernel on the default stream started before the copy ended: make the current stream wait "
+        "for the side stream (gpu.current_stream.wait_stream(side)).")
 
 
 def _kernel_seconds(kernel_seconds) -> None:
@@ -34,7 +37,8 @@ def _kernel_seconds(kernel_seconds) -> None:
         return {"ph": ph, "cat": cat, "name": "k", "pid": 0, "tid": 7, "ts": 0.0, "dur": dur, "args": {}}
 
     trace = {"traceEvents": [event("kernel", 250.0), event("kernel", 750.5), event("gpu_memcpy", 1000.0),
-                             event("cpu_op", 40.0), {"ph": "M", "name": "process_name", "pid": 0, "args": {}}]}
+                             event("cpu_op", 40.0),
+                             {"ph": "M", "name": "process_name", "pid": 0, "args": {}}]}
     got = kernel_seconds(trace)
     assert isinstance(got, int | float) and math.isclose(got, 1000.5e-6, rel_tol=1e-9), (
         f"Two kernels of 250 us and 750.5 us run 0.0010005 s in all; got {got!r}. dur is in microseconds.")
@@ -53,7 +57,8 @@ def copy_on_side_stream(gpu, side, nbytes):
         batch = gpu.copy(nbytes, "h2d", pinned=True, non_blocking=True)
     gpu.current_stream.wait_stream(side)
     return batch
-''', success="This is what torch.cuda.Stream, non_blocking=True on pinned memory and wait_stream do on a GPU."),
+''', success="This is what torch.cuda.Stream, non_blocking=True on pinned memory and wait_stream do on "
+             "a GPU."),
     Exercise("kernel_seconds", _kernel_seconds, hints=(
         "Loop over trace['traceEvents'] and keep the events with ph 'X' and cat 'kernel'.",
         "Add up their 'dur' and divide by 1e6: the trace is in microseconds.",
@@ -67,45 +72,46 @@ check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
     "sync-point": Prediction(
-        question=("The host queues a 20 ms kernel, then copies 1 MiB with a plain x.to(device). How long does the "
-                  "host wait in the copy?"),
+        question=("The host queues a 20 ms kernel, then copies 1 MiB with a plain x.to(device). How long "
+                  "does the host wait in the copy?"),
         choices=("about 0.1 ms (the copy)", "about 20 ms (the kernel, then the copy)"),
         answer="about 20 ms (the kernel, then the copy)",
         reason=("A default copy is cudaMemcpyAsync followed by cudaStreamSynchronize: the host waits for "
                 "everything queued on the stream, the kernel included, not only for its own copy.")),
     "early-read": Prediction(
-        question=("A result is copied to the host with non_blocking=True and read at once. What does the read "
-                  "give?"),
+        question=("A result is copied to the host with non_blocking=True and read at once. What does the "
+                  "read give?"),
         choices=("the result", "an error", "whatever the memory held before"),
         answer="whatever the memory held before",
         reason=("The call returns before the copy has landed, and reading a CPU tensor is not a sync point: "
                 "nothing raises, the bytes are just old. The simulator marks them STALE; PyTorch does not.")),
     "refill": Prediction(
-        question=("The host queues a 64 MiB pinned copy behind a 4 ms kernel, then refills the buffer. Is the "
-                  "copy done?"),
+        question=("The host queues a 64 MiB pinned copy behind a 4 ms kernel, then refills the buffer. Is "
+                  "the copy done?"),
         choices=("yes", "no"),
         answer="no",
-        reason=("A non-blocking copy from pinned memory only queues: the copy has not even started (it waits for "
-                "the kernel), and refilling now would send the new data.")),
+        reason=("A non-blocking copy from pinned memory only queues: the copy has not even started (it waits "
+                "for the kernel), and refilling now would send the new data.")),
     "wait-stream": Prediction(
-        question=("A batch is copied on a side stream; the next kernel, which uses it, is queued on the default "
-                  "stream without wait_stream. When does the kernel start?"),
+        question=("A batch is copied on a side stream; the next kernel, which uses it, is queued on the "
+                  "default stream without wait_stream. When does the kernel start?"),
         choices=("after the copy has landed", "right away, while the copy is still running"),
         answer="right away, while the copy is still running",
-        reason=("Two streams are independent: nothing orders the default stream after the side stream unless you "
-                "say so (wait_stream or wait_event). The kernel reads the batch before it has arrived.")),
+        reason=("Two streams are independent: nothing orders the default stream after the side stream unless "
+                "you say so (wait_stream or wait_event). The kernel reads the batch before it has arrived.")),
     "long-calls": Prediction(
-        question=("In the trace of the slow loop (a pageable batch copied with a blocking .to(), and .item() every "
-                  "step), which host calls take long?"),
+        question=("In the trace of the slow loop (a pageable batch copied with a blocking .to(), and .item() "
+                  "every step), which host calls take long?"),
         choices=("the kernel launches", "only the cudaStreamSynchronize calls",
                  "the batch's cudaMemcpyAsync and the cudaStreamSynchronize inside .item()"),
         answer="the batch's cudaMemcpyAsync and the cudaStreamSynchronize inside .item()",
-        reason=("A copy from pageable memory holds the host inside cudaMemcpyAsync (it waits for the stream and "
-                "stages the data); the stream sync after it returns at once. .item() copies into pinned memory, so "
-                "its wait is in cudaStreamSynchronize. Counting sync calls alone undercounts the waits.")),
+        reason=("A copy from pageable memory holds the host inside cudaMemcpyAsync (it waits for the stream "
+                "and stages the data); the stream sync after it returns at once. .item() copies into pinned "
+                "memory, so its wait is in cudaStreamSynchronize. Counting sync calls alone undercounts the "
+                "waits.")),
     "graph": Prediction(
-        question=("A step of 100 tiny kernels (2 us each) takes how long, launched one by one at 5 us per launch, "
-                  "and as one CUDA graph replay? Type the eager time in microseconds."),
+        question=("A step of 100 tiny kernels (2 us each) takes how long, launched one by one at 5 us per "
+                  "launch, and as one CUDA graph replay? Type the eager time in microseconds."),
         answer="500", accept=("about 500", "500 us"),
         reason=("Launched one by one the host is the bottleneck: 100 launches x 5 us = 500 us, the GPU idle "
                 "most of the time. A graph replay is one launch: about 5 + 100 x 2 = 205 us.")),
