@@ -62,7 +62,8 @@ def _grade(args) -> int:
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     options = GradeOptions(jobs=args.jobs, timeout=args.timeout, memory_mib=args.memory, sandbox=args.sandbox,
-                           force=args.force, progress=not args.quiet, hidden=tuple(Path(p) for p in args.hide))
+                           force=args.force, progress=not args.quiet,
+                           hidden=tuple(Path(p) for p in args.hide))
     try:
         run = grade_class(Path(args.course), args.assignment, Path(args.submissions), options,
                           out=Path(args.out) if args.out else None)
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the autograder command line."""
     parser = argparse.ArgumentParser(prog="python -m autograder", description="Device Lab instructor tools.")
     commands = parser.add_subparsers(dest="command", required=True)
-    tidy = commands.add_parser("tidy", help="strip outputs and normalise notebooks (all course notebooks by default)")
+    tidy = commands.add_parser("tidy",
+                               help="strip outputs and normalise notebooks (all course notebooks by default)")
     tidy.add_argument("paths", nargs="*", help="notebooks to tidy")
     tidy.add_argument("--check", action="store_true", help="only report untidy notebooks; exit 1 if any")
     tidy.set_defaults(func=_tidy)
@@ -140,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                     "every student got a row.")
     grade.add_argument("assignment", help="assignment id (a folder in source/)")
     grade.add_argument("submissions", help="folder with one subfolder per student, or a .zip of one")
-    grade.add_argument("--jobs", type=_positive(int), default=None, help="workers in parallel (default: CPU cores)")
+    grade.add_argument("--jobs", type=_positive(int), default=None,
+                       help="workers in parallel (default: CPU cores)")
     grade.add_argument("--timeout", type=_positive(float), default=300,
                        help="wall-clock seconds per notebook (default: 300)")
     grade.add_argument("--memory", type=_positive(int), default=4096,
@@ -152,18 +155,21 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--course", default=str(COURSE_ROOT), help="course root (default: this repository)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     grade.add_argument("--hide", action="append", default=[], metavar="FOLDER",
-                       help="one more folder the sandbox hides from student code (repeatable), e.g. a hub's exchange")
+                       help="one more folder the sandbox hides from student code (repeatable), e.g. a "
+                            "hub's exchange")
     grade.set_defaults(func=_grade)
     demo = commands.add_parser("demo", help="build a small realistic class from the assignments and grade it")
     demo.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     demo.add_argument("--out", help="output folder (default: graded/demo/)")
-    demo.add_argument("--jobs", type=_positive(int), default=None, help="workers in parallel (default: CPU cores)")
+    demo.add_argument("--jobs", type=_positive(int), default=None,
+                      help="workers in parallel (default: CPU cores)")
     demo.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=_demo)
     from autograder.hub.cli import add_arguments as add_hub_arguments
 
-    hub = commands.add_parser("hub", help="run a class on a JupyterHub: setup, start, release, collect, grade, ...")
+    hub = commands.add_parser("hub",
+                              help="run a class on a JupyterHub: setup, start, release, collect, grade, ...")
     add_hub_arguments(hub, COURSE_ROOT)
     hub.set_defaults(func=_hub)
     args = parser.parse_args(argv)

@@ -1,4 +1,5 @@
-"""Generate release/ from source/ with nbgrader, in a scratch course, so a failure leaves release/ untouched."""
+"""Generate release/ from source/ with nbgrader, in a scratch course, so a failure leaves release/ untouched.
+"""
 
 import shutil
 import tempfile
@@ -19,7 +20,8 @@ class BuildError(RuntimeError):
 
 
 def generate(root: Path, scratch: Path, assignment: str) -> Path:
-    """Run nbgrader's generate_assignment for one assignment in `scratch`; return its tidied release folder."""
+    """Run nbgrader's generate_assignment for one assignment in `scratch`; return its tidied release folder.
+    """
     try:
         gradebook.generate(root, assignment, scratch)
     except GradebookError as exc:

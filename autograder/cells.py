@@ -1,4 +1,5 @@
-"""A notebook cell's nbgrader identity; its kind comes from nbgrader.utils (is_grade, is_solution, is_locked)."""
+"""A notebook cell's nbgrader identity; its kind comes from nbgrader.utils (is_grade, is_solution, is_locked).
+"""
 
 
 def grade_id(cell) -> str | None:

@@ -6,7 +6,8 @@ from pathlib import Path
 import nbformat
 
 GRADE_ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-MARKER_PAIRS = (("### BEGIN SOLUTION", "### END SOLUTION"), ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"))
+MARKER_PAIRS = (("### BEGIN SOLUTION", "### END SOLUTION"),
+                ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"))
 
 
 def _where(path: Path, index: int, meta: dict) -> str:

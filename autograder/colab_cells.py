@@ -89,7 +89,8 @@ def decorate(nb: nbformat.NotebookNode, relpath: str, repo: Repository) -> nbfor
     setup = _setup_cell(repo, graded)
     if existing_setup is not None:  # keep what nbgrader added to the released copy (checksum, locks)
         kept = {k: v for k, v in existing_setup.metadata.items() if k != "nbgrader" or graded}
-        setup.metadata = nbformat.from_dict({**kept, **{k: v for k, v in setup.metadata.items() if k not in kept}})
+        setup.metadata = nbformat.from_dict({**kept,
+                                             **{k: v for k, v in setup.metadata.items() if k not in kept}})
     nb.cells = [badge, setup, *rest]
     nb.metadata.update(nbformat.from_dict(COLAB_METADATA))
     return nb

@@ -1,4 +1,6 @@
-"""The course: where it is, its notebooks and assignments, its nbgrader settings, and how nbgrader is run for it."""
+"""The course: where it is, its notebooks and assignments, its nbgrader settings, and how nbgrader is run for
+it.
+"""
 
 import contextlib
 import copy
@@ -36,7 +38,8 @@ def lessons(root: Path = COURSE_ROOT) -> list[Path]:
 def assignments(root: Path = COURSE_ROOT, folder: str = "source") -> list[str]:
     """Return the assignment ids that have a folder under `folder`, sorted."""
     base = root / folder
-    return sorted(p.name for p in base.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) if base.is_dir() else []
+    return sorted(p.name for p in base.iterdir() if p.is_dir()
+                  and any(p.glob("*.ipynb"))) if base.is_dir() else []
 
 
 def assignment_notebooks(assignment: str, root: Path = COURSE_ROOT, folder: str = "source") -> list[Path]:
@@ -46,12 +49,15 @@ def assignment_notebooks(assignment: str, root: Path = COURSE_ROOT, folder: str 
 
 @functools.lru_cache(maxsize=16)
 def _load_config(folder: str, version: tuple[int, int, int] | None) -> Config:
-    """Execute a course's nbgrader_config.py once per version of the file (`version`: None when there is none)."""
+    """Execute a course's nbgrader_config.py once per version of the file (`version`: None when there is
+    none).
+    """
     return PyFileConfigLoader(CONFIG_FILE, path=folder).load_config() if version is not None else Config()
 
 
 def course_config(root: Path, scratch: Path | None = None) -> Config:
-    """Return the course's nbgrader_config.py (none is fine, as for nbgrader), optionally pointed at a scratch root.
+    """Return the course's nbgrader_config.py (none is fine, as for nbgrader), optionally pointed at a scratch
+    root.
 
     The file is executed once per process and version (a grading run's workers, forked from it, inherit it);
     each caller gets its own copy. The course root is the folder given, as nbgrader's is the folder it runs
@@ -72,7 +78,8 @@ def course_config(root: Path, scratch: Path | None = None) -> Config:
 
 
 def course_directory(root: Path, scratch: Path | None = None):
-    """Return nbgrader's CourseDirectory for the course: its settings with nbgrader's own defaults filled in."""
+    """Return nbgrader's CourseDirectory for the course: its settings with nbgrader's own defaults filled in.
+    """
     from nbgrader.coursedir import CourseDirectory
 
     return CourseDirectory(config=course_config(root, scratch))
@@ -98,4 +105,5 @@ def error_line(text: str, default: str = "failed") -> str:
     lines = [ln for ln in lines if ln and not ln.startswith(("[INFO]", "File "))]
     if lines and EXCEPTION_LINE.match(lines[-1]):  # a traceback ends with the exception
         return lines[-1]
-    return next((ln for ln in reversed(lines) if "Error" in ln or "Cannot" in ln), lines[-1] if lines else default)
+    return next((ln for ln in reversed(lines) if "Error" in ln or "Cannot" in ln),
+                lines[-1] if lines else default)

@@ -45,8 +45,8 @@ HEAD = re.compile(r"<head(\s[^>]*)?>", re.IGNORECASE)
 RASTER_DATA = re.compile(r"^data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 KEPT_TAGS = frozenset({*bleach.ALLOWED_TAGS, *HEADINGS, "p", "br", "hr", "div", "span", "pre", "img", "table",
-                       "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "sup", "sub", "del", "s", "kbd",
-                       "dl", "dt", "dd", "details", "summary", "mark", "small", "u"})
+                       "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "sup", "sub", "del", "s",
+                       "kbd", "dl", "dt", "dd", "details", "summary", "mark", "small", "u"})
 KEPT_ATTRIBUTES = {"*": ["class", "title", "align"], "a": ["href", "title", "class"],
                    "img": ["src", "alt", "title", "width", "height"], "th": ["colspan", "rowspan", "align"],
                    "td": ["colspan", "rowspan", "align"], **{h: ["id"] for h in HEADINGS}}
@@ -61,7 +61,8 @@ def _kept_attribute(tag: str, name: str, value: str) -> bool:
 
 
 def clean_html(text) -> str:
-    """Return HTML with only inert tags and attributes left; anything else shows as text (nbconvert's filter)."""
+    """Return HTML with only inert tags and attributes left; anything else shows as text (nbconvert's filter).
+    """
     text = text.decode() if isinstance(text, bytes) else str(text)
     return bleach.clean(text, tags=KEPT_TAGS, attributes=_kept_attribute,
                         protocols=["http", "https", "mailto", "data"], strip_comments=True)
@@ -90,7 +91,8 @@ class InertStudentContent(Preprocessor):
             for mime in [m for m in bundle if m not in KEPT_ATTACHMENT_TYPES]:
                 del bundle[mime]
             if not bundle:
-                bundle["image/gif"] = EMPTY_GIF  # the markdown still names it: nbconvert fails on a missing one
+                # the markdown still names it: nbconvert fails on a missing one
+                bundle["image/gif"] = EMPTY_GIF
         if cell.cell_type == "markdown":
             cell.source = inert_markdown(cell.source, cell.get("attachments", {}))
             cell.attachments = {}  # embedded above as data: URLs

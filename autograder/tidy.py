@@ -35,7 +35,8 @@ def tidy_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Return the notebook with outputs, counts and stray metadata removed and ids normalised."""
     nb.nbformat, nb.nbformat_minor = 4, 5
     kept = {key: nb.metadata[key] for key in KEPT_NOTEBOOK_METADATA if key in nb.metadata}
-    nb.metadata = nbformat.from_dict({"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}, **kept})
+    nb.metadata = nbformat.from_dict({"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"},
+                                      **kept})
     for cell in nb.cells:
         cell.metadata = nbformat.from_dict(
             {key: cell.metadata[key] for key in KEPT_CELL_METADATA if key in cell.metadata}

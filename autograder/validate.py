@@ -71,7 +71,8 @@ def validate_notebook(path: Path, direction: str, root: Path) -> NotebookCheck:
 
 
 def validate_course(root: Path, assignments: list[str] | None = None) -> ValidationReport:
-    """Validate every source notebook (must pass) and every release notebook (must fail) of the assignments."""
+    """Validate every source notebook (must pass) and every release notebook (must fail) of the assignments.
+    """
     wanted = assignments or all_assignments(root)
     jobs = [(nb, "solution") for a in wanted for nb in assignment_notebooks(a, root, "source")]
     jobs += [(nb, "release") for a in wanted for nb in assignment_notebooks(a, root, "release")]

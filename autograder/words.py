@@ -1,4 +1,5 @@
-"""The base of the grader's vocabularies: enums whose members are their own spelling in CSV, JSON and sqlite."""
+"""The base of the grader's vocabularies: enums whose members are their own spelling in CSV, JSON and sqlite.
+"""
 
 from enum import Enum
 

@@ -40,7 +40,8 @@ class FailureKind(Word):
 
     KERNEL_DIED = EventKind.KERNEL_DIED.value
     CRASHED = "crashed"  # the grading process died
-    GRADER_ERROR = "grader-error"  # the grader failed on this student: `invalid` with the reason, never retried
+    # the grader failed on this student: `invalid` with the reason, never retried
+    GRADER_ERROR = "grader-error"
     UNRESPONSIVE = EventKind.UNRESPONSIVE.value
     TIMEOUT = EventKind.TIMEOUT.value
     MEMORY = EventKind.MEMORY.value
@@ -64,8 +65,10 @@ class FailureKind(Word):
     @property
     def reason(self) -> str:
         """Return what the guilty cell did, to tell the student why it was not run again."""
-        return {FailureKind.KERNEL_DIED: "crashed the kernel", FailureKind.CRASHED: "crashed the grading process",
-                FailureKind.UNRESPONSIVE: "ran past the time limit", FailureKind.TIMEOUT: "ran past the time limit",
+        return {FailureKind.KERNEL_DIED: "crashed the kernel",
+                FailureKind.CRASHED: "crashed the grading process",
+                FailureKind.UNRESPONSIVE: "ran past the time limit",
+                FailureKind.TIMEOUT: "ran past the time limit",
                 FailureKind.MEMORY: "used more than the memory cap",
                 FailureKind.PROCESSES: "started too many processes",
                 FailureKind.DISK: "wrote too much to disk"}.get(self, "failed")
@@ -128,7 +131,9 @@ class Failure:
 
 @dataclass(frozen=True)
 class Event:
-    """Something that happened while a notebook ran (a cell interrupted, output cut, a flag), from execution.py."""
+    """Something that happened while a notebook ran (a cell interrupted, output cut, a flag), from
+    execution.py.
+    """
 
     kind: EventKind
     message: str = ""
@@ -141,7 +146,8 @@ def progress_events(progress: dict) -> list[Event]:
     """Return the events of a progress file (execution.py writes them as JSON objects)."""
     known = {kind.value for kind in EventKind}
     fields = ("message", "notebook", "cell", "grade_id")
-    return [Event(EventKind(raw["kind"]), **{k: raw.get(k) or ("" if k == "message" else None) for k in fields})
+    return [Event(EventKind(raw["kind"]),
+                  **{k: raw.get(k) or ("" if k == "message" else None) for k in fields})
             for raw in progress.get("events", []) if isinstance(raw, dict) and raw.get("kind") in known]
 
 
@@ -172,7 +178,8 @@ class AttemptReport:
     @property
     def blamed(self) -> tuple[str | None, int] | None:
         """Return the (notebook, cell) this attempt's failure is blamed on, if any."""
-        return (self.failure.notebook, self.failure.cell) if self.failure and self.failure.cell is not None else None
+        return ((self.failure.notebook, self.failure.cell) if self.failure and self.failure.cell is not None
+                else None)
 
     def to_json(self) -> str:
         """Return the report as one line of JSON."""
@@ -192,7 +199,8 @@ class AttemptReport:
 def next_attempt(job: Job, report: AttemptReport, max_attempts: int = MAX_ATTEMPTS) -> Job | None:
     """Return the job to run after this report (the same student, the guilty cell skipped), or None: done."""
     failure = report.failure
-    if (report.outcome != Outcome.FAILED or failure is None or report.blamed is None or not failure.kind.retried
+    if (report.outcome != Outcome.FAILED or failure is None or report.blamed is None
+        or not failure.kind.retried
             or job.attempt >= max_attempts or report.blamed in {(s.notebook, s.cell) for s in job.skip}):
         return None
     # A dead kernel is noticed up to a second late, so a failure can be blamed on a cell after the culprit:
@@ -204,5 +212,6 @@ def next_attempt(job: Job, report: AttemptReport, max_attempts: int = MAX_ATTEMP
 
 
 def wrongly_blamed(before: Job, after: Job) -> set[tuple[str | None, int]]:
-    """Return the cells that `before` skipped and `after` runs again (their earlier failures were misblamed)."""
+    """Return the cells that `before` skipped and `after` runs again (their earlier failures were misblamed).
+    """
     return {(s.notebook, s.cell) for s in before.skip} - {(s.notebook, s.cell) for s in after.skip}

@@ -29,8 +29,8 @@ from autograder.grading.session import GradeOptions, RunSummary, grade_class
 MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 PLAN = {
     "ada": "everything right", "ben": "first exercise left undone", "cam": "nothing done",
-    "dia": "right, misnamed file", "eli": "right, test cells deleted/retyped", "fay": "a cell kills the kernel",
-    "gus": "empty .ipynb file", "hal": "no notebook at all",
+    "dia": "right, misnamed file", "eli": "right, test cells deleted/retyped",
+    "fay": "a cell kills the kernel", "gus": "empty .ipynb file", "hal": "no notebook at all",
 }
 
 
@@ -65,8 +65,9 @@ def class_notebooks(release: nbformat.NotebookNode, source: nbformat.NotebookNod
     fay = copy.deepcopy(right)
     first = next((i for i, c in enumerate(fay.cells) if utils.is_solution(c)), 0)
     fay.cells.insert(first + 1, nbformat.v4.new_code_cell("import os\nos._exit(1)  # a stray experiment"))
-    return {"ada": {name: right}, "ben": {name: ben}, "cam": {name: release}, "dia": {f"Copy of {name}": right},
-            "eli": {name: eli}, "fay": {name: fay}, "gus": {name: ""}, "hal": {"answers.txt": "see attached\n"}}
+    return {"ada": {name: right}, "ben": {name: ben}, "cam": {name: release},
+            "dia": {f"Copy of {name}": right}, "eli": {name: eli}, "fay": {name: fay}, "gus": {name: ""},
+            "hal": {"answers.txt": "see attached\n"}}
 
 
 def build_class(course: Path, assignment: str, dest: Path) -> list[str]:
@@ -94,7 +95,8 @@ DEMO_OPTIONS = GradeOptions(timeout=120)
 
 def run_demo(root: Path, out: Path, only: list[str] | None = None, options: GradeOptions = DEMO_OPTIONS,
              echo=print) -> list[RunSummary]:
-    """Build the demo course and class under `out`, grade every assignment (or `only` these), return the runs."""
+    """Build the demo course and class under `out`, grade every assignment (or `only` these), return the runs.
+    """
     course = out / "course"
     if course.exists():
         shutil.rmtree(course)

@@ -34,4 +34,5 @@ class GenerateFailed(GradebookError):
 
 
 class RecordFailed(GradebookError):
-    """A student could not be written into the gradebook (the run stops: the gradebook may have been changed)."""
+    """A student could not be written into the gradebook (the run stops: the gradebook may have been changed).
+    """

@@ -25,12 +25,13 @@ class FeedbackWriter:
         ours.Exporter.default_preprocessors = []
         ours.HTMLExporter.template_name = "feedback"
         ours.HTMLExporter.extra_template_basedirs = [str(formgrader / "templates")]
-        ours.HTMLExporter.extra_template_paths = [str(formgrader / "static" / "node_modules" / "bootstrap" / "dist"
-                                                      / "css")]
+        ours.HTMLExporter.extra_template_paths = [
+            str(formgrader / "static" / "node_modules" / "bootstrap" / "dist" / "css")]
         merged = Config(config)
         merged.merge(ours)
         self.exporter = HTMLExporter(config=merged)
-        self.exporter.register_preprocessor(GetGrades, enabled=True)  # as generate_feedback (its CSS step is off)
+        # as generate_feedback (its CSS step is off)
+        self.exporter.register_preprocessor(GetGrades, enabled=True)
 
     def write(self, autograded: Path, dest: Path, student: str, assignment: str, db_url: str) -> list[Path]:
         """Write <notebook>.html for every autograded notebook of one student into `dest`."""

@@ -52,7 +52,8 @@ def locked(db_url: str) -> Iterator[None]:
 
 
 def alembic_head() -> str:
-    """Return the revision of nbgrader's newest gradebook schema (read in-process, not via `alembic heads`)."""
+    """Return the revision of nbgrader's newest gradebook schema (read in-process, not via `alembic heads`).
+    """
     from alembic.config import Config
     from alembic.script import ScriptDirectory
     from nbgrader.dbutil import ALEMBIC_DIR
@@ -122,7 +123,8 @@ def generate(root: Path, assignment: str, scratch: Path, db_url: str | None = No
         result = NbGraderAPI(config=config).generate_assignment(assignment, force=True, create=True)
     if not result.get("success"):
         text = (result.get("error") or "") + "\n" + (result.get("log") or "")
-        raise GenerateFailed(f"nbgrader could not generate {assignment}: {error_line(text, 'no reason given')}")
+        raise GenerateFailed(f"nbgrader could not generate {assignment}: "
+                             f"{error_line(text, 'no reason given')}")
     return scratch
 
 

@@ -1,18 +1,19 @@
 """Feedback on submit that keeps the hidden tests hidden: the student-safe autograded notebook, and its pages.
 
-nbgrader's feedback page shows the whole autograded notebook, and autograde puts the hidden tests back into it.
-Every output of a notebook with hidden tests may carry them too: its kernel ran them, and student code can read
-them (`In`, `linecache`, the caller's frame) and print them, raise them, or update an earlier cell's display.
-So in such a notebook `RedactHiddenTests` keeps what the student wrote and what release/ shows, and makes each
-output anew from the instructor's own text:
+nbgrader's feedback page shows the whole autograded notebook, and autograde puts the hidden tests back into
+it. Every output of a notebook with hidden tests may carry them too: its kernel ran them, and student code can
+read them (`In`, `linecache`, the caller's frame) and print them, raise them, or update an earlier cell's
+display. So in such a notebook `RedactHiddenTests` keeps what the student wrote and what release/ shows, and
+makes each output anew from the instructor's own text:
 
 - a test cell shows its release/ source (nbgrader's ClearHiddenTests) and, when it failed, either the visible
   statement that failed (with the error's name when it is a builtin one, and its message when that message is
-  written in the visible source), or, when the failing line is hidden or cannot be told, "a hidden test failed"
-  and the `# Feedback:` lines of that hidden block (`default_message` when it has none);
+  written in the visible source), or, when the failing line is hidden or cannot be told, "a hidden test
+  failed" and the `# Feedback:` lines of that hidden block (`default_message` when it has none);
 - every other output is dropped, save the grader's own "not run" note; the scores come from the gradebook
   (nbgrader's GetGrades, in the feedback template) as before;
-- the notebook's and the cells' metadata keep only what the feedback template reads (no checksums, no widgets).
+- the notebook's and the cells' metadata keep only what the feedback template reads (no checksums, no
+  widgets).
 
 A notebook without hidden tests is left as it is.
 """
@@ -41,9 +42,9 @@ from autograder.grading.execution import NOT_RUN, UNCONFIRMED
 FEEDBACK_PREFIX = "# Feedback:"  # a line of a hidden block that students read when that block fails
 DEFAULT_MESSAGE = ("Your answer passes the visible tests but not every case: check the cases they do not try "
                    "(edge cases, other shapes, dtypes and devices).")
-NOTE = ("**Feedback on submit.** Each test cell shows its score and the visible tests; a hidden test that fails "
-        "shows only a message from your instructor. The outputs of your cells are not shown here (run your "
-        "notebook to see them). The full feedback comes after the due date.")
+NOTE = ("**Feedback on submit.** Each test cell shows its score and the visible tests; a hidden test that "
+        "fails shows only a message from your instructor. The outputs of your cells are not shown here (run "
+        "your notebook to see them). The full feedback comes after the due date.")
 GRADER_NOTES = {NOT_RUN: "The grader did not run this cell.",
                 UNCONFIRMED: "The grader could not run this test as written, so it earns no points."}
 KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info")
@@ -191,7 +192,8 @@ class RedactHiddenTests(NbGraderPreprocessor):
             if index in tests:
                 cell.outputs = [self.verdict(tests[index], e) for e in errors]
             else:
-                cell.outputs = [_note(NOT_RUN, GRADER_NOTES[NOT_RUN]) for e in errors if e.get("ename") == NOT_RUN]
+                cell.outputs = [_note(NOT_RUN, GRADER_NOTES[NOT_RUN]) for e in errors
+                                if e.get("ename") == NOT_RUN]
         nb.metadata = NotebookNode({k: v for k, v in nb.metadata.items() if k in KEPT_NOTEBOOK_METADATA})
         nb.cells.insert(0, new_markdown_cell(self.note))
         return nb, resources
@@ -234,7 +236,8 @@ def _writer(course: str):
 
 
 def student_feedback_pages(course: Path, assignment: str, student: str, dest: Path) -> dict[str, str]:
-    """Write a graded student's feedback pages, hidden tests kept hidden, into `dest`; return notebook -> HTML.
+    """Write a graded student's feedback pages, hidden tests kept hidden, into `dest`; return notebook ->
+    HTML.
 
     Reads the course's autograded/<student>/<assignment>/*.ipynb and the course gradebook (as `hub feedback`'s
     pages do). A page that cannot be made says so, and shows nothing of the notebook.

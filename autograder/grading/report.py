@@ -31,8 +31,8 @@ def csv_text(results: list[StudentResult]) -> str:
     for r in sorted(results, key=lambda r: r.student):
         detail = " ".join(r.detail.split())
         flags = "; ".join(" ".join(f.split()) for f in r.flags)
-        writer.writerow([r.student, r.assignment, number(r.final_score), number(r.max_score), number(r.late_penalty),
-                         r.status, detail, flags])
+        writer.writerow([r.student, r.assignment, number(r.final_score), number(r.max_score),
+                         number(r.late_penalty), r.status, detail, flags])
     return out.getvalue()
 
 
@@ -150,7 +150,8 @@ def summary_html(assignment: str, results: list[StudentResult], isolation: str, 
     for r in sorted(results, key=lambda r: (not r.flags, r.student)):
         folder = feedback / r.student
         pages = sorted(folder.glob("*.html")) if folder.is_dir() else []
-        rows.append(StudentRow(r.student, number(r.final_score), number(r.max_score), r.status, r.detail, r.flags,
+        rows.append(StudentRow(r.student, number(r.final_score), number(r.max_score), r.status, r.detail,
+                               r.flags,
                                [(f"feedback/{quote(r.student)}/{quote(p.name)}", p.stem) for p in pages]))
     return _templates().get_template("summary.html.j2").render(
         assignment=assignment, csp=STATIC_PAGE_CSP, students=rows, isolation=isolation,

@@ -1,20 +1,22 @@
 """Put back the graded and read-only cells a student retyped, stripped or deleted, where nbgrader does not.
 
 The worker turns on nbgrader's own `OverwriteCells.add_missing_cells` (off by default: then nbgrader leaves a
-submission with a deleted test cell at "needs manual grading"), which re-inserts a deleted test cell after the cell
-before it in the instructor's notebook. `RestoreCells` runs just before `OverwriteCells` in nbgrader's sanitize
-pipeline and does only what that does not:
+submission with a deleted test cell at "needs manual grading"), which re-inserts a deleted test cell after the
+cell before it in the instructor's notebook. `RestoreCells` runs just before `OverwriteCells` in nbgrader's
+sanitize pipeline and does only what that does not:
 
 - a graded or read-only cell whose type or grading flags were changed becomes the instructor's again (nbgrader
-  restores the type, the lock and the points, but fails the whole notebook when `grade` or `solution` changed);
+  restores the type, the lock and the points, but fails the whole notebook when `grade` or `solution`
+  changed);
 - a deleted read-only cell (the imports) comes back: nbgrader re-inserts grade and task cells only;
-- a deleted test cell that nbgrader cannot place (the cell before it is gone too, or is not graded: nbgrader would
-  fail the notebook with a KeyError) is put back here;
-- copies of graded cells and cells from other notebooks lose their grading metadata (they still run, ungraded);
+- a deleted test cell that nbgrader cannot place (the cell before it is gone too, or is not graded: nbgrader
+  would fail the notebook with a KeyError) is put back here;
+- copies of graded cells and cells from other notebooks lose their grading metadata (they still run,
+  ungraded);
 - every change, nbgrader's re-insertions included, is said in plain words for the grades.csv `detail` column.
 
-Answer cells are never invented: a deleted answer just leaves its tests failing (an answer graded by hand comes
-back as released, so that it is graded, as nbgrader does).
+Answer cells are never invented: a deleted answer just leaves its tests failing (an answer graded by hand
+comes back as released, so that it is graded, as nbgrader does).
 """
 
 import copy
@@ -65,7 +67,8 @@ def _as_type(cell, cell_type: str):
 
 def restore_cells(student: nbformat.NotebookNode, instructor: nbformat.NotebookNode
                   ) -> tuple[nbformat.NotebookNode, list[str]]:
-    """Return the student's notebook with what nbgrader will not restore restored, and every change in words."""
+    """Return the student's notebook with what nbgrader will not restore restored, and every change in words.
+    """
     nb = copy.deepcopy(student)
     notes: list[str] = []
     wanted = [(grade_id(c), c) for c in instructor.cells if grade_id(c)]
@@ -115,7 +118,8 @@ def _restore_changed(nb, scell, icell, kind: Role, gid: str, present: dict, note
         notes.append(f"{kind} '{gid}': {why}")
     else:
         nb.cells[index] = copy.deepcopy(icell)
-        why = f"it had been changed to {scell.cell_type}" if retyped else "its grading metadata had been edited"
+        why = (f"it had been changed to {scell.cell_type}" if retyped
+               else "its grading metadata had been edited")
         notes.append(f"restored {kind} '{gid}' ({why})")
     present[gid] = nb.cells[index]
 
@@ -151,9 +155,12 @@ def _unique_ids(nb) -> None:
 
 
 class RestoreCells(NbGraderPreprocessor):
-    """nbgrader sanitize step, just before OverwriteCells: restore what add_missing_cells does not; note changes."""
+    """nbgrader sanitize step, just before OverwriteCells: restore what add_missing_cells does not; note
+    changes.
+    """
 
-    release_folder = Unicode("", help="the assignment's released notebooks (the instructor's cells)").tag(config=True)
+    release_folder = Unicode("", help="the assignment's released notebooks (the instructor's cells)").tag(
+        config=True)
     notes_file = Unicode("", help="JSON lines file each change is appended to; empty: none").tag(config=True)
 
     def preprocess(self, nb: nbformat.NotebookNode, resources: dict) -> tuple[nbformat.NotebookNode, dict]:
@@ -163,7 +170,8 @@ class RestoreCells(NbGraderPreprocessor):
         nb, notes = restore_cells(nb, instructor)
         if self.notes_file and notes:
             with open(self.notes_file, "a", encoding="utf-8") as handle:
-                handle.writelines(json.dumps({"notebook": f"{notebook}.ipynb", "note": n}) + "\n" for n in notes)
+                handle.writelines(json.dumps({"notebook": f"{notebook}.ipynb", "note": n}) + "\n"
+                                  for n in notes)
         return nb, resources
 
 
@@ -171,4 +179,5 @@ def read_notes(path: Path) -> list[str]:
     """Return the changes RestoreCells wrote, in order."""
     if not path.is_file():
         return []
-    return [json.loads(line)["note"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line)["note"] for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]

@@ -29,7 +29,8 @@ class Status(Word):
     @property
     def ran_notebooks(self) -> bool:
         """Return True when the student's notebooks were run (whether or not every cell finished)."""
-        return self in (Status.GRADED, Status.TIMEOUT, Status.MEMORY, Status.PROCESSES, Status.DISK, Status.CRASHED)
+        return self in (Status.GRADED, Status.TIMEOUT, Status.MEMORY, Status.PROCESSES, Status.DISK,
+                        Status.CRASHED)
 
 
 class CellKind(Word):
@@ -134,7 +135,8 @@ def hash_tree(paths: list[Path], base: Path | None = None) -> str:
 
 def fingerprint(*parts: object) -> str:
     """Return a short digest of everything that determines a student's grade."""
-    return hashlib.sha256(json.dumps([GRADER_VERSION, *parts], sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return hashlib.sha256(json.dumps([GRADER_VERSION, *parts], sort_keys=True,
+                                     default=str).encode()).hexdigest()[:32]
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -4,7 +4,8 @@ Three setups, best first (`--sandbox auto` picks the best that works on this mac
 
 - `bwrap` (bubblewrap): the kernel runs in new PID, network, IPC, UTS and mount namespaces, with no network
   at all, the whole file system read-only, the course, the submissions, the output folder and home folders
-  hidden, and only its own scratch folder writable (its /tmp too). It cannot see or signal any process outside.
+  hidden, and only its own scratch folder writable (its /tmp too). It cannot see or signal any process
+  outside.
 - `unshare`: new PID and network namespaces (no network; cannot see or signal the grader's processes),
   but the file system is shared: student code can read and write whatever the grading user can.
 - `none`: an ordinary process in its own session, with the limits below and nothing else.
@@ -31,7 +32,9 @@ from pathlib import Path
 
 
 class IsolationUnavailable(RuntimeError):
-    """The requested isolation cannot be set up on this machine (stdlib only: this file also runs as a script)."""
+    """The requested isolation cannot be set up on this machine (stdlib only: this file also runs as a
+    script).
+    """
 
 
 MODES = ("bwrap", "unshare", "none")
@@ -78,14 +81,16 @@ class Isolation:
         `readable`: folders inside hidden ones that the program may read but not change (bwrap only).
         """
         if self.mode == "bwrap":
-            return bwrap_prefix(writable, cwd, self.hidden, self.visible, self.bwrap_size_option, tmp, readable)
+            return bwrap_prefix(writable, cwd, self.hidden, self.visible, self.bwrap_size_option, tmp,
+                                readable)
         if self.mode == "unshare":
             return unshare_prefix()
         return []
 
 
 def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visible: tuple[str, ...],
-                 size_option: bool = True, tmp: Path | None = None, readable: tuple[Path, ...] = ()) -> list[str]:
+                 size_option: bool = True, tmp: Path | None = None,
+                 readable: tuple[Path, ...] = ()) -> list[str]:
     """Return a bubblewrap command line: everything read-only, `hidden` emptied, `writable` writable.
 
     `readable` folders are shown read-only even where they lie in a hidden folder or under /tmp.
@@ -117,7 +122,8 @@ def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visib
 
 def unshare_prefix() -> list[str]:
     """Return an unshare(1) command line: new PID, network, IPC and UTS namespaces, killed with its parent."""
-    args = ["unshare", "--net", "--pid", "--ipc", "--uts", "--mount", "--mount-proc", "--fork", "--kill-child"]
+    args = ["unshare", "--net", "--pid", "--ipc", "--uts", "--mount", "--mount-proc", "--fork",
+            "--kill-child"]
     if os.geteuid() != 0:
         args.insert(1, "--map-root-user")
     return [*args, "--"]
@@ -136,7 +142,9 @@ def python_locations() -> list[str]:
 
 def detect_isolation(preference: str = "auto", hidden: list[Path] | None = None,
                      visible: list[Path] | None = None) -> Isolation:
-    """Return the best isolation that works here (or the one asked for; IsolationUnavailable if it does not work)."""
+    """Return the best isolation that works here (or the one asked for; IsolationUnavailable if it does not
+    work).
+    """
     if preference not in ("auto", *MODES):
         raise IsolationUnavailable(f"unknown sandbox {preference!r}: choose auto, {', '.join(MODES)}")
     hide = {str(p) for p in (hidden or [])} | {str(Path.home()), "/home", "/root", "/mnt", "/media"}
@@ -148,7 +156,8 @@ def detect_isolation(preference: str = "auto", hidden: list[Path] | None = None,
         isolation = Isolation(mode, tuple(sorted(hide)), tuple(sorted(show)), _bwrap_has_size())
         problem = _probe(isolation)
         if problem is None:
-            return Isolation(mode, isolation.hidden, isolation.visible, isolation.bwrap_size_option, tuple(notes))
+            return Isolation(mode, isolation.hidden, isolation.visible, isolation.bwrap_size_option,
+                             tuple(notes))
         if preference != "auto":
             raise IsolationUnavailable(f"--sandbox {mode} does not work here: {problem}")
         notes.append(f"{mode} not used: {problem}")
@@ -184,7 +193,8 @@ def limits_prefix(memory_mib: int, forget_parent: bool) -> list[str]:
     address_mib = memory_mib + ADDRESS_SPACE_HEADROOM_MIB
     if shutil.which("prlimit") and shutil.which("env"):
         unset = ["env", "-u", "JPY_PARENT_PID"] if forget_parent else []
-        return [*unset, "prlimit", f"--as={address_mib << 20}", f"--fsize={MAX_FILE_MIB << 20}", "--core=0", "--"]
+        return [*unset, "prlimit", f"--as={address_mib << 20}", f"--fsize={MAX_FILE_MIB << 20}", "--core=0",
+                "--"]
     # By path: the kernel starts in the student's folder, where the course's packages cannot be imported.
     limits = [sys.executable, str(Path(__file__).resolve()),
               "--address-space-mib", str(address_mib), "--file-mib", str(MAX_FILE_MIB)]
@@ -194,17 +204,19 @@ def limits_prefix(memory_mib: int, forget_parent: bool) -> list[str]:
 def kernel_command(isolation: Isolation, writable: list[Path], cwd: Path, memory_mib: int,
                    kernel: list[str] | None = None, tmp: Path | None = None,
                    readable: tuple[Path, ...] = ()) -> list[str]:
-    """Return the kernelspec argv that starts a kernel (by default IPython's) with the limits, in the sandbox."""
+    """Return the kernelspec argv that starts a kernel (by default IPython's) with the limits, in the sandbox.
+    """
     # A kernel in a PID namespace cannot see its parent, so it must not watch for it (JPY_PARENT_PID).
     kernel = kernel or ["-m", "ipykernel_launcher"]
-    return [*limits_prefix(memory_mib, isolation.mode != "none"), *isolation.prefix(writable, cwd, tmp, readable),
+    return [*limits_prefix(memory_mib, isolation.mode != "none"),
+            *isolation.prefix(writable, cwd, tmp, readable),
             sys.executable, *kernel, "-f", "{connection_file}"]
 
 
 def apply_limits(address_space_mib: int, file_mib: int) -> None:
     """Set this process's resource limits (inherited by everything it starts)."""
-    for limit, value in ((resource.RLIMIT_AS, address_space_mib << 20), (resource.RLIMIT_FSIZE, file_mib << 20),
-                         (resource.RLIMIT_CORE, 0)):
+    for limit, value in ((resource.RLIMIT_AS, address_space_mib << 20),
+                         (resource.RLIMIT_FSIZE, file_mib << 20), (resource.RLIMIT_CORE, 0)):
         _, hard = resource.getrlimit(limit)
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
@@ -233,7 +245,8 @@ class TaskCap:
         """Make a capped cgroup, or return None where this machine does not allow it."""
         for root in map(Path, CGROUP_ROOTS):
             controllers = root / "cgroup.controllers"
-            if root.name != "pids" and not (controllers.exists() and "pids" in controllers.read_text().split()):
+            if root.name != "pids" and not (controllers.exists()
+                                            and "pids" in controllers.read_text().split()):
                 continue
             path = root / name
             try:

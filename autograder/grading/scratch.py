@@ -1,4 +1,6 @@
-"""The scratch folder of one grading run: made with a record of its owner, and left-overs of killed runs removed."""
+"""The scratch folder of one grading run: made with a record of its owner, and left-overs of killed runs
+removed.
+"""
 
 import json
 import os
@@ -32,7 +34,9 @@ def keep(root: Path) -> None:
 
 
 def is_stale(root: Path) -> bool:
-    """Return whether a scratch folder belongs to a grading run whose process is gone (killed before it tidied up)."""
+    """Return whether a scratch folder belongs to a grading run whose process is gone (killed before it tidied
+    up).
+    """
     if (root / KEPT_FILE).exists():
         return False
     try:

@@ -3,15 +3,17 @@
 Accepted layouts (one folder per student id):
 
     SUBMISSIONS/<student>/<notebook>.ipynb                 a plain export (anything nested is searched too)
-    SUBMISSIONS/<student>/<assignment>/<notebook>.ipynb    nbgrader's submitted/ layout (timestamp.txt is kept)
-    SUBMISSIONS.zip                                        either of the above, optionally inside one wrapper folder
+    SUBMISSIONS/<student>/<assignment>/<notebook>.ipynb    nbgrader's submitted/ layout (timestamp.txt is
+    kept) SUBMISSIONS.zip                                        either of the above, optionally inside one
+    wrapper folder
 
 A notebook is matched to the assignment by its file name, or, when the name is wrong, by the nbgrader
 grade_ids inside it, so "Copy of ps01.ipynb" is graded as ps01.ipynb while somebody else's homework is not.
 
-Every notebook is read through `read_notebook_json`, which refuses, before anything else parses it, a file that
-is not a regular file (a link, a FIFO), larger than MAX_NOTEBOOK_BYTES (32 MiB), with more than MAX_CELLS cells
-or nested deeper than MAX_NESTING levels: such a student is `invalid`, with the reason, and the class goes on.
+Every notebook is read through `read_notebook_json`, which refuses, before anything else parses it, a file
+that is not a regular file (a link, a FIFO), larger than MAX_NOTEBOOK_BYTES (32 MiB), with more than MAX_CELLS
+cells or nested deeper than MAX_NESTING levels: such a student is `invalid`, with the reason, and the class
+goes on.
 """
 
 import json
@@ -27,7 +29,8 @@ from autograder.grading.results import Status
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20
 MAX_CELLS = 10_000
-MAX_NESTING = 100  # levels of JSON objects and lists; real notebooks (widget state included) use about a dozen
+# levels of JSON objects and lists; real notebooks (widget state included) use about a dozen
+MAX_NESTING = 100
 MAX_ZIP_BYTES = 4 * 2**30
 MAX_ZIP_FILES = 100_000
 SKIPPED_NAMES = {"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".DS_Store", ".git", "Thumbs.db"}
@@ -76,7 +79,8 @@ def extract_zip(archive: Path, target: Path) -> None:
                 raise SubmissionsError(f"{archive} holds {len(members)} files; more than {MAX_ZIP_FILES}")
             total = sum(m.file_size for m in members)
             if total > MAX_ZIP_BYTES:
-                raise SubmissionsError(f"{archive} unpacks to {total >> 20} MiB; more than {MAX_ZIP_BYTES >> 20} MiB")
+                raise SubmissionsError(f"{archive} unpacks to {total >> 20} MiB; more than "
+                                       f"{MAX_ZIP_BYTES >> 20} MiB")
             for member in members:
                 name = PurePosixPath(member.filename.replace("\\", "/"))
                 if name.is_absolute() or ".." in name.parts or not name.parts:
@@ -285,7 +289,8 @@ def match_submission(student: str, folder: Path, expected: dict[str, set[str]], 
             sub.detail = "; ".join(f"{p.relative_to(base)}: {problem}" for p, problem in broken.values())
         else:
             sub.status = Status.MISSING
-            found = [f"{p.relative_to(base)} ({'not readable' if parsed[p][0] is None else 'none of its cells'}"
+            found = [f"{p.relative_to(base)} "
+                     f"({'not readable' if parsed[p][0] is None else 'none of its cells'}"
                      f"{'' if parsed[p][0] is None else ' belong to ' + assignment})" for p in candidates]
             sub.detail = "no notebook of this assignment; found " + ", ".join(found[:5])
         return sub

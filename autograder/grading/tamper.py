@@ -28,7 +28,8 @@ MAX_LINE = 1 << 16
 
 # What a change to a part of the execution path means, most specific first: (pattern on `where`, words).
 MEANINGS = (
-    (r"cleanup_transforms|line_transforms|token_transformers|input_transformers", "installs an IPython input transformer"),
+    (r"cleanup_transforms|line_transforms|token_transformers|input_transformers",
+     "installs an IPython input transformer"),
     (r"ast_transformers", "installs an IPython AST transformer"),
     (r"CustomTB|custom_exceptions", "installs a custom exception handler"),
     (r"callbacks\['(\w+)'\]", "registers an IPython event callback ('{0}')"),
@@ -41,7 +42,8 @@ MEANINGS = (
 SUSPICIOUS_CODE = (
     (r"\bexcepthook\b", "replaces sys.excepthook"),
     (r"\bset_custom_exc\b", "installs a custom exception handler"),
-    (r"\b(?:input_transformers_(?:cleanup|post)|input_transformer_manager)\b", "installs an IPython input transformer"),
+    (r"\b(?:input_transformers_(?:cleanup|post)|input_transformer_manager)\b",
+     "installs an IPython input transformer"),
     (r"\bast_transformers\b", "installs an IPython AST transformer"),
     (r"\b_?showtraceback\b", "replaces how errors are reported"),
     (r"\b(?:settrace|setprofile)\b", "sets a tracing hook"),
@@ -65,7 +67,8 @@ class CellRecords:
         return [c for c in (record or {}).get("changes", []) if isinstance(c, dict) and not c.get("benign")]
 
     def findings(self) -> list[str]:
-        """Return what the audit hook blocked or saw while the cell ran (reported at once, or in the record)."""
+        """Return what the audit hook blocked or saw while the cell ran (reported at once, or in the record).
+        """
         found = [str(f) for f in (self.after or {}).get("findings", [])]
         return found + [a for a in self.alarms if a not in found]
 

@@ -1,4 +1,5 @@
-"""Unix accounts: one per hub user, made and removed with useradd/userdel; commands run as them with runuser."""
+"""Unix accounts: one per hub user, made and removed with useradd/userdel; commands run as them with runuser.
+"""
 
 import contextlib
 import os
@@ -34,11 +35,13 @@ def lookup(name: str) -> Account | None:
 def require_root(what: str) -> None:
     """Raise HubError unless this process is root (accounts, spawning servers as other users)."""
     if os.geteuid() != 0:
-        raise HubError(f"{what} needs root (it makes Unix accounts and runs servers as them); run it with sudo")
+        raise HubError(f"{what} needs root (it makes Unix accounts and runs servers as them); run it with "
+                       "sudo")
 
 
 def ensure_account(name: str, comment: str = "", group: str = "") -> Account:
-    """Make the account with a private home (0700) if it does not exist, in `group` too if given; return it."""
+    """Make the account with a private home (0700) if it does not exist, in `group` too if given; return it.
+    """
     account = lookup(name)
     if account is None:
         if shutil.which("useradd") is None:
@@ -52,8 +55,8 @@ def ensure_account(name: str, comment: str = "", group: str = "") -> Account:
         account = lookup(name)
         assert account is not None
     if group:
-        done = subprocess.run(["usermod", "--append", "--groups", group, name], capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run(["usermod", "--append", "--groups", group, name], capture_output=True,
+                              text=True, check=False)
         if done.returncode != 0:
             raise HubError(f"cannot add {name} to the group {group}: {done.stderr.strip()}")
     account.home.mkdir(parents=True, exist_ok=True)
@@ -86,7 +89,8 @@ def _pids_of(uid: int) -> list[int]:
 
 def set_password(name: str, password: str) -> None:
     """Set the account's Unix password (what PAM checks at the hub's login page)."""
-    done = subprocess.run(["chpasswd"], input=f"{name}:{password}\n", capture_output=True, text=True, check=False)
+    done = subprocess.run(["chpasswd"], input=f"{name}:{password}\n", capture_output=True, text=True,
+                          check=False)
     if done.returncode != 0:
         raise HubError(f"chpasswd for {name} failed: {done.stderr.strip()}")
 
@@ -98,9 +102,11 @@ def run_as(name: str, command: list[str], *, cwd: Path, env: dict[str, str], tim
     if account is None:
         raise HubError(f"no Unix account {name}")
     base = {"HOME": str(account.home), "USER": name, "LOGNAME": name, "LANG": "C.UTF-8"}
-    full = ["runuser", "-u", name, "--", "env", "-i", *(f"{k}={v}" for k, v in {**base, **env}.items()), *command]
+    full = ["runuser", "-u", name, "--", "env", "-i", *(f"{k}={v}" for k, v in {**base, **env}.items()),
+            *command]
     done = subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     if check and done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-12:]
-        raise HubError(f"{' '.join(command[:3])} ... as {name} failed (exit {done.returncode}):\n" + "\n".join(tail))
+        raise HubError(f"{' '.join(command[:3])} ... as {name} failed (exit {done.returncode}):\n"
+                       + "\n".join(tail))
     return done

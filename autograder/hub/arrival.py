@@ -35,7 +35,8 @@ class Arrival:
 
     @property
     def trusted(self) -> bool:
-        """Return whether the stated time can stand: present, readable, and not before the files were written."""
+        """Return whether the stated time can stand: present, readable, and not before the files were written.
+        """
         if self.claimed is None:
             return False
         try:
@@ -45,7 +46,9 @@ class Arrival:
 
     @property
     def timestamp(self) -> str:
-        """Return the time to grade the submission as: the stated one if trusted, else when its files were written."""
+        """Return the time to grade the submission as: the stated one if trusted, else when its files were
+        written.
+        """
         return self.claimed if self.trusted and self.claimed is not None else nbgrader_time(self.written)
 
     def note(self) -> str:
@@ -67,7 +70,9 @@ def written_at(folder: Path) -> datetime.datetime:
 
 
 def arrival(folder: Path) -> Arrival:
-    """Read a submission folder: its stated time (a small regular file, no link followed) and when it was written."""
+    """Read a submission folder: its stated time (a small regular file, no link followed) and when it was
+    written.
+    """
     try:
         claimed = read_small(folder, STAMP_FILE).decode("utf-8", errors="strict").strip()
     except (Refusal, UnicodeDecodeError):

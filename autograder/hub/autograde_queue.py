@@ -133,7 +133,8 @@ class Queue:
         self.db.executescript(SCHEMA)
         columns = {r["name"] for r in self.db.execute("PRAGMA table_info(assignments)")}
         if "hidden_tests" not in columns:  # a queue made before the setting existed: protected, the default
-            self.db.execute(f"ALTER TABLE assignments ADD COLUMN hidden_tests TEXT NOT NULL DEFAULT '{HiddenTests.PROTECTED}'")
+            self.db.execute("ALTER TABLE assignments ADD COLUMN hidden_tests TEXT NOT NULL DEFAULT "
+                            f"'{HiddenTests.PROTECTED}'")
 
     def close(self) -> None:
         """Close the file."""
@@ -152,7 +153,8 @@ class Queue:
 
     # The instructor's switches
     def configure(self, assignment: str, enabled: bool, per_hour: int | None = None,
-                  timeout: float | None = None, hidden_tests: HiddenTests | str | None = None) -> AutogradeSetting:
+                  timeout: float | None = None,
+                  hidden_tests: HiddenTests | str | None = None) -> AutogradeSetting:
         """Turn autograding of an assignment on or off (keeping its other settings unless given)."""
         if hidden_tests is not None and hidden_tests not in set(HiddenTests):
             raise ValueError(f"hidden tests are {' or '.join(HiddenTests)}, not {hidden_tests!r}")
@@ -161,8 +163,8 @@ class Queue:
                       old.timeout if timeout is None else timeout,
                       old.hidden_tests if hidden_tests is None else HiddenTests(hidden_tests))
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO assignments (assignment, enabled, per_hour, timeout, hidden_tests) "
-                       "VALUES (?, ?, ?, ?, ?)",
+            db.execute("INSERT OR REPLACE INTO assignments (assignment, enabled, per_hour, timeout, "
+                       "hidden_tests) VALUES (?, ?, ?, ?, ?)",
                        (assignment, int(new.enabled), new.per_hour, new.timeout, new.hidden_tests))
         return new
 
@@ -181,7 +183,8 @@ class Queue:
     # Submissions
     def known(self, assignment: str) -> set[tuple[str, str]]:
         """Return the (student, timestamp) of every submission of the assignment already in the queue."""
-        rows = self.db.execute("SELECT student, timestamp FROM submissions WHERE assignment = ?", (assignment,))
+        rows = self.db.execute("SELECT student, timestamp FROM submissions WHERE assignment = ?",
+                               (assignment,))
         return {(r[0], r[1]) for r in rows}
 
     def add(self, student: str, assignment: str, timestamp: str, folder: str, secret: str,
@@ -193,37 +196,40 @@ class Queue:
         """
         now = time.time() if now is None else now
         with self.transaction() as db:
-            row = db.execute("SELECT state FROM submissions WHERE student = ? AND assignment = ? AND timestamp = ?",
-                             (student, assignment, timestamp)).fetchone()
+            row = db.execute("SELECT state FROM submissions WHERE student = ? AND assignment = ? "
+                             "AND timestamp = ?", (student, assignment, timestamp)).fetchone()
             if row is not None:
                 return row["state"]
-            newer = db.execute("SELECT 1 FROM submissions WHERE student = ? AND assignment = ? AND timestamp > ? "
-                               "AND state != ?", (student, assignment, timestamp, State.SUPERSEDED)).fetchone()
-            older = db.execute("SELECT place FROM submissions WHERE student = ? AND assignment = ? AND state = ? "
-                               "AND timestamp < ? ORDER BY place LIMIT 1",
+            newer = db.execute("SELECT 1 FROM submissions WHERE student = ? AND assignment = ? "
+                               "AND timestamp > ? AND state != ?",
+                               (student, assignment, timestamp, State.SUPERSEDED)).fetchone()
+            older = db.execute("SELECT place FROM submissions WHERE student = ? AND assignment = ? "
+                               "AND state = ? AND timestamp < ? ORDER BY place LIMIT 1",
                                (student, assignment, State.QUEUED, timestamp)).fetchone()
             state = State.SUPERSEDED if newer else State.QUEUED
             place = older["place"] if older is not None and not newer else now
             if state == State.QUEUED:
-                db.execute("UPDATE submissions SET state = ?, finished_at = ?, detail = ? WHERE student = ? AND "
-                           "assignment = ? AND state = ? AND timestamp < ?",
-                           (State.SUPERSEDED, now, f"replaced by the submission of {timestamp}", student, assignment,
-                            State.QUEUED, timestamp))
-            db.execute("INSERT INTO submissions (student, assignment, timestamp, folder, secret, state, place, "
-                       "seen_at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                db.execute("UPDATE submissions SET state = ?, finished_at = ?, detail = ? WHERE student = ? "
+                           "AND assignment = ? AND state = ? AND timestamp < ?",
+                           (State.SUPERSEDED, now, f"replaced by the submission of {timestamp}", student,
+                            assignment, State.QUEUED, timestamp))
+            db.execute("INSERT INTO submissions (student, assignment, timestamp, folder, secret, state, "
+                       "place, seen_at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (student, assignment, timestamp, folder, secret, state, place, now,
                         "a newer submission was already there" if newer else ""))
         return state
 
     def recover(self, now: float | None = None) -> list[Entry]:
-        """After a crash or restart: queue again what was being graded (fail what has died MAX_TRIES times)."""
+        """After a crash or restart: queue again what was being graded (fail what has died MAX_TRIES times).
+        """
         now = time.time() if now is None else now
         with self.transaction() as db:
-            rows = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = ?", (State.GRADING,))]
+            rows = [_entry(r)
+                    for r in db.execute("SELECT * FROM submissions WHERE state = ?", (State.GRADING,))]
             for e in rows:
                 if e.tries >= MAX_TRIES:
-                    db.execute("UPDATE submissions SET state = ?, finished_at = ?, status = ?, detail = ? WHERE "
-                               "student = ? AND assignment = ? AND timestamp = ?",
+                    db.execute("UPDATE submissions SET state = ?, finished_at = ?, status = ?, detail = ? "
+                               "WHERE student = ? AND assignment = ? AND timestamp = ?",
                                (State.FAILED, now, Status.CRASHED, _died(e.tries), *e.key))
                 else:
                     db.execute("UPDATE submissions SET state = ? WHERE student = ? AND assignment = ? AND "
@@ -245,8 +251,8 @@ class Queue:
         now = time.time() if now is None else now
         enabled = {a: self.setting(a) for a in self.enabled()}
         with self.transaction() as db:
-            queued = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = ? ORDER BY place, "
-                                                    "student", (State.QUEUED,))]
+            queued = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = ? ORDER BY "
+                                                    "place, student", (State.QUEUED,))]
             ready = [e for e in queued if e.assignment in enabled
                      and self.waiting_until(e, enabled[e.assignment].per_hour, now) <= now]
             if not ready:
@@ -257,17 +263,18 @@ class Queue:
                     batch.append(e)
                     students.add(e.student)
             for e in batch:
-                db.execute("UPDATE submissions SET state = ?, started_at = ?, tries = tries + 1 WHERE student = ? "
-                           "AND assignment = ? AND timestamp = ?", (State.GRADING, now, *e.key))
+                db.execute("UPDATE submissions SET state = ?, started_at = ?, tries = tries + 1 WHERE "
+                           "student = ? AND assignment = ? AND timestamp = ?", (State.GRADING, now, *e.key))
         return batch
 
-    def record_outcome(self, entry: Entry, *, state: State = State.DONE, graded: bool, status: Status, score: float | None,
+    def record_outcome(self, entry: Entry, *, state: State = State.DONE, graded: bool, status: Status,
+                       score: float | None,
                max_score: float | None, detail: str, now: float | None = None) -> None:
         """Record how a submission ended (one transaction)."""
         now = time.time() if now is None else now
         with self.transaction() as db:
-            db.execute("UPDATE submissions SET state = ?, finished_at = ?, graded = ?, status = ?, score = ?, "
-                       "max_score = ?, detail = ? WHERE student = ? AND assignment = ? AND timestamp = ?",
+            db.execute("UPDATE submissions SET state = ?, finished_at = ?, graded = ?, status = ?, score = "
+                       "?, max_score = ?, detail = ? WHERE student = ? AND assignment = ? AND timestamp = ?",
                        (state, now, int(graded), status, score, max_score, detail[:2000], *entry.key))
 
     def requeue(self, entries: list[Entry], detail: str) -> None:

@@ -2,8 +2,8 @@
 
 Every POLL_S seconds it lists the exchange's inbound folder for the assignments the instructor turned on, and
 queues each new submission (autograde_queue.py). It takes batches off the queue, copies them out of the
-exchange, grades them with our grader (`grade_class`: parallel workers, the sandbox, the tamper guard) into the
-course gradebook, and releases each student's feedback the way `nbgrader release_feedback` does, so the
+exchange, grades them with our grader (`grade_class`: parallel workers, the sandbox, the tamper guard) into
+the course gradebook, and releases each student's feedback the way `nbgrader release_feedback` does, so the
 student's Assignments tab offers Fetch Feedback. It has no HTTP port: the instructor's switches are
 `python -m autograder hub autograde on|off|status`, which write the queue's file as the grader account.
 
@@ -29,7 +29,8 @@ from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.safe_copy import Refusal, read_small
 
 POLL_S = 1.0
-BATCH_PER_CORE = 4  # a batch holds at most this many students per core (a later submission waits at most that)
+# a batch holds at most this many students per core (a later submission waits at most that)
+BATCH_PER_CORE = 4
 QUEUE_FILE = "queue.sqlite"
 
 
@@ -87,7 +88,8 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
         if (student, timestamp) in known[assignment]:
             continue
         try:  # a small regular file of the student's own: never a link followed, a FIFO waited on
-            secret = read_small(sub.folder, SECRET_FILE, owner=sub.uid).decode("utf-8", errors="replace").strip()
+            secret = read_small(sub.folder, SECRET_FILE, owner=sub.uid).decode("utf-8",
+                                                                               errors="replace").strip()
         except Refusal:
             secret = ""
         state = queue.add(student, assignment, timestamp, sub.folder.name, secret, now)
@@ -99,7 +101,9 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
 
 @dataclass
 class Staged:
-    """A batch copied out of the exchange: the work folder, the entries whose folder had gone, and notes per student."""
+    """A batch copied out of the exchange: the work folder, the entries whose folder had gone, and notes per
+    student.
+    """
 
     work: Path
     missing: list[Entry] = field(default_factory=list)
@@ -108,7 +112,8 @@ class Staged:
 
 
 def stage(place: Place, batch: list[Entry]) -> Staged:
-    """Copy the batch's submissions to the work folder (student/assignment/), each with a time it cannot fake."""
+    """Copy the batch's submissions to the work folder (student/assignment/), each with a time it cannot fake.
+    """
     staged = Staged(place.work(batch[0].assignment))
     if staged.work.exists():
         shutil.rmtree(staged.work)
@@ -136,11 +141,12 @@ def stage(place: Place, batch: list[Entry]) -> Staged:
     return staged
 
 
-def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path, setting: AutogradeSetting) -> dict[str, str]:
+def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path,
+                   setting: AutogradeSetting) -> dict[str, str]:
     """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not.
 
-    Until the due date (unless the instructor shows them) the pages keep the hidden tests hidden; they never fall
-    back to the full pages.
+    Until the due date (unless the instructor shows them) the pages keep the hidden tests hidden; they never
+    fall back to the full pages.
     """
     from autograder.grading.redact import due_date, student_feedback_pages
 
@@ -149,18 +155,22 @@ def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path
         now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
         if setting.protects_hidden_tests(due_date(place.course, entry.assignment), now):
             pages = student_feedback_pages(place.course, entry.assignment, entry.student,
-                                           place.graded(entry.assignment) / "feedback-on-submit" / entry.student)
+                                           place.graded(
+                                               entry.assignment) / "feedback-on-submit" / entry.student)
         else:
             pages_dir = place.graded(entry.assignment) / "feedback" / entry.student
             pages = {p.stem: p.read_text(encoding="utf-8") for p in sorted(pages_dir.glob("*.html"))}
     if pages:
         return pages
-    names = sorted(p.stem for p in (work / entry.student / entry.assignment).glob("*.ipynb")) or [entry.assignment]
-    return {name: not_graded_page(entry.assignment, name, result.max_score, result.status, result.detail or "")
+    names = (sorted(p.stem for p in (work / entry.student / entry.assignment).glob("*.ipynb"))
+             or [entry.assignment])
+    return {name: not_graded_page(entry.assignment, name, result.max_score, result.status,
+                                  result.detail or "")
             for name in names}
 
 
-def release_feedback(place: Place, entry: Entry, pages: dict[str, str], submitted: Path | None = None) -> None:
+def release_feedback(place: Place, entry: Entry, pages: dict[str, str],
+                     submitted: Path | None = None) -> None:
     """Give the pages back as `nbgrader release_feedback` does: course feedback/ and the exchange's feedback/.
 
     `submitted` is the copy of the submission that was graded: its file names are the ones the student's
@@ -180,8 +190,8 @@ def release_result(place: Place, queue: Queue, entry: Entry, result: StudentResu
     release_feedback(place, entry, pages, staged.work / entry.student / entry.assignment)
     notes = [result.detail, *(f"flag: {f}" for f in result.flags), staged.notes.get(entry.student, "")]
     detail = "; ".join(n for n in notes if n)
-    queue.record_outcome(entry, state=State.DONE, graded=graded, status=result.status, score=result.final_score,
-                         max_score=result.max_score, detail=detail)
+    queue.record_outcome(entry, state=State.DONE, graded=graded, status=result.status,
+                         score=result.final_score, max_score=result.max_score, detail=detail)
     logger.info(f"{entry.student} {entry.assignment} {entry.timestamp}: {result.status} "
                 f"{result.final_score:g}/{result.max_score:g}"
                 + ("" if graded else " (recorded before a restart; not graded again)"))
@@ -258,7 +268,8 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
 
 
 def write_assignment_reports(out: Path, assignment: str, isolation: str) -> None:
-    """Rewrite grades.csv and summary.html over every student graded so far (grade_class writes one batch's)."""
+    """Rewrite grades.csv and summary.html over every student graded so far (grade_class writes one batch's).
+    """
     from autograder.grading.report import write_reports
     from autograder.grading.results import StudentResult
 
@@ -272,7 +283,8 @@ def write_assignment_reports(out: Path, assignment: str, isolation: str) -> None
 
 
 def run(place: Place, jobs: int | None = None, once: bool = False) -> None:
-    """The service's loop: recover, then scan, grade, release, forever (or until nothing is left, with once)."""
+    """The service's loop: recover, then scan, grade, release, forever (or until nothing is left, with once).
+    """
     from autograder.grading.session import default_jobs
 
     os.umask(0o077)
@@ -318,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     course = Path(args.course)
     if args.action == "run":
-        logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[autograde %(asctime)s] %(message)s",
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                            format="[autograde %(asctime)s] %(message)s",
                             datefmt="%H:%M:%S")  # the hub's log, one line each, as before
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         run(Place(course, Path(args.exchange), args.course_id), args.jobs, args.once)
@@ -334,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     s = queue.setting(args.assignment)
     print(f"autograde {args.assignment}: {'on' if s.enabled else 'off'}"
-          + (f", at most {s.per_hour} per student per hour" if s.per_hour else "") + f", hidden tests {s.hidden_tests}")
+          + (f", at most {s.per_hour} per student per hour" if s.per_hour else "")
+          + f", hidden tests {s.hidden_tests}")
     for e in queue.entries(args.assignment):
         score = f"{e.score:g}/{e.max_score:g}" if e.score is not None and e.max_score is not None else ""
         print(printable(f"{e.student:24} {e.timestamp:28} {e.state:10} {e.status:9} {score:11} {e.detail}"))

@@ -22,7 +22,8 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
         return parser
 
     setup = action("setup", "make the Unix accounts, the exchange, the grader's course and the hub's config")
-    setup.add_argument("--roster", required=True, help="CSV with columns id,name,role (student|grader|instructor)")
+    setup.add_argument("--roster", required=True,
+                       help="CSV with columns id,name,role (student|grader|instructor)")
     setup.add_argument("--prefix", default="", help="prefix of every Unix account name (e.g. dl-)")
     setup.add_argument("--authenticator", choices=AUTHENTICATORS, default="pam",
                        help="pam (Unix passwords, default), native (sign-up, approved by an admin), dummy "
@@ -30,16 +31,19 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     setup.add_argument("--ip", default="127.0.0.1", help="address the hub listens on (default: 127.0.0.1)")
     setup.add_argument("--port", type=int, default=8000, help="public port (default: 8000)")
     setup.add_argument("--hub-port", type=int, default=8081, help="the hub's internal port (default: 8081)")
-    setup.add_argument("--proxy-api-port", type=int, default=8001, help="the proxy's API port (default: 8001)")
+    setup.add_argument("--proxy-api-port", type=int, default=8001,
+                       help="the proxy's API port (default: 8001)")
     setup.add_argument("--service-port", type=int, default=9999, help="the formgrader service's port (9999)")
-    setup.add_argument("--cull-idle", type=int, default=3600, help="stop servers idle this many seconds (0: never)")
+    setup.add_argument("--cull-idle", type=int, default=3600,
+                       help="stop servers idle this many seconds (0: never)")
     setup.add_argument("--proxy", default=None, help="configurable-http-proxy executable (default: `make "
                                                      "hub-setup`'s .hub/node_modules/.bin, else PATH)")
     setup.add_argument("--python", default=sys.executable,
-                       help="the Python environment every server runs (default: this one); every account must "
-                            "be able to run it")
+                       help="the Python environment every server runs (default: this one); every account "
+                            "must be able to run it")
     setup.add_argument("--extra-group", default="", help="an existing Unix group every account joins")
-    setup.add_argument("--course", default=str(course_root), help="the course to install (default: this repo)")
+    setup.add_argument("--course", default=str(course_root),
+                       help="the course to install (default: this repo)")
     add = action("add-user", "add one person to the hub (account, roster, gradebook, running hub)")
     add.add_argument("id")
     add.add_argument("--name", default="")
@@ -56,8 +60,9 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
         if name == "release":
             parser.add_argument("--force", action="store_true", help="release again, replacing the release")
             parser.add_argument("--due", default=None, metavar="WHEN",
-                                help="due date, e.g. '2026-12-01 17:00:00 UTC' or '2026-12-01T17:00:00-05:00' "
-                                     "(no zone: UTC, as nbgrader reads it); later submissions are late")
+                                help="due date, e.g. '2026-12-01 17:00:00 UTC' or "
+                                     "'2026-12-01T17:00:00-05:00' (no zone: UTC, as nbgrader reads it); "
+                                     "later submissions are late")
         if name == "grade":
             parser.add_argument("--timeout", default=None, help="seconds per notebook (grade's default: 300)")
             parser.add_argument("--jobs", default=None, help="students at the same time (default: CPU cores)")
@@ -71,8 +76,8 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                            help="at most this many graded submissions per student per hour (0: no limit)")
     autograde.add_argument("--timeout", type=float, default=None, help="seconds per notebook (default: 120)")
     autograde.add_argument("--hidden-tests", choices=["protected", "shown"], default=None,
-                           help="feedback on submit before the due date: hidden tests' scores and the instructor's "
-                                "messages only (protected, the default), or everything (shown)")
+                           help="feedback on submit before the due date: hidden tests' scores and the "
+                                "instructor's messages only (protected, the default), or everything (shown)")
     export = action("export", "write the gradebook's grades as CSV")
     export.add_argument("--to", default="grades.csv", help="CSV file to write (default: grades.csv)")
 
@@ -94,13 +99,16 @@ def _run(args: argparse.Namespace) -> int:
     root = Path(args.root)
     if args.action == "setup":
         settings = HubSettings(
-            root=str(root), course_id=_course_id(Path(args.course)), course_source=args.course, prefix=args.prefix,
+            root=str(root), course_id=_course_id(Path(args.course)), course_source=args.course,
+            prefix=args.prefix,
             authenticator=args.authenticator, ip=args.ip, port=args.port, hub_port=args.hub_port,
             proxy_api_port=args.proxy_api_port, service_port=args.service_port, cull_idle_s=args.cull_idle,
-            python=args.python, extra_group=args.extra_group, proxy=args.proxy or install.find_proxy(Path(args.course)))
+            python=args.python, extra_group=args.extra_group,
+            proxy=args.proxy or install.find_proxy(Path(args.course)))
         report = install.setup(settings, Path(args.roster))
         s = report.settings
-        print(f"hub for {s.course_id} in {s.paths.root}: {len(report.members)} people, grader account {s.grader}")
+        print(f"hub for {s.course_id} in {s.paths.root}: {len(report.members)} people, grader account "
+              f"{s.grader}")
         if report.created:
             print(f"accounts created: {', '.join(report.created)}")
         print(f"config: {s.paths.config}")
@@ -129,7 +137,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "collect":
         print("\n".join(loop.collect(settings, args.assignment).lines()))
     elif args.action == "grade":
-        extra = [*(["--timeout", args.timeout] if args.timeout else []), *(["--jobs", args.jobs] if args.jobs else []),
+        extra = [*(["--timeout", args.timeout] if args.timeout else []),
+                 *(["--jobs", args.jobs] if args.jobs else []),
                  *(["--sandbox", args.sandbox] if args.sandbox else []), *(["--force"] if args.force else [])]
         for g in loop.grade_collected(settings, args.assignment, extra):
             print(f"{g.student:24} {g.score:g}/{g.max_score:g} {g.status}")

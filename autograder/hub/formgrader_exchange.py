@@ -21,7 +21,8 @@ class SafeCollect(ExchangeCollect):
         course_id, assignment = self.coursedir.course_id, self.coursedir.assignment_id
         if not course_id:
             self.fail("No course id specified.")
-        report = collect(Path(self.coursedir.root), Exchange(Path(self.root), course_id), assignment, course_id)
+        report = collect(Path(self.coursedir.root), Exchange(Path(self.root), course_id), assignment,
+                         course_id)
         for line in report.lines():
             self.log.info(line)
 
@@ -31,5 +32,5 @@ class RootRelease(ExchangeReleaseAssignment):
 
     def start(self) -> None:
         """Refuse, naming `hub release`."""
-        self.fail(f"the class hub's exchange belongs to root: release with `sudo python -m autograder hub release "
-                  f"{self.coursedir.assignment_id}`")
+        self.fail("the class hub's exchange belongs to root: release with `sudo python -m autograder hub "
+                  f"release {self.coursedir.assignment_id}`")

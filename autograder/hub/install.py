@@ -45,8 +45,9 @@ def is_loopback(ip: str) -> bool:
 def check_settings(s: HubSettings) -> None:
     """Refuse settings that would be unsafe or cannot work."""
     if s.authenticator == "dummy" and not is_loopback(s.ip):
-        raise HubError(f"the dummy authenticator lets anyone with the shared password in; it is refused on "
-                       f"{s.ip} (only a loopback address such as 127.0.0.1). Use --authenticator pam or native.")
+        raise HubError("the dummy authenticator lets anyone with the shared password in; it is refused on "
+                       f"{s.ip} (only a loopback address such as 127.0.0.1). Use --authenticator pam or "
+                       "native.")
     ports = [s.port, s.hub_port, s.proxy_api_port, s.service_port]
     if len(set(ports)) != len(ports):
         raise HubError(f"the hub's ports must differ: public {s.port}, hub {s.hub_port}, proxy API "
@@ -54,19 +55,21 @@ def check_settings(s: HubSettings) -> None:
     if not (Path(s.bin_dir) / "jupyterhub").exists():
         raise HubError(f"no jupyterhub in {s.bin_dir}: install the hub extra (pip install -e '.[hub]')")
     if not s.proxy or not os.access(s.proxy, os.X_OK):
-        raise HubError(f"configurable-http-proxy not found{f' at {s.proxy}' if s.proxy else ''}: run `make hub-proxy` "
-                       "(npm) or pass --proxy")
+        raise HubError(f"configurable-http-proxy not found{f' at {s.proxy}' if s.proxy else ''}: run `make "
+                       "hub-proxy` (npm) or pass --proxy")
 
 
 def check_python(s: HubSettings) -> None:
-    """Raise HubError unless the grader account can run the Python environment and import the hub's packages."""
+    """Raise HubError unless the grader account can run the Python environment and import the hub's packages.
+    """
     done = accounts.run_as(s.grader, [s.python, "-c", "import jupyterhub, nbgrader, devicelab, autograder"],
                            cwd=Path("/"), env={"PYTHONPATH": s.course_source}, check=False)
     if done.returncode != 0:
-        raise HubError(f"other accounts cannot use {s.python} ({(done.stderr or done.stdout).strip()[-300:]}). "
-                       "Every user's server runs it: make the environment from a Python all accounts can run, "
-                       "e.g. python3 -m venv /opt/devicelab && /opt/devicelab/bin/pip install -e '.[hub]', "
-                       "then pass --python /opt/devicelab/bin/python")
+        raise HubError(f"other accounts cannot use {s.python} "
+                       f"({(done.stderr or done.stdout).strip()[-300:]}). Every user's server runs it: make "
+                       "the environment from a Python all accounts can run, e.g. python3 -m venv "
+                       "/opt/devicelab && /opt/devicelab/bin/pip install -e '.[hub]', then pass --python "
+                       "/opt/devicelab/bin/python")
 
 
 def find_proxy(course_source: Path) -> str:
@@ -142,7 +145,8 @@ def register_students(s: HubSettings, members: list[Member]) -> None:
         return
     grader = accounts.lookup(s.grader)
     assert grader is not None
-    with tempfile.NamedTemporaryFile("w", suffix=".csv", dir=s.paths.course, delete=False, newline="") as handle:
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", dir=s.paths.course, delete=False,
+                                     newline="") as handle:
         write_students_csv(handle, students, s.prefix)
     path = Path(handle.name)
     os.chown(path, grader.uid, grader.gid)
@@ -189,7 +193,8 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
 
 
 def add_user(s: HubSettings, member: Member) -> list[str]:
-    """Add one person: account, roster, configuration, gradebook, and the running hub; return what was done."""
+    """Add one person: account, roster, configuration, gradebook, and the running hub; return what was done.
+    """
     accounts.require_root("hub add-user")
     check_member(member, s.prefix)
     members = read_roster(s.paths.roster, s.prefix)

@@ -19,7 +19,9 @@ from autograder.safe_copy import Refusal
 
 @dataclass(frozen=True)
 class Handin:
-    """One student's state for an assignment: when they last submitted (None: never), whether it was collected."""
+    """One student's state for an assignment: when they last submitted (None: never), whether it was
+    collected.
+    """
 
     student: str
     submitted: str | None
@@ -40,11 +42,13 @@ class Grade:
 def _known(s: HubSettings, assignment: str) -> None:
     if not (s.paths.course / "release" / assignment).is_dir():
         have = sorted(p.name for p in (s.paths.course / "release").iterdir() if p.is_dir())
-        raise HubError(f"no assignment {assignment!r} in {s.paths.course / 'release'} (have: {', '.join(have)})")
+        raise HubError(f"no assignment {assignment!r} in {s.paths.course / 'release'} (have: "
+                       f"{', '.join(have)})")
 
 
 def release(s: HubSettings, assignment: str, force: bool = False, due: str | None = None) -> str:
-    """Put the student version into the exchange for every student to fetch; record its due date when given."""
+    """Put the student version into the exchange for every student to fetch; record its due date when given.
+    """
     due_utc = parse_due(due) if due else None
     _known(s, assignment)
     repaired = secure_exchange(s)
@@ -55,12 +59,14 @@ def release(s: HubSettings, assignment: str, force: bool = False, due: str | Non
     said = "\n".join([*repaired, f"released {assignment} to {_exchange(s).outbound / assignment}"])
     if due_utc is None:
         return said
-    dated = nbgrader(s, "db", "assignment", "add", assignment, "--duedate", f"{due_utc:%Y-%m-%d %H:%M:%S} UTC")
+    dated = nbgrader(s, "db", "assignment", "add", assignment, "--duedate",
+                     f"{due_utc:%Y-%m-%d %H:%M:%S} UTC")
     if dated.returncode != 0:
-        raise HubError(f"released, but the due date was not recorded: {(dated.stdout + dated.stderr).strip()}")
+        raise HubError(
+            f"released, but the due date was not recorded: {(dated.stdout + dated.stderr).strip()}")
     return (f"{said}\ndue {due_utc:%Y-%m-%d %H:%M:%S} UTC; a later submission is late, and nbgrader's "
-            "LateSubmissionPlugin.penalty_method (nbgrader_config.py; default 'none': marked late, no penalty) "
-            "decides what it costs")
+            "LateSubmissionPlugin.penalty_method (nbgrader_config.py; default 'none': marked late, no "
+            "penalty) decides what it costs")
 
 
 def parse_due(text: str) -> datetime.datetime:
@@ -96,9 +102,10 @@ def status(s: HubSettings, assignment: str) -> Handins:
 
 def _as_grader(s: HubSettings, action: str, assignment: str) -> str:
     """Run an exchange action (exchange.py's main) as the grader account; return what it printed."""
-    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.exchange", action, assignment, "--course",
-                                      str(s.paths.course), "--exchange", str(s.paths.exchange), "--course-id",
-                                      s.course_id], cwd=s.paths.course, env=grader_env(s), timeout=None)
+    done = accounts.run_as(s.grader,
+                           [s.python, "-m", "autograder.hub.exchange", action, assignment, "--course",
+                            str(s.paths.course), "--exchange", str(s.paths.exchange), "--course-id",
+                            s.course_id], cwd=s.paths.course, env=grader_env(s), timeout=None)
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -124,7 +131,8 @@ def grade_collected(s: HubSettings, assignment: str, extra: list[str]) -> list[G
 def read_grades(path: Path) -> list[Grade]:
     """Read our grader's grades.csv."""
     with path.open(newline="", encoding="utf-8") as handle:
-        return [Grade(r["student"], float(r["score"] or 0), float(r["max_score"] or 0), r["status"], r["detail"])
+        return [Grade(r["student"], float(r["score"] or 0), float(r["max_score"] or 0), r["status"],
+                      r["detail"])
                 for r in csv.DictReader(handle)]
 
 

@@ -30,7 +30,8 @@ def _py(value) -> str:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             autoescape=False)
     env.filters["py"] = _py
     return env
 
@@ -52,7 +53,8 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         "path": os.pathsep.join([str(s.bin_dir), "/usr/local/bin", "/usr/bin", "/bin"]),
         "users": sorted([*users, s.grader]),
         "admins": sorted(u for u, m in users.items() if m.role == "instructor"),
-        "formgraders": sorted([s.grader, *(u for u, m in users.items() if m.role in ("instructor", "grader"))]),
+        "formgraders": sorted([s.grader,
+                               *(u for u, m in users.items() if m.role in ("instructor", "grader"))]),
         "students": sorted(u for u, m in users.items() if m.role in ("student", "instructor")),
         "grader_env": grader_env(s),
     }

@@ -61,7 +61,8 @@ def read_roster(path: Path, prefix: str) -> list[Member]:
         if ident in seen:
             raise HubError(f"{path}, line {number}: {ident} is listed twice")
         seen.add(ident)
-        member = Member(ident, (row.get("name") or ident).strip(), (row.get("role") or "student").strip().lower())
+        member = Member(ident, (row.get("name") or ident).strip(),
+                        (row.get("role") or "student").strip().lower())
         members.append(check_member(member, prefix))
     return members
 

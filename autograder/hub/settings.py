@@ -65,7 +65,8 @@ class HubSettings:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise HubError(f"no hub in {root} (no {path}); run `python -m autograder hub setup` first") from None
+            raise HubError(
+                f"no hub in {root} (no {path}); run `python -m autograder hub setup` first") from None
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -129,6 +130,7 @@ class HubPaths:
 
 
 def grader_env(s: HubSettings) -> dict[str, str]:
-    """Return the environment of commands the grader account runs (nbgrader, the grader from the course repo)."""
+    """Return the environment of commands the grader account runs (nbgrader, the grader from the course repo).
+    """
     return {"JUPYTER_CONFIG_PATH": str(s.paths.grader_etc), "PYTHONPATH": s.course_source,
             "PATH": os.pathsep.join([str(s.bin_dir), "/usr/local/bin", "/usr/bin", "/bin"])}
