@@ -210,7 +210,8 @@ class AssignmentContract:
     CELLS_OF: CellsOf
     POINTS_OF: Mapping[str, float]
     HEADS: Mapping[str, str]  # each solution's signature (and a docstring line)
-    STUB_HEADS: Mapping[str, str] | None = None  # the signatures the students' stubs must keep (default: HEADS)
+    # the signatures the students' stubs must keep (default: HEADS)
+    STUB_HEADS: Mapping[str, str] | None = None
     VISIBLE_CHECKS: tuple[str, ...] = ("assert ",)  # what a visible test looks like
 
     def test_notebook_is_a_well_formed_assignment(self):
@@ -228,7 +229,8 @@ class AssignmentContract:
         assert all("NotImplementedError" in r.error for r in results.values()), report(results)
 
     def test_one_exercise_done_earns_its_points_alone(self, exercise_done):
-        assert_one_exercise_earns_its_points_alone(self.NOTEBOOK, exercise_done, self.CELLS_OF, self.POINTS_OF)
+        assert_one_exercise_earns_its_points_alone(self.NOTEBOOK, exercise_done, self.CELLS_OF,
+                                                   self.POINTS_OF)
 
 
 def assert_mistake_loses_points(notebook: Path, exercise: str, source: str, cells_of: CellsOf,

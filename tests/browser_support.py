@@ -33,7 +33,8 @@ class Lab:
 
     def tree(self, relpath: str) -> str:
         """Return the address that opens `relpath` in JupyterLab."""
-        return f"{self.url}/lab/tree/{relpath}?reset&token={self.token}"  # reset: no tabs left from earlier tests
+        # reset: no tabs left from earlier tests
+        return f"{self.url}/lab/tree/{relpath}?reset&token={self.token}"
 
 
 def browser_or_skip() -> str:
@@ -74,7 +75,8 @@ def scratch_course(target: Path) -> Path:
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     # A private nbgrader exchange, so formgrader and the assignment list have one to read.
     (target / "exchange").mkdir()
-    (config / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(target / 'exchange')!r}\n")
+    (config / "nbgrader_config.py").write_text("c = get_config()\n"
+                                               f"c.Exchange.root = {str(target / 'exchange')!r}\n")
     return target
 
 
@@ -82,13 +84,14 @@ def scratch_course(target: Path) -> Path:
 def running_lab(root: Path, log: Path):
     """Start JupyterLab on a free loopback port and stop it afterwards."""
     port, token = _free_port(), "devicelab-e2e"
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    env = {**os.environ,
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config")}
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-               f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-               f"--LabApp.user_settings_dir={root / '.lab-settings'}",
-               f"--LabApp.workspaces_dir={root / '.lab-workspaces'}",  # never the user's, nor another test run's
-               "--ServerApp.disable_check_xsrf=False"]
+               f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
+               "--LabApp.expose_app_in_browser=True", f"--LabApp.user_settings_dir={root / '.lab-settings'}",
+               # never the user's, nor another test run's
+               f"--LabApp.workspaces_dir={root / '.lab-workspaces'}", "--ServerApp.disable_check_xsrf=False"]
     if hasattr(os, "getuid") and os.getuid() == 0:
         command.append("--allow-root")
     with open(log, "w") as out:
@@ -195,7 +198,8 @@ def cell_text(page, index: int) -> str:
 
 def cell_index(page, predicate_js: str) -> int:
     """Return the index of the first cell whose model satisfies a JS predicate over `c` (the cell widget)."""
-    return page.evaluate(f"window.jupyterapp.shell.currentWidget.content.widgets.findIndex(c => {predicate_js})")
+    return page.evaluate("window.jupyterapp.shell.currentWidget.content.widgets.findIndex(c => "
+                         f"{predicate_js})")
 
 
 def screenshot(page, name: str) -> Path:

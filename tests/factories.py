@@ -21,7 +21,8 @@ def tiny_assignment(solution_body: str = "return 2 * x") -> nbformat.NotebookNod
     nb = v4.new_notebook()
     nb.cells = [
         v4.new_markdown_cell("# Tiny\nWrite `double`."),
-        v4.new_code_cell(f'def double(x):\n    """Return 2x."""\n    ### BEGIN SOLUTION\n    {solution_body}\n'
+        v4.new_code_cell('def double(x):\n    """Return 2x."""\n    ### BEGIN SOLUTION\n'
+                         f'    {solution_body}\n'
                          "    ### END SOLUTION", metadata=solution_cell_meta("double")),
         v4.new_code_cell("assert double(2) == 4, 'double(2) should be 4'\n### BEGIN HIDDEN TESTS\n"
                          "assert double(-3) == -6, 'negative numbers too'\n### END HIDDEN TESTS",

@@ -33,7 +33,8 @@ def solution_ids(path: Path) -> list[str]:
     return [grade_id(c) for c in nb.cells if c.cell_type == "code" and utils.is_solution(c)]
 
 
-def run_graded_cells(path: Path, replace: dict[str, str] | None = None, env: str = "validate") -> dict[str, CellResult]:
+def run_graded_cells(path: Path, replace: dict[str, str] | None = None,
+                     env: str = "validate") -> dict[str, CellResult]:
     """Execute the notebook's code cells in order; return each graded cell's result by grade_id.
 
     `replace` maps a solution cell's grade_id to new source (for example a student's wrong answer).
@@ -50,7 +51,8 @@ def run_graded_cells(path: Path, replace: dict[str, str] | None = None, env: str
             source = replace.pop(gid, cell.source) if utils.is_solution(cell) else cell.source
             error = _execute(source, namespace, f"<{path.name} cell {index}>")
             if utils.is_grade(cell):
-                results[gid] = CellResult(gid, float(cell.metadata.nbgrader.get("points", 0)), error == "", error)
+                results[gid] = CellResult(gid, float(cell.metadata.nbgrader.get("points", 0)), error == "",
+                                          error)
     if replace:
         raise KeyError(f"no solution cell with grade_id {sorted(replace)} in {path.name}")
     return results

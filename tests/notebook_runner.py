@@ -1,4 +1,5 @@
-"""Execute a notebook top to bottom the way the test suite and CI do, skipping GPU-only cells without a GPU."""
+"""Execute a notebook top to bottom the way the test suite and CI do, skipping GPU-only cells without a GPU.
+"""
 
 import copy
 import time

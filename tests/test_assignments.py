@@ -1,4 +1,5 @@
-"""Both directions for every assignment, fast and in-process: solutions pass every test, stubs fail every one."""
+"""Both directions for every assignment, fast and in-process: solutions pass every test, stubs fail every one.
+"""
 
 import pytest
 

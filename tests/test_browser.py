@@ -132,8 +132,8 @@ def test_transfer_lab_runs_grows_and_stops(lab, page):
         lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")).click()
         with contextlib.suppress(PlaywrightTimeout):  # the sweep may already be over: then it says Done
             lab_box.locator("button", has_text="Stop").click(timeout=5_000)
-        page.wait_for_function("(el) => /Stopped after|Done:/.test(el.innerText) && !/Stopping/.test(el.innerText)",
-                               arg=status.element_handle(), timeout=120_000)
+        page.wait_for_function("(el) => /Stopped after|Done:/.test(el.innerText) && "
+                               "!/Stopping/.test(el.innerText)", arg=status.element_handle(), timeout=120_000)
         stopped = re.search(r"Stopped after (\d+) of (\d+)", status.inner_text())
         if stopped and int(stopped.group(1)) < int(stopped.group(2)):
             break
@@ -142,5 +142,6 @@ def test_transfer_lab_runs_grows_and_stops(lab, page):
     assert done < total, "Stop ends the sweep before its last size"
     from playwright.sync_api import expect
 
-    expect(lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")), "Run is usable again").to_be_enabled()
+    expect(lab_box.locator("button", has_text=re.compile(r"^\s*Run\s*$")),
+           "Run is usable again").to_be_enabled()
     screenshot(page, "transfer-lab-stopped")

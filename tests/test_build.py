@@ -35,7 +35,8 @@ def test_build_twice_gives_identical_bytes(scratch_course):
 
 def test_build_leaves_no_gradebook_or_log_in_the_course(scratch_course):
     build_release(scratch_course)
-    leftovers = {p.name for p in scratch_course.iterdir()} - {"nbgrader_config.py", "pyproject.toml", "source", "release"}
+    leftovers = {p.name for p in scratch_course.iterdir()} - {"nbgrader_config.py", "pyproject.toml",
+                                                              "source", "release"}
     assert leftovers == set()
 
 

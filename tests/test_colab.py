@@ -29,7 +29,8 @@ def _rel(path: Path) -> str:
 def test_notebook_opens_on_colab_with_a_gpu_and_sets_itself_up(path):
     nb = nbformat.read(path, as_version=4)
     badge, setup = nb.cells[0], nb.cells[1]
-    assert BADGE_TAG in badge.metadata.get("tags", []), "the first cell is the Open-in-Colab badge (run make build)"
+    assert BADGE_TAG in badge.metadata.get("tags",
+                                           []), "the first cell is the Open-in-Colab badge (run make build)"
     assert REPO.colab_url(_rel(path)) in badge.source, "the badge opens this very notebook"
     assert SETUP_TAG in setup.metadata.get("tags", []) and setup.source == setup_source(REPO)
     for key, value in COLAB_METADATA.items():
@@ -39,7 +40,8 @@ def test_notebook_opens_on_colab_with_a_gpu_and_sets_itself_up(path):
 def test_readme_has_a_badge_for_every_student_notebook():
     readme = (COURSE_ROOT / "README.md").read_text()
     for path in STUDENT_NOTEBOOKS:
-        assert REPO.colab_url(_rel(path)) in readme, f"README lacks the Colab badge of {_rel(path)} (run make build)"
+        assert REPO.colab_url(_rel(path)) in readme, (f"README lacks the Colab badge of {_rel(path)} (run "
+                                                      "make build)")
 
 
 def _run_setup(*, colab: bool, installed: bool):
@@ -91,18 +93,22 @@ FAKE_COLAB = (
 
 @pytest.fixture(scope="module")
 def colab_kernel(tmp_path_factory):
-    """Environment variables that start the Colab-like kernel, which imports google.colab like Colab's does."""
+    """Environment variables that start the Colab-like kernel, which imports google.colab like Colab's does.
+    """
     python = COLAB_VENV / "bin" / "python"
     if not python.exists():
         if os.environ.get("CI"):
-            pytest.fail("the Colab-shaped environment is missing: `make test` builds it with `make colab-env`")
+            pytest.fail(
+                "the Colab-shaped environment is missing: `make test` builds it with `make colab-env`")
         pytest.skip("no Colab-shaped environment here: run `make colab-env` (make test does)")
     ipython_dir = tmp_path_factory.mktemp("ipython")
     profile = ipython_dir / "profile_default"
     profile.mkdir()
-    (profile / "ipython_kernel_config.py").write_text(f"c.InteractiveShellApp.exec_lines = {[FAKE_COLAB]!r}\n")
+    (profile / "ipython_kernel_config.py").write_text(
+        f"c.InteractiveShellApp.exec_lines = {[FAKE_COLAB]!r}\n")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("JUPYTER_PATH", str(COLAB_VENV / "share" / "jupyter"))  # where the runner finds the kernel
+        # where the runner finds the kernel
+        patch.setenv("JUPYTER_PATH", str(COLAB_VENV / "share" / "jupyter"))
         yield {**os.environ, "IPYTHONDIR": str(ipython_dir)}
 
 
@@ -110,16 +116,17 @@ def test_colab_environment_is_shaped_like_colab(colab_kernel, tmp_path):
     probe = ("import importlib.util as u, ipywidgets, ipykernel; "
              "print(ipywidgets.__version__, ipykernel.__version__.split('.')[0], "
              "u.find_spec('nbgrader') is None, u.find_spec('jupyterlab') is None)")
-    out = subprocess.run([COLAB_VENV / "bin" / "python", "-c", probe], capture_output=True, text=True, check=True,
-                         cwd=tmp_path)
+    out = subprocess.run([COLAB_VENV / "bin" / "python", "-c", probe], capture_output=True, text=True,
+                         check=True, cwd=tmp_path)
     assert out.stdout.split() == ["7.7.1", "6", "True", "True"]
 
 
 def test_the_wheel_colab_installs_carries_the_student_package_only(colab_kernel, tmp_path):
-    probe = ("import importlib.metadata as m, importlib.util as u; "
-             "print(sorted({f.parts[0] for f in m.files('devicelab') if f.parts[0] not in ('..',) and not f.parts[0].endswith('-info')}), "
+    probe = ("import importlib.metadata as m, importlib.util as u; print(sorted({f.parts[0] for f in "
+             "m.files('devicelab') if f.parts[0] not in ('..',) and not f.parts[0].endswith('-info')}), "
              "u.find_spec('autograder') is None)")
-    out = subprocess.run([COLAB_VENV / "bin" / "python", "-c", probe], capture_output=True, text=True, check=True,
+    out = subprocess.run([COLAB_VENV / "bin" / "python", "-c", probe], capture_output=True, text=True,
+                         check=True,
                          cwd=tmp_path)  # not the course root, which has autograder/ on the path
     assert out.stdout.split() == ["['devicelab']", "True"]
 

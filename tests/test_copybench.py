@@ -36,7 +36,8 @@ def test_bad_sizes_say_what_is_wrong(text, words):
         cb.parse_size(text)
 
 
-@pytest.mark.parametrize(("text", "fix"), [("4KB", "4KiB"), ("4 kb", "4KiB"), ("1MB", "1MiB"), ("1.5GB", "1.5GiB")])
+@pytest.mark.parametrize(("text", "fix"),
+                         [("4KB", "4KiB"), ("4 kb", "4KiB"), ("1MB", "1MiB"), ("1.5GB", "1.5GiB")])
 def test_decimal_labels_are_refused_with_the_binary_spelling(text, fix):
     with pytest.raises(ValueError, match=f"write {re.escape(fix)} "):
         cb.parse_size(text)
@@ -47,13 +48,15 @@ def test_size_lists_and_ranges():
     with pytest.raises(ValueError, match="no sizes"):
         cb.parse_sizes(" , ")
     assert cb.size_range() == list(cb.DEFAULT_SIZES)
-    assert cb.DEFAULT_SIZES[0] == 4 * KiB and cb.DEFAULT_SIZES[-1] == 256 * MiB and len(cb.DEFAULT_SIZES) == 17
+    assert cb.DEFAULT_SIZES[0] == 4 * KiB and cb.DEFAULT_SIZES[-1] == 256 * MiB and len(
+        cb.DEFAULT_SIZES) == 17
     assert cb.size_range(3000, 20000) == [4096, 8192, 16384]
     with pytest.raises(ValueError, match="above the largest"):
         cb.size_range(MiB, KiB)
     with pytest.raises(TypeError):
         cb.check_size(True)
-    row = cb.table_row(CopyResult("h2h", "pageable", False, bytes=3 * MiB // 2, median_s=1e-3, min_s=1e-3, repeats=1))
+    row = cb.table_row(CopyResult("h2h", "pageable", False, bytes=3 * MiB // 2, median_s=1e-3, min_s=1e-3,
+                                  repeats=1))
     assert " 1.5 MiB " in row and "MB" not in row
 
 
@@ -201,7 +204,8 @@ def test_without_a_gpu_the_default_is_a_host_copy(monkeypatch):
     monkeypatch.setattr(cb, "cuda_usable", lambda: False)
     assert cb.default_direction() == "h2h"
     result = cb.measure_copy(64 * KiB, repeats=3)
-    assert (result.direction, result.host, result.non_blocking, result.bytes) == ("h2h", "pageable", False, 64 * KiB)
+    assert (result.direction, result.host, result.non_blocking, result.bytes) == ("h2h", "pageable", False,
+                                                                                  64 * KiB)
     assert result.method == cb.METHOD_CLOCK and result.repeats == 3
     assert 0 < result.min_s <= result.median_s and result.gbps > 0 and result.link_gbps is None
 
@@ -213,7 +217,8 @@ def test_buffers_are_made_before_the_clock_starts_and_warmed_up(recorder):
     assert len(starts) == 2, recorder.log
     for start, end in zip(starts, [*starts[1:], len(log)], strict=True):
         events = log[start:end]
-        assert events[:2] == ["alloc", "alloc"] and "alloc" not in events[2:], "buffers come before any timing"
+        assert events[:2] == ["alloc",
+                              "alloc"] and "alloc" not in events[2:], "buffers come before any timing"
         assert events[2] == "copy", "an untimed warm-up copy comes before the first clock read"
         assert events.count("clock") == 2 + 2 * 3, "one calibration sample, then `repeats` timed samples"
 
@@ -324,7 +329,8 @@ def test_other_allocation_errors_are_not_disguised():
     def allocate(*args):
         raise RuntimeError("some other failure")
 
-    with pytest.raises(RuntimeError, match="some other failure"), cb.copy_buffers(MiB, "h2h", allocate=allocate):
+    with pytest.raises(RuntimeError, match="some other failure"), cb.copy_buffers(MiB, "h2h",
+                                                                                  allocate=allocate):
         pass
 
 
@@ -386,7 +392,8 @@ def test_bench_without_a_gpu_measures_host_copies_and_writes_the_csv(monkeypatch
     with open(target) as handle:
         assert handle.readline().strip() == ",".join(cb.CSV_COLUMNS)
     assert [r["bytes"] for r in rows] == ["4096", "65536"]
-    assert rows[0]["direction"] == "h2h" and rows[0]["host"] == "pageable" and rows[0]["non_blocking"] == "False"
+    assert rows[0]["direction"] == "h2h" and rows[0]["host"] == "pageable" and rows[0][
+        "non_blocking"] == "False"
     assert float(rows[1]["gbps"]) > 0 and rows[1]["link_gbps"] == "" and rows[1]["share_of_link"] == ""
 
 

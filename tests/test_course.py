@@ -1,10 +1,13 @@
-"""The course module: nbgrader's settings as nbgrader reads them, and the one way to pick nbgrader's error line."""
+"""The course module: nbgrader's settings as nbgrader reads them, and the one way to pick nbgrader's error
+line.
+"""
 
 from autograder.course import course_directory, error_line
 
 
 def test_error_line_takes_the_exception_of_a_traceback_without_colours():
-    traceback = "Traceback\n  File \"x\", line 1\n----> 1 check(x)\n\x1b[0;31mAssertionError\x1b[0m: expected 4"
+    traceback = ("Traceback\n  File \"x\", line 1\n----> 1 check(x)\n"
+                 "\x1b[0;31mAssertionError\x1b[0m: expected 4")
     assert error_line(traceback) == "AssertionError: expected 4"
     assert error_line("x = 1\nKeyboardInterrupt") == "KeyboardInterrupt"
 

@@ -19,10 +19,12 @@ OPTIONAL = {"pynvml"}
 
 
 def declared(groups: list[str]) -> set[str]:
-    """Return the normalised distribution names the given dependency groups list (following self-references)."""
+    """Return the normalised distribution names the given dependency groups list (following self-references).
+    """
     project = tomllib.loads((COURSE_ROOT / "pyproject.toml").read_text())["project"]
     names: set[str] = set()
-    pending = [("", project["dependencies"])] + [(g, project["optional-dependencies"].get(g, [])) for g in groups]
+    pending = [("", project["dependencies"])] + [(g, project["optional-dependencies"].get(g, []))
+                                                 for g in groups]
     while pending:
         _group, requirements = pending.pop()
         for requirement in requirements:

@@ -94,5 +94,6 @@ def test_cli_env_prints_the_report(capsys):
 
 
 def test_module_entry_point_runs():
-    out = subprocess.run([sys.executable, "-m", "devicelab", "env"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "devicelab", "env"], capture_output=True, text=True,
+                         check=True)
     assert "Course default device" in out.stdout

@@ -21,11 +21,12 @@ from devicelab.explain import (
 )
 
 # The CUDA messages of torch 2.14.1, as docs/facts.md records them (no GPU needed to test the parsing).
-CUDA_PLUS_CPU = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
-LINEAR_ON_CUDA = ("Expected all tensors to be on the same device, but got mat1 is on cpu, different from other "
-                  "tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)")
-NUMPY_ON_CUDA = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
-                 "memory first.")
+CUDA_PLUS_CPU = ("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and "
+                 "cpu!")
+LINEAR_ON_CUDA = ("Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
+                  "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)")
+NUMPY_ON_CUDA = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
+                 "host memory first.")
 
 
 def raised(fn: Callable[[], object]) -> Exception:
@@ -152,17 +153,18 @@ def test_numpy_on_cuda_says_copy_to_the_host():
 
 
 def test_a_missing_cuda_device_index_in_a_checkpoint_is_recognised():
-    message = ("Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1. Please use "
-               "torch.load with map_location to map your storages to an existing device.")
+    message = ("Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1. Please "
+               "use torch.load with map_location to map your storages to an existing device.")
     explanation = explain(RuntimeError(message))
     assert explanation.kind == CHECKPOINT_DEVICE
     assert explanation.devices == ("cuda:1",)
 
 
 def test_convolution_type_names_tell_device_from_dtype_problems():
-    device_problem = ("Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same "
-                      "or input should be a MKLDNN tensor and weight is a dense tensor")
-    dtype_problem = "Input type (torch.cuda.DoubleTensor) and weight type (torch.cuda.FloatTensor) should be the same"
+    device_problem = ("Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the "
+                      "same or input should be a MKLDNN tensor and weight is a dense tensor")
+    dtype_problem = ("Input type (torch.cuda.DoubleTensor) and weight type (torch.cuda.FloatTensor) should "
+                     "be the same")
     assert explain(RuntimeError(device_problem)).devices == ("cpu", "cuda")
     assert explain(RuntimeError(dtype_problem)).dtypes == ("float64", "float32")
 

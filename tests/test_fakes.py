@@ -1,4 +1,6 @@
-"""devicelab.fakes: the pretend machine and the pretend GPU tensor behave like the real thing where tests look."""
+"""devicelab.fakes: the pretend machine and the pretend GPU tensor behave like the real thing where tests
+look.
+"""
 
 import numpy as np
 import pytest
@@ -47,7 +49,8 @@ def test_on_device_reports_its_device_and_refuses_numpy_like_a_cuda_tensor():
     assert np.array_equal(t.numpy(force=True), [0.0, 1.0, 2.0])
     assert (t + 1).device == torch.device("cuda:1") and t.detach().device == torch.device("cuda:1")
     target = torch.zeros(3)
-    assert target.copy_(t) is target and type(target) is torch.Tensor  # a host buffer written in place stays there
+    # a host buffer written in place stays there
+    assert target.copy_(t) is target and type(target) is torch.Tensor
     assert type(torch.empty_like(t, device="cpu")) is torch.Tensor
 
 

@@ -1,4 +1,6 @@
-"""Instant feedback: check says correct / not attempted / incorrect, hints come in levels, nbgrader silences it."""
+"""Instant feedback: check says correct / not attempted / incorrect, hints come in levels, nbgrader silences
+it.
+"""
 
 import importlib
 import re
@@ -14,12 +16,14 @@ from autograder.course import lessons
 from devicelab.feedback import Exercise, Outcome, checker, evaluate
 
 LESSON_MODULES = sorted(p.stem for p in (COURSE_ROOT / "devicelab" / "exercises").glob("lesson*.py"))
-# Lessons whose practice needs more than torch (simulated GPUs, loaders) test it in their own file, the same way.
+# Lessons whose practice needs more than torch (simulated GPUs, loaders) test it in their own file, the same
+# way.
 OWN_TEST_FILE = {m for m in LESSON_MODULES if (COURSE_ROOT / "tests" / f"test_{m}.py").is_file()}
 
 # A realistic wrong answer for each practice exercise.
 WRONG = {
-    "device_time": 'def device_time(device):\n    return "GPU time!" if device.type == "cuda" else "CPU time!"',
+    "device_time": 'def device_time(device):\n'
+    '    return "GPU time!" if device.type == "cuda" else "CPU time!"',
     "nbytes_for": "import math\ndef nbytes_for(shape, dtype):\n    return math.prod(shape) * 4",
     "device_label": ('def device_label(d):\n    if d.type != "cuda":\n        return d.type\n'
                      '    return f"cuda device number {d.index}" if d.index else "the current cuda device"'),
@@ -81,17 +85,21 @@ def _graded_names() -> set[str]:
 def test_lesson_practice_never_reuses_a_graded_function_name(lesson):
     cells = nbformat.read(lesson, as_version=4).cells
     defined = r"^def (\w+)\("
-    asked = {name for c in cells if c.cell_type == "code" for name in re.findall(defined, c.source, re.MULTILINE)}
-    asked |= {name for c in cells if c.cell_type == "markdown" for name in re.findall(r"Write `(\w+)\(", c.source)}
+    asked = {name for c in cells if c.cell_type == "code"
+             for name in re.findall(defined, c.source, re.MULTILINE)}
+    asked |= {name for c in cells if c.cell_type == "markdown"
+              for name in re.findall(r"Write `(\w+)\(", c.source)}
     clash = asked & _graded_names()
-    assert not clash, f"{lesson.name} asks for {sorted(clash)}, which a problem set grades under the same name"
+    assert not clash, (f"{lesson.name} asks for {sorted(clash)}, which a problem set grades under the same "
+                       "name")
 
 
 def _toy():
     def expectations(fn):
         assert fn(2) == 4, "double(2) should be 4"
 
-    return checker(Exercise("double", expectations, hints=("one", "two"), solution="def double(x): return 2 * x"))
+    return checker(Exercise("double", expectations, hints=("one", "two"),
+                            solution="def double(x): return 2 * x"))
 
 
 def test_missing_function_and_non_callable_are_explained():
@@ -189,8 +197,10 @@ def test_a_stub_is_not_attempted_but_pytorchs_own_not_implemented_error_is_a_bug
         assert evaluate(exercise, _namespace(stub)).outcome is Outcome.NOT_ATTEMPTED
     meta_bug = "def double(x):\n    return torch.full((), 2 * x, device='meta').cpu()"
     found = evaluate(exercise, _namespace(meta_bug))
-    assert found.outcome is Outcome.INCORRECT and "NotImplementedError" in found.message and "meta" in found.message
-    deeper = "def helper():\n    raise NotImplementedError('not written')\n\ndef double(x):\n    return helper()"
+    assert (found.outcome is Outcome.INCORRECT and "NotImplementedError" in found.message
+            and "meta" in found.message)
+    deeper = ("def helper():\n    raise NotImplementedError('not written')\n\ndef double(x):\n"
+              "    return helper()")
     assert evaluate(exercise, _namespace(deeper)).outcome is Outcome.INCORRECT
 
 

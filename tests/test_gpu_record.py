@@ -60,7 +60,8 @@ def good_outputs(path) -> dict[str, str]:
                                       "non_blocking=True: 0.021 ms in .to()\n",
                     "d2h-gpu": "True 1999998.0\n", "streams-gpu": "True\n",
                     "launch-bound-gpu": "eager: 498 us per step\ngraph replay: 212 us per step\n",
-                    "async-errors-gpu": "CUDA_LAUNCH_BLOCKING=0:\n  line 6\nCUDA_LAUNCH_BLOCKING=1:\n  line 4\n"})
+                    "async-errors-gpu": "CUDA_LAUNCH_BLOCKING=0:\n  line 6\nCUDA_LAUNCH_BLOCKING=1:\n"
+                    "  line 4\n"})
     return outputs
 
 
@@ -90,7 +91,8 @@ def test_recording_twice_changes_nothing_the_second_time(lesson):
 
 def test_an_output_that_breaks_a_claim_is_reported_and_not_written(lesson):
     outputs = good_outputs(lesson)
-    outputs["sync-point-gpu"] = "non_blocking=False: 0.030 ms in .to()\nnon_blocking=True: 0.021 ms in .to()\n"
+    outputs["sync-point-gpu"] = ("non_blocking=False: 0.030 ms in .to()\n"
+                                 "non_blocking=True: 0.021 ms in .to()\n")
     outputs["streams-gpu"] = "False\n"
     report = gpu_smoke.record([lesson], MACHINE, runner=fake_runner(outputs))
     assert set(report["broken"]) == {f"{lesson.stem}:sync-point-gpu", f"{lesson.stem}:streams-gpu"}
@@ -129,7 +131,8 @@ def test_without_a_gpu_nothing_runs_and_nothing_changes(lesson):
 
 def test_the_command_without_a_gpu_says_so_and_exits_2(lesson):
     before = lesson.read_text()
-    run = subprocess.run([sys.executable, str(COURSE_ROOT / "benchmarks" / "gpu_smoke.py"), "record", str(lesson)],
+    run = subprocess.run([sys.executable, str(COURSE_ROOT / "benchmarks" / "gpu_smoke.py"), "record",
+                          str(lesson)],
                          check=False, capture_output=True, text=True,
                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"},
                          timeout=120)

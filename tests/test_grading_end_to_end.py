@@ -37,9 +37,11 @@ def assignment(double: str = "return 2 * x", square: str = "return x * x") -> nb
     nb = tiny_assignment(double)
     v4 = nbformat.v4
     nb.cells += [
-        v4.new_code_cell(f'def square(x):\n    """Return x squared."""\n    ### BEGIN SOLUTION\n    {square}\n'
+        v4.new_code_cell('def square(x):\n    """Return x squared."""\n    ### BEGIN SOLUTION\n'
+                         f'    {square}\n'
                          "    ### END SOLUTION", metadata=solution_cell_meta("square")),
-        v4.new_code_cell("assert square(3) == 9, 'square(3) should be 9'", metadata=graded_cell_meta("square-tests", 1)),
+        v4.new_code_cell("assert square(3) == 9, 'square(3) should be 9'",
+                         metadata=graded_cell_meta("square-tests", 1)),
     ]
     return nb
 
@@ -70,34 +72,40 @@ DEAF_LOOP = "import signal\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n  
 # student -> (files, expected status, expected score (of 3), pattern the detail must match)
 CLASS = {
     "correct": ({"tiny.ipynb": assignment()}, "graded", 3, r"^$"),
-    "wrong": ({"tiny.ipynb": assignment(double="return x + 2")}, "graded", 1, r"failed 1 of 2 tests: double-tests"),
+    "wrong": ({"tiny.ipynb": assignment(double="return x + 2")}, "graded", 1,
+              r"failed 1 of 2 tests: double-tests"),
     "loop": ({"tiny.ipynb": assignment(square=LOOP)}, "timeout", 2, r"cell 5 \(square-tests\).*time limit"),
     "deaf-loop": ({"tiny.ipynb": assignment(square=DEAF_LOOP)}, "timeout", 2,
                   r"square-tests.*ignored the interrupt.*graded again without running that cell"),
-    "os-exit": ({"tiny.ipynb": with_cell("import os\nos._exit(1)")}, "crashed", 3, r"cell 3: the kernel exited"),
+    "os-exit": ({"tiny.ipynb": with_cell("import os\nos._exit(1)")}, "crashed", 3,
+                r"cell 3: the kernel exited"),
     "segfault": ({"tiny.ipynb": with_cell("import ctypes\nctypes.string_at(0)")}, "crashed", 3, r"SIGSEGV"),
     "killpg": ({"tiny.ipynb": with_cell("import os, signal\nos.killpg(0, signal.SIGKILL)")}, "crashed", 3,
                r"cell 3: the kernel"),
     "memory-hog": ({"tiny.ipynb": with_cell("x = bytearray(64 * 2**30)")}, "memory", 3, r"MemoryError"),
-    "memory-grow": ({"tiny.ipynb": with_cell("blocks = []\nwhile True:\n    blocks.append(b'x' * (50 * 2**20))")},
+    "memory-grow": (
+        {"tiny.ipynb": with_cell("blocks = []\nwhile True:\n    blocks.append(b'x' * (50 * 2**20))")},
                     "memory", 3, r"cell 3: used more than the 600 MiB memory cap"),
     "flood": ({"tiny.ipynb": with_cell("for i in range(300_000):\n    print(i)\nprint('x' * 5_000_000)")},
               "graded", 3, r"characters of output dropped"),
     "sys-exit": ({"tiny.ipynb": with_cell("import sys\nsys.exit(3)")}, "graded", 3, r"called sys.exit"),
-    "deleted-test": ({"tiny.ipynb": _deleted_test()}, "graded", 1, r"restored deleted test cell 'double-tests'"),
+    "deleted-test": ({"tiny.ipynb": _deleted_test()}, "graded", 1,
+                     r"restored deleted test cell 'double-tests'"),
     "retyped-test": ({"tiny.ipynb": _retyped_test()}, "graded", 3, r"restored test cell 'square-tests'"),
     "misnamed": ({"tiny (1).ipynb": assignment()}, "graded", 3, r"graded 'tiny \(1\).ipynb' as tiny.ipynb"),
     "empty": ({"tiny.ipynb": ""}, "invalid", 0, r"tiny.ipynb: empty file"),
     "not-json": ({"tiny.ipynb": "{this is not json"}, "invalid", 0, r"not valid JSON"),
     "broken-cells": ({"tiny.ipynb": '{"cells": [42], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'},
                      "invalid", 0, r"tiny.ipynb: not a valid notebook"),
-    "other-homework": ({"ps99.ipynb": nbformat.v4.new_notebook()}, "missing", 0, r"no notebook of this assignment"),
+    "other-homework": ({"ps99.ipynb": nbformat.v4.new_notebook()}, "missing", 0,
+                       r"no notebook of this assignment"),
     "no-notebook": ({"answers.txt": "see attached"}, "missing", 0, r"found answers.txt"),
     "daemon": ({"tiny.ipynb": with_cell(f"import subprocess\nsubprocess.Popen(['sleep', '{DAEMON}'], "
                                         "start_new_session=True)")}, "graded", 3, r"^$"),
     "file-flood": ({"tiny.ipynb": with_cell("import os\nos.makedirs('flood', exist_ok=True)\n"
                                             "for i in range(300_000):\n    open(f'flood/{i}', 'w').close()")},
-                   "disk", 3, r"cell 3: wrote more than 10,000 files; stopped; graded again without running that cell"),
+                   "disk", 3,
+                   r"cell 3: wrote more than 10,000 files; stopped; graded again without running that cell"),
     "huge-file": ({"tiny.ipynb": with_cell("with open('/tmp/big', 'wb') as f:\n    for _ in range(1100):\n"
                                            "        f.write(b'x' * 2**20)")},
                   "disk", 3, r"cell 3: wrote a file larger than the 1024 MiB limit"),
@@ -107,7 +115,8 @@ PROTECTED = {
     "kill-parent": ({"tiny.ipynb": with_cell("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")},
                     "graded", 3, r"^$"),
     "tamper": ({"tiny.ipynb": with_cell(
-        "for p in ['@COURSE@/source/tiny/tiny.ipynb', '@COURSE@/incoming/ok/x.txt', '@COURSE@/gradebook.db']:\n"
+        "for p in ['@COURSE@/source/tiny/tiny.ipynb', '@COURSE@/incoming/ok/x.txt', "
+        "'@COURSE@/gradebook.db']:\n"
         "    try:\n        open(p, 'w').write('pwned')\n    except OSError as e:\n        print(e)")},
                "graded", 3, r"^$"),
 }
@@ -176,7 +185,8 @@ def graded(tmp_path_factory):
             students.update(PROTECTED)
         write_class(course / "incoming", students, course)
         (course / "incoming" / "ok").mkdir()
-        record = {"source_hash": digest(course / "source" / "tiny" / "tiny.ipynb"), "students": sorted(students)}
+        record = {"source_hash": digest(course / "source" / "tiny" / "tiny.ipynb"),
+                  "students": sorted(students)}
         started = time.monotonic()
         done = grade(course, course / "incoming")
         return {**record, "returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-5000:],
@@ -276,7 +286,8 @@ def test_rerun_changes_nothing_and_an_interrupted_run_finishes_the_rest(graded, 
             1 for r in rows(course).values() if r["status"] != "missing")
     saved = json.loads((course / "graded" / "tiny" / "results" / "correct.json").read_text())
     assert saved["status"] == "graded" and len(students) > 10
-    (course / "gradebook.db").unlink()  # results graded elsewhere (another machine) are recorded, not regraded
+    # results graded elsewhere (another machine) are recorded, not regraded
+    (course / "gradebook.db").unlink()
     merged = grade(course, course / "incoming")
     assert merged.returncode == 0 and "to grade" not in merged.stdout, merged.stderr
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "device-lab") as gb:
@@ -288,8 +299,8 @@ def grading_in_background(tmp_path: Path, correct: int, saved: int) -> tuple[Pat
     course = make_course(tmp_path)
     students = {f"s{k}": CLASS["correct"] for k in range(correct)} | {"loop": CLASS["loop"]}
     write_class(course / "incoming", students, course)
-    cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(course / "incoming"), "--course", str(course),
-           "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MIB), "--quiet"]
+    cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(course / "incoming"), "--course",
+           str(course), "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MIB), "--quiet"]
     run = subprocess.Popen(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     results = course / "graded" / "tiny" / "results"
@@ -307,7 +318,8 @@ def test_a_stopped_run_exits_130_leaves_nothing_running_and_the_next_run_finishe
     assert run.returncode == 130 and "run the same command again" in err
     saved = len(list(results.glob("*.json")))
     assert 2 <= saved < len(students)
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(course) in " ".join(p.info["cmdline"] or [])]
+    leftovers = [p for p in psutil.process_iter(["cmdline"])
+                 if str(course) in " ".join(p.info["cmdline"] or [])]
     assert not leftovers
     again = grade(course, course / "incoming")
     assert again.returncode == 0 and f"({saved} unchanged since the last run)" in again.stdout
@@ -349,7 +361,8 @@ def test_without_a_sandbox_a_student_who_kills_the_grading_process_costs_only_th
     daemon = "4321.75"
     students = {
         "correct": CLASS["correct"],
-        "kill-parent": ({"tiny.ipynb": with_cell("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")},),
+        "kill-parent": (
+            {"tiny.ipynb": with_cell("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")},),
         "daemon": ({"tiny.ipynb": with_cell(f"import subprocess\nsubprocess.Popen(['sleep', '{daemon}'], "
                                             "start_new_session=True)")},),
     }
@@ -364,16 +377,21 @@ def test_without_a_sandbox_a_student_who_kills_the_grading_process_costs_only_th
 
 
 def test_a_fork_storm_is_stopped_at_the_process_cap_and_other_students_are_graded(tmp_path):
-    """A few thousand children: refused past the cap (a cgroup), or, where none can be made, the tree is stopped."""
+    """A few thousand children: refused past the cap (a cgroup), or, where none can be made, the tree is
+    stopped.
+    """
     course = make_course(tmp_path)
     storm = with_cell(f"import subprocess\nfor _ in range(3000):\n    subprocess.Popen(['sleep', '{STORM}'])")
-    write_class(course / "incoming", {"correct": CLASS["correct"], "fork-storm": ({"tiny.ipynb": storm},)}, course)
+    write_class(course / "incoming", {"correct": CLASS["correct"], "fork-storm": ({"tiny.ipynb": storm},)},
+                course)
     done = grade(course, course / "incoming", "--memory", "4000")  # 512 sleeping processes hold about 1 GB
     assert done.returncode == 0, done.stderr
     table = rows(course)
     assert (table["correct"]["status"], table["correct"]["score"]) == ("graded", "3")
-    assert (table["fork-storm"]["status"], table["fork-storm"]["score"]) == ("processes", "3"), table["fork-storm"]
-    assert re.search(r"cell 3: (tried to start|started) more than 512 processes", table["fork-storm"]["detail"])
+    assert (table["fork-storm"]["status"], table["fork-storm"]["score"]) == ("processes",
+                                                                             "3"), table["fork-storm"]
+    assert re.search(r"cell 3: (tried to start|started) more than 512 processes",
+                     table["fork-storm"]["detail"])
     assert not [p for p in psutil.process_iter(["cmdline"]) if STORM in " ".join(p.info["cmdline"] or [])]
     assert not caps_left(done.pid)
 
@@ -431,16 +449,18 @@ print(json.dumps({"seen": seen, "graded": summary.graded, "reused": summary.reus
 def test_each_graded_student_is_announced_once_when_recorded_and_reused_ones_are_not(tmp_path):
     course = make_course(tmp_path)
     with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:  # counts its own executions
-        config.write("\nimport os as _os\nwith open(_os.path.join(_os.path.dirname(__file__), 'config-runs'), 'a') "
+        config.write("\nimport os as _os\n"
+                     "with open(_os.path.join(_os.path.dirname(__file__), 'config-runs'), 'a') "
                      "as _f:\n    _f.write('x')\n")
-    students = {"ada": ({"tiny.ipynb": assignment()},), "bob": ({"tiny.ipynb": assignment(double="return x")},),
+    students = {"ada": ({"tiny.ipynb": assignment()},),
+                "bob": ({"tiny.ipynb": assignment(double="return x")},),
                 "cat": ({"notes.txt": "no notebook here"},)}
     write_class(course / "incoming", students, course)
 
     def run() -> dict:
         done = subprocess.run([sys.executable, "-c", ANNOUNCE, str(course), str(course / "incoming")],
-                              cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True, timeout=600,
-                              check=False)
+                              cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
+                              timeout=600, check=False)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 

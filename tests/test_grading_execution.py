@@ -45,7 +45,8 @@ def test_output_past_the_cell_allowance_is_cut_and_said_first(tmp_path):
 
 
 def test_without_the_guard_s_records_a_test_cell_earns_nothing(tmp_path):
-    """A plain IPython kernel writes nothing to the channel: the grader cannot confirm the test, so it fails."""
+    """A plain IPython kernel writes nothing to the channel: the grader cannot confirm the test, so it fails.
+    """
     nb = run(notebook(), tmp_path, guard_channel=str(tmp_path / "guard.fifo"))
     assert errors(nb.cells[2]) == [UNCONFIRMED]
     assert not errors(nb.cells[0]) and not errors(nb.cells[1])  # only graded test cells need the guard's word

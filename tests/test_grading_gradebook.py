@@ -1,4 +1,5 @@
-"""Merging results into the course gradebook: once per student, updated in place, a person's grade respected."""
+"""Merging results into the course gradebook: once per student, updated in place, a person's grade respected.
+"""
 
 import pytest
 from nbgrader.api import Gradebook

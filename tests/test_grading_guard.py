@@ -1,4 +1,5 @@
-"""The grading kernel's guard, piece by piece, in this process (the end-to-end cases are in test_grading_tamper.py).
+"""The grading kernel's guard, piece by piece, in this process (the end-to-end cases are in
+test_grading_tamper.py).
 
 No audit hook is ever installed here (Python cannot remove one): `Guard.audit` is called directly.
 """
@@ -153,7 +154,9 @@ def test_the_code_reading_ignores_comments_and_honest_code():
 
 
 def write_lines(path: str, lines: list) -> None:
-    """Write records as the grading kernel does (its Channel: a key line, then signed lines); bytes as they are."""
+    """Write records as the grading kernel does (its Channel: a key line, then signed lines); bytes as they
+    are.
+    """
     channel = Channel.open(path)
     for line in lines:
         if isinstance(line, bytes):
@@ -203,13 +206,14 @@ def test_a_test_is_confirmed_only_with_both_records_and_no_change():
 
 
 def _trace_test(answer: str, test: str) -> list[str]:
-    """Run `test` against `answer` (as cells of their own) under the guard's test tracer; return its reports."""
+    """Run `test` against `answer` (as cells of their own) under the guard's test tracer; return its reports.
+    """
     ns: dict = {}
     exec(compile(answer, "/cells/answer.py", "exec"), ns)
     names, attributes = _test_names(test)
     found: list[str] = []
-    tracer = make_tracer(ns, frozenset(), ["/cells/test.py"], attributes, _allowed_codes(names, ns), library_roots(),
-                         found.append)
+    tracer = make_tracer(ns, frozenset(), ["/cells/test.py"], attributes, _allowed_codes(names, ns),
+                         library_roots(), found.append)
     before = sys.gettrace()
     sys.settrace(tracer)
     try:
@@ -220,7 +224,8 @@ def _trace_test(answer: str, test: str) -> list[str]:
 
 
 def test_the_test_tracer_reports_answers_that_lie_and_not_honest_ones():
-    liar = "class Yes:\n    def __eq__(self, other):\n        return True\n\ndef double(x):\n    return Yes()\n"
+    liar = ("class Yes:\n    def __eq__(self, other):\n        return True\n\ndef double(x):\n"
+            "    return Yes()\n")
     assert _trace_test(liar, "assert double(2) == 4") == [
         "the test called code from an answer cell that it does not name (__eq__)"]
     shadow = "def double(x):\n    return 0\n\nall = lambda *a: True\n"

@@ -79,7 +79,8 @@ def graded(tmp_path_factory):
             for student, nb in class_of(release, source, alternatives).items():
                 (course / "incoming" / assignment / student).mkdir(parents=True)
                 nbformat.write(nb, course / "incoming" / assignment / student / name)
-            cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(course / "incoming" / assignment),
+            cmd = [sys.executable, "-m", "autograder", "grade", assignment,
+                   str(course / "incoming" / assignment),
                    "--course", str(course), "--jobs", "2", "--timeout", "240", "--quiet"]
             done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True,
                                   text=True, timeout=900, check=False)

@@ -23,13 +23,17 @@ APPENDED = {
     "display": ("from IPython.display import HTML, Markdown, display\ndisplay(Markdown('**double**'))\n"
                 "display(HTML('<b>2</b>'), {'double': double(2)})"),
     "seeded-rngs": ("import random\nimport numpy as np\nimport torch\nrandom.seed(0)\nnp.random.seed(0)\n"
-                    "torch.manual_seed(0)\ng = torch.Generator().manual_seed(1)\nnoise = torch.rand(3, generator=g)"),
+                    "torch.manual_seed(0)\ng = torch.Generator().manual_seed(1)\n"
+                    "noise = torch.rand(3, generator=g)"),
     "helper-class-with-eq": ("class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n\n"
-                             "    def __eq__(self, other):\n        return (self.a, self.b) == (other.a, other.b)\n\n"
+                             "    def __eq__(self, other):\n"
+                             "        return (self.a, self.b) == (other.a, other.b)\n\n"
                              "    def __hash__(self):\n        return hash((self.a, self.b))\n\n"
                              "assert Pair(1, 2) == Pair(1, 2) and len({Pair(1, 2), Pair(1, 2)}) == 1"),
-    "dataclass-typing": ("from dataclasses import dataclass, field\nfrom typing import NamedTuple, Optional\n\n"
-                         "@dataclass(order=True)\nclass Result:\n    value: int\n    note: Optional[str] = None\n"
+    "dataclass-typing": ("from dataclasses import dataclass, field\nfrom typing import NamedTuple, Optional\n"
+                         "\n"
+                         "@dataclass(order=True)\nclass Result:\n    value: int\n"
+                         "    note: Optional[str] = None\n"
                          "    tags: list = field(default_factory=list)\n\n"
                          "class Span(NamedTuple):\n    lo: int\n    hi: int\n\n"
                          "assert Result(1) < Result(2) and Span(1, 2).hi == 2"),
@@ -43,13 +47,16 @@ APPENDED = {
                                    "triple = functools.partial(lambda k, x: k * x, 3)\n"
                                    "cached = functools.lru_cache(maxsize=None)(lambda x: x + 1)"),
     "copy-pickle": ("import copy\nimport pickle\nstate = {'w': [1, 2], 'b': (3,)}\n"
-                    "assert copy.deepcopy(state) == state\nassert pickle.loads(pickle.dumps(state)) == state\n"
+                    "assert copy.deepcopy(state) == state\n"
+                    "assert pickle.loads(pickle.dumps(state)) == state\n"
                     "import torch\nt = pickle.loads(pickle.dumps(torch.ones(2)))"),
     "threads-that-finish": ("import threading\nfrom concurrent.futures import ThreadPoolExecutor\n"
-                            "results = []\nworker = threading.Thread(target=lambda: results.append(double(5)))\n"
+                            "results = []\n"
+                            "worker = threading.Thread(target=lambda: results.append(double(5)))\n"
                             "worker.start()\nworker.join()\nwith ThreadPoolExecutor(2) as pool:\n"
                             "    doubled = list(pool.map(double, range(4)))\nassert results == [10]"),
-    "gc-and-weakref": ("import gc\nimport weakref\n\nclass Node:\n    pass\n\nn = Node()\nref = weakref.ref(n)\n"
+    "gc-and-weakref": ("import gc\nimport weakref\n\nclass Node:\n    pass\n\nn = Node()\n"
+                       "ref = weakref.ref(n)\n"
                        "del n\ngc.collect()\nassert ref() is None"),
     "logging": ("import logging\nlog = logging.getLogger('mine')\nlogging.basicConfig(level=logging.INFO)\n"
                 "log.info('double(2) is %s', double(2))"),
@@ -88,7 +95,8 @@ def graded(tmp_path_factory):
 
     def grade_the_class(course):
         make_round2_course(course)
-        write_class(course / "incoming", {name: ({"tiny.ipynb": nb},) for name, nb in corpus().items()}, course)
+        write_class(course / "incoming", {name: ({"tiny.ipynb": nb},) for name, nb in corpus().items()},
+                    course)
         done = grade(course, course / "incoming", "--memory", "3000", "--timeout", "120")
         return {"returncode": done.returncode, "stderr": done.stderr}
 

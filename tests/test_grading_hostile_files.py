@@ -1,8 +1,9 @@
-"""One bad notebook is one student's problem: strange files get a clear status, the rest of the class is graded.
+"""One bad notebook is one student's problem: strange files get a clear status, the rest of the class is
+graded.
 
-Hole 6 of issue 24 (the grader's side): a deeply nested JSON notebook raised RecursionError and failed the whole
-batch. One `grade` run takes two honest students and one of each bad file; every honest one gets full marks and
-feedback, every bad one `invalid` with a detail that says why, and the run exits 0.
+Hole 6 of issue 24 (the grader's side): a deeply nested JSON notebook raised RecursionError and failed the
+whole batch. One `grade` run takes two honest students and one of each bad file; every honest one gets full
+marks and feedback, every bad one `invalid` with a detail that says why, and the run exits 0.
 """
 
 import json
@@ -123,7 +124,8 @@ def test_a_student_who_cannot_be_installed_is_invalid_and_the_next_student_is_re
     for name in ("bad", "good"):
         run.prints[name] = "print"
         run.finish(Submission(name, tmp_path / name), StudentResult(
-            name, "tiny", "graded", cells=[CellScore("tiny.ipynb", "double-tests", 2, 2)], ran=True), tmp_path)
+            name, "tiny", "graded", cells=[CellScore("tiny.ipynb", "double-tests", 2, 2)], ran=True),
+                   tmp_path)
     assert run.results["bad"].status == "invalid" and "No space left on device" in run.results["bad"].detail
     assert run.results["bad"].score == 0 and run.results["good"].status == "graded"
     assert recorded == [("bad", "graded"), ("bad", "invalid"), ("good", "graded")]

@@ -98,9 +98,11 @@ def user_guide() -> Course:
     """Return the course of nbgrader's user guide (no nbgrader_config.py, autotests.yml in the root)."""
     course = Course(config=None, root_files={"autotests.yml": (USER_GUIDE / "autotests.yml").read_text()})
     for assignment in ("ps1", "ps1_autotest"):
-        course.sources[assignment] = {p.name: p for p in sorted((USER_GUIDE / "source" / assignment).glob("*.ipynb"))}
+        course.sources[assignment] = {p.name: p
+                                      for p in sorted((USER_GUIDE / "source" / assignment).glob("*.ipynb"))}
     course.submitted["ps1"] = {
-        student.name: {p.name: (p if p.suffix != ".txt" else p.read_text()) for p in sorted((student / "ps1").iterdir())}
+        student.name: {p.name: (p if p.suffix != ".txt" else p.read_text())
+                       for p in sorted((student / "ps1").iterdir())}
         for student in sorted((USER_GUIDE / "submitted").iterdir())}
     return course
 
@@ -119,21 +121,25 @@ COURSES = {
     "zero-penalty": Course(config="c.CourseDirectory.course_id = 'course101'\n"
                                   "c.LateSubmissionPlugin.penalty_method = 'zero'",
                            sources={"ps1": {"p1.ipynb": f("submitted-unchanged.ipynb")}},
-                           submitted={"ps1": {"on-time": basic()["on-time"], "hour-late": basic()["hour-late"]}}),
+                           submitted={"ps1": {"on-time": basic()["on-time"],
+                                              "hour-late": basic()["hour-late"]}}),
     # test_late_submission_penalty_plugin: the plugin lives beside nbgrader_config.py
     "plugin": Course(config="c.AssignLatePenalties.plugin_class = 'late_plugin.Blarg'",
                      root_files={"late_plugin.py": LATE_PLUGIN},
                      sources={"ps1": {"p1.ipynb": f("submitted-unchanged.ipynb")}},
                      submitted={"ps1": {"foo": {"p1.ipynb": f("submitted-unchanged.ipynb"),
                                                 "timestamp.txt": FOUR_HOURS_LATE},
-                                        "bar": {"p1.ipynb": f("submitted-changed.ipynb"), "timestamp.txt": HOUR_LATE}}}),
-    # test_grade_autotest, test_grade_hashed_autotest, test_grade_complex_autotest, test_hidden_tests_autotest:
-    # autotests.yml in the course root
+                                        "bar": {"p1.ipynb": f("submitted-changed.ipynb"),
+                                                "timestamp.txt": HOUR_LATE}}}),
+    # test_grade_autotest, test_grade_hashed_autotest, test_grade_complex_autotest,
+    # test_hidden_tests_autotest: autotests.yml in the course root
     "autotest-root": Course(
         config="c.ClearSolutions.code_stub = dict(python='# YOUR CODE HERE')",
         root_files={"autotests.yml": f("autotests.yml").read_text()},
-        sources={"simple": {"p1.ipynb": f("autotest-simple.ipynb")}, "hashed": {"p1.ipynb": f("autotest-hashed.ipynb")},
-                 "multi": {"p1.ipynb": f("autotest-multi.ipynb")}, "hidden": {"p1.ipynb": f("autotest-hidden.ipynb")}},
+        sources={"simple": {"p1.ipynb": f("autotest-simple.ipynb")},
+                 "hashed": {"p1.ipynb": f("autotest-hashed.ipynb")},
+                 "multi": {"p1.ipynb": f("autotest-multi.ipynb")},
+                 "hidden": {"p1.ipynb": f("autotest-hidden.ipynb")}},
         submitted={kind: {"foo": {"p1.ipynb": f(f"autotest-{kind}-unchanged.ipynb")},
                           "bar": {"p1.ipynb": f(f"autotest-{kind}-changed.ipynb")}}
                    for kind in ("simple", "hashed", "multi")}
@@ -145,7 +151,8 @@ COURSES = {
     "hidden-and-missing": Course(
         config="c.ClearSolutions.code_stub = dict(python='# YOUR CODE HERE')\nc.Execute.timeout = 1",
         sources={"hidden": {"p1.ipynb": f("test-hidden-tests.ipynb")},
-                 "two": {"p1.ipynb": f("submitted-unchanged.ipynb"), "p2.ipynb": f("submitted-unchanged.ipynb")},
+                 "two": {"p1.ipynb": f("submitted-unchanged.ipynb"),
+                         "p2.ipynb": f("submitted-unchanged.ipynb")},
                  "effects": {"p1.ipynb": f("side-effects.ipynb")},
                  "envvar": {"p1.ipynb": f("validating-environment-variable.ipynb")},
                  "loop": {"p1.ipynb": f("infinite-loop.ipynb")}, "slow": {"p1.ipynb": f("timeout.ipynb")}},
@@ -171,7 +178,8 @@ def prepare(name: str, folder: Path) -> None:
     course = COURSES[name]
     course.write(folder)
     for assignment in course.sources:
-        args = ["db", "assignment", "add", assignment] + (["--duedate", course.duedate] if course.duedate else [])
+        args = ["db", "assignment", "add",
+                assignment] + (["--duedate", course.duedate] if course.duedate else [])
         done = nbgrader_cli(folder, *args)
         assert done.returncode == 0, done.stderr[-2000:]
     for (course_name, assignment), (student, notebook) in RELEASED.items():
@@ -200,7 +208,8 @@ def gradebook_view(folder: Path, assignments: list[str]) -> dict:
                 except MissingEntry:
                     continue
                 view[f"{assignment}/{student.id}"] = {
-                    "score": sub.score, "max_score": sub.max_score, "needs_manual_grade": sub.needs_manual_grade,
+                    "score": sub.score, "max_score": sub.max_score,
+                    "needs_manual_grade": sub.needs_manual_grade,
                     "late": sub.total_seconds_late > 0, "penalty": sub.late_submission_penalty,
                     "notebooks": {nb.name: [nb.score, nb.needs_manual_grade] for nb in sub.notebooks}}
     return view
@@ -218,14 +227,15 @@ def grade_both(name: str, base: Path) -> dict:
             done = nbgrader_cli(plain, *args)
             outcome["plain"].append([args[0], assignment, done.returncode, done.stderr[-1500:]])
         if (ours / "submitted").is_dir():
-            cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(ours / "submitted"), "--course",
-                   str(ours), "--jobs", "1", "--timeout", "120", "--quiet"]
-            done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
-                                  timeout=900, check=False)
+            cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(ours / "submitted"),
+                   "--course", str(ours), "--jobs", "1", "--timeout", "120", "--quiet"]
+            done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True,
+                                  text=True, timeout=900, check=False)
             outcome["ours"].append(["grade", assignment, done.returncode, done.stderr[-1500:]])
     return {"plain": gradebook_view(plain, assignments), "ours": gradebook_view(ours, assignments),
             "outcome": outcome, "csv": {a: (ours / "graded" / a / "grades.csv").read_text()
-                                        for a in assignments if (ours / "graded" / a / "grades.csv").exists()}}
+                                        for a in assignments
+                                        if (ours / "graded" / a / "grades.csv").exists()}}
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +243,8 @@ def compared(tmp_path_factory):
     """Grade every course both ways (once per test run, even across xdist workers)."""
 
     def grade_every_course(base: Path) -> dict:
-        with ThreadPoolExecutor(2) as pool:  # two courses at a time: most of the time goes into starting programs
+        # two courses at a time: most of the time goes into starting programs
+        with ThreadPoolExecutor(2) as pool:
             done = pool.map(lambda name: grade_both(name, base / name), COURSES)
             return dict(zip(COURSES, done, strict=True))
 

@@ -32,7 +32,8 @@ class FakeWorker:
 @pytest.fixture
 def fake_pool(tmp_path, monkeypatch):
     monkeypatch.setattr(pool_module, "Worker", FakeWorker)  # the forked workers inherit it
-    settings = WorkerSettings(tmp_path, "tiny", tmp_path, tmp_path, Isolation("none"), timeout=5, memory_mib=4000)
+    settings = WorkerSettings(tmp_path, "tiny", tmp_path, tmp_path, Isolation("none"), timeout=5,
+                              memory_mib=4000)
     pool = Pool(settings, 2, 4000, tmp_path)
     yield pool
     pool.shutdown()
@@ -44,9 +45,11 @@ def test_every_job_gets_one_report_whatever_its_worker_did(fake_pool):
     fake_pool.run(jobs, lambda job: 3.0, lambda job, report: reports.setdefault(job.student, report) and [])
     assert sorted(reports) == ["ada", "ben", "bug", "die", "hang"]
     assert reports["ada"].outcome == Outcome.COMPLETED and reports["ada"].notes == ["graded ada attempt 1"]
-    assert reports["die"].failure.kind is FailureKind.CRASHED and "exited (code 3)" in reports["die"].failure.message
+    assert reports["die"].failure.kind is FailureKind.CRASHED and "exited (code 3)" in reports[
+        "die"].failure.message
     assert reports["hang"].failure.kind is FailureKind.TIMEOUT
-    assert reports["bug"].failure.kind is FailureKind.GRADER_ERROR and "a grader bug" in reports["bug"].failure.message
+    assert reports["bug"].failure.kind is FailureKind.GRADER_ERROR and "a grader bug" in reports[
+        "bug"].failure.message
 
 
 def test_follow_up_jobs_run_next_and_no_worker_is_left(fake_pool):

@@ -10,7 +10,8 @@ from autograder.grading.results import CellScore, StudentResult, zero_cells
 
 
 def result(student, status="graded", scores=(2, 1), detail="", ran=True) -> StudentResult:
-    cells = [CellScore("tiny.ipynb", "double-tests", scores[0], 2, error="" if scores[0] == 2 else "AssertionError: x"),
+    cells = [CellScore("tiny.ipynb", "double-tests", scores[0], 2,
+                       error="" if scores[0] == 2 else "AssertionError: x"),
              CellScore("tiny.ipynb", "square-tests", scores[1], 1)]
     return StudentResult(student, "tiny", status, detail, cells, ran=ran)
 
@@ -22,7 +23,8 @@ def test_numbers_are_written_as_people_write_them():
 def test_grades_csv_has_the_header_one_sorted_row_per_student_and_one_line_details():
     text = csv_text([result("bob", detail="line one\nline two, with a comma"), result("ada")])
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["student", "assignment", "score", "max_score", "late_penalty", "status", "detail", "flags"]
+    assert rows[0] == ["student", "assignment", "score", "max_score", "late_penalty", "status", "detail",
+                       "flags"]
     assert [r[0] for r in rows[1:]] == ["ada", "bob"]
     assert rows[2] == ["bob", "tiny", "3", "3", "0", "graded", "line one line two, with a comma", ""]
 
@@ -39,9 +41,11 @@ def test_grades_csv_gives_the_score_after_the_late_penalty_and_the_penalty_apart
 
 def test_flags_are_one_cell_of_grades_csv_and_flagged_students_lead_the_summary():
     flagged = result("zed")
-    flagged.flags = ["answer cell 'double' installs an IPython input transformer", "cell 4 sets a\ntracing hook"]
+    flagged.flags = ["answer cell 'double' installs an IPython input transformer",
+                     "cell 4 sets a\ntracing hook"]
     rows = list(csv.reader(io.StringIO(csv_text([result("ada"), flagged]))))
-    assert rows[2][-1] == "answer cell 'double' installs an IPython input transformer; cell 4 sets a tracing hook"
+    assert rows[2][
+        -1] == "answer cell 'double' installs an IPython input transformer; cell 4 sets a tracing hook"
     assert rows[1][-1] == ""
     page = summary_html("tiny", [result("ada"), flagged], "none", Path("/nonexistent"))
     body = page.split("<h2>Students</h2>")[1]
@@ -73,7 +77,8 @@ def test_the_not_graded_page_says_why_escapes_the_detail_and_forbids_scripts():
     from autograder.grading.report import not_graded_page
     from autograder.safe_html import STATIC_PAGE_CSP
 
-    page = not_graded_page("ps01", "ps01", 10, "invalid", "ps01.ipynb: not a notebook <script>alert(1)</script>")
+    page = not_graded_page("ps01", "ps01", 10, "invalid",
+                           "ps01.ipynb: not a notebook <script>alert(1)</script>")
     assert "(Score: 0.0 / 10)" in page and "could not be graded: <b>invalid</b>" in page
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert STATIC_PAGE_CSP in html.unescape(page)  # the attribute, as a browser reads it

@@ -21,7 +21,8 @@ def instructor() -> nbformat.NotebookNode:
         "grade": False, "grade_id": "imports", "locked": True, "schema_version": 3, "solution": False,
         "task": False}})
     nb.cells.insert(1, imports)
-    nb.cells.append(nbformat.v4.new_code_cell("assert double(0) == 0", metadata=graded_cell_meta("zero-tests", 1)))
+    nb.cells.append(nbformat.v4.new_code_cell("assert double(0) == 0",
+                                              metadata=graded_cell_meta("zero-tests", 1)))
     return nb
 
 
@@ -129,7 +130,8 @@ def course(tmp_path_factory):
 
 
 def sanitize(course, nb, tmp_path, ours: bool = True) -> tuple[nbformat.NotebookNode, list[str]]:
-    """Run nbgrader's sanitize steps that matter here (with RestoreCells first when `ours`); return nb, notes."""
+    """Run nbgrader's sanitize steps that matter here (with RestoreCells first when `ours`); return nb, notes.
+    """
     config = course_config(course)
     config.OverwriteCells.add_missing_cells = True
     config.RestoreCells.release_folder = str(course / "release" / "tiny")
@@ -173,7 +175,8 @@ def test_without_restorecells_nbgrader_fails_a_notebook_whose_test_flag_was_edit
     with pytest.raises(RuntimeError, match="Inconsistent checksums"):
         sanitize(course, copy.deepcopy(nb), tmp_path, ours=False)
     graded, notes = sanitize(course, nb, tmp_path)
-    assert graded.cells[3].metadata["nbgrader"]["grade"] is True and "negative numbers too" in graded.cells[3].source
+    assert graded.cells[3].metadata["nbgrader"]["grade"] is True and "negative numbers too" in graded.cells[
+        3].source
     assert notes == ["restored test cell 'double-tests' (its grading metadata had been edited)"]
 
 

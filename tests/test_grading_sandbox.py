@@ -1,4 +1,5 @@
-"""Limits and isolation for student code: the commands built, and what a sandboxed program can and cannot do."""
+"""Limits and isolation for student code: the commands built, and what a sandboxed program can and cannot do.
+"""
 
 import os
 import subprocess
@@ -54,7 +55,8 @@ def test_the_python_limits_wrapper_sets_the_limits_and_forgets_the_parent(monkey
              "resource.getrlimit(resource.RLIMIT_FSIZE)[0] >> 20, os.environ.get('JPY_PARENT_PID'))")
     cmd = [*limits_prefix(6000 - ADDRESS_SPACE_HEADROOM_MIB, forget_parent=True),
            sys.executable, "-c", probe]
-    out = subprocess.run(cmd, env={**os.environ, "JPY_PARENT_PID": "1"}, capture_output=True, text=True, check=True,
+    out = subprocess.run(cmd, env={**os.environ, "JPY_PARENT_PID": "1"}, capture_output=True, text=True,
+                         check=True,
                          cwd=tempfile.gettempdir())  # as a kernel: started away from the course root
     assert out.stdout.split() == ["6000", str(MAX_FILE_MIB), "None"]
 
@@ -110,7 +112,8 @@ def test_sandboxed_code_has_no_network(tmp_path, mode):
 
 def test_bubblewrap_shows_nothing_of_hidden_folders_and_allows_writing_only_its_own(tmp_path):
     isolation, hidden, work = _sandboxed("bwrap", tmp_path)
-    code = (f"import os\nprint(os.path.exists({str(hidden / 'secret.txt')!r}))\nopen('mine.txt', 'w').write('ok')\n"
+    code = (f"import os\nprint(os.path.exists({str(hidden / 'secret.txt')!r}))\n"
+            "open('mine.txt', 'w').write('ok')\n"
             "try:\n    open('/usr/pwned', 'w')\nexcept OSError as e:\n    print('read-only', e.errno)")
     out = _run(isolation, work, code)
     assert out.stdout.split("\n")[:2] == ["False", "read-only 30"], out.stderr

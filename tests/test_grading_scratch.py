@@ -41,7 +41,8 @@ def test_a_new_run_records_this_process_as_its_owner(tmp_path, monkeypatch):
 def test_only_the_scratch_of_runs_whose_process_is_gone_is_removed(tmp_path):
     me = psutil.Process()
     dead = folder(tmp_path, "dead", {"pid": dead_pid(), "started": 1.0})
-    reused = folder(tmp_path, "reused", {"pid": me.pid, "started": me.create_time() - 3600})  # pid now another's
+    # pid now another's
+    reused = folder(tmp_path, "reused", {"pid": me.pid, "started": me.create_time() - 3600})
     live = folder(tmp_path, "live", {"pid": me.pid, "started": me.create_time()})
     unknown = folder(tmp_path, "unknown", None)
     garbled = folder(tmp_path, "garbled", None)

@@ -25,8 +25,8 @@ def completed(double=2.0, square=1.0, events=(), notes=()):
              {"notebook": "tiny.ipynb", "grade_id": "square-tests", "score": square, "max_score": 1.0,
               "needs_manual_grade": False, "error": ""}]
     return AttemptReport.from_json({"outcome": "completed", "cells": cells, "events": list(events),
-                                    "notes": list(notes), "comments": {}, "late_penalties": {}, "timestamp": None,
-                                    "failure": None})
+                                    "notes": list(notes), "comments": {}, "late_penalties": {},
+                                    "timestamp": None, "failure": None})
 
 
 def failed(kind, cell=2, grade_id=None, message="the kernel died (SIGSEGV)"):
@@ -46,19 +46,21 @@ def test_failed_tests_are_listed():
 def test_a_crash_then_a_clean_second_attempt_is_crashed_with_the_scores_of_the_second():
     result = combine("ada", "tiny", [failed("kernel-died"), completed(square=0)], [], POINTS, False)
     assert (result.status, result.score) == ("crashed", 2)
-    assert result.detail.startswith("cell 3: the kernel died (SIGSEGV); graded again without running that cell")
+    assert result.detail.startswith("cell 3: the kernel died (SIGSEGV); graded again without running that "
+                                    "cell")
 
 
 def test_a_hung_cell_is_a_timeout_named_by_its_test():
     result = combine("ada", "tiny", [failed("unresponsive", 4, "square-tests"), completed(square=0)], [],
                      POINTS, False)
     assert result.status == "timeout"
-    assert result.detail.startswith("cell 5 (square-tests): ran past the time limit and ignored the interrupt")
+    assert result.detail.startswith(
+        "cell 5 (square-tests): ran past the time limit and ignored the interrupt")
 
 
 def test_without_a_finished_attempt_every_test_scores_zero():
-    result = combine("ada", "tiny", [failed("memory", None, message="used more than the 600 MiB memory cap")], [],
-                     POINTS, False)
+    result = combine("ada", "tiny", [failed("memory", None, message="used more than the 600 MiB memory cap")],
+                     [], POINTS, False)
     assert (result.status, result.score, result.max_score, result.ran) == ("memory", 0, 3, False)
     assert result.detail == "before the first cell ran: used more than the 600 MiB memory cap"
 
@@ -66,7 +68,8 @@ def test_without_a_finished_attempt_every_test_scores_zero():
 def test_events_inside_a_finished_run_set_the_status_once_and_explain_themselves():
     events = [{"kind": "memory", "notebook": "tiny", "cell": 2, "grade_id": None, "message": "MemoryError"},
               {"kind": "memory", "notebook": "tiny", "cell": 2, "grade_id": None, "message": "MemoryError"},
-              {"kind": "sys-exit", "notebook": "tiny", "cell": 3, "grade_id": None, "message": "called sys.exit()"}]
+              {"kind": "sys-exit", "notebook": "tiny", "cell": 3, "grade_id": None,
+               "message": "called sys.exit()"}]
     result = combine("ada", "tiny", [completed(events=events)], [], POINTS, False)
     assert result.status == "memory"
     assert result.detail == "cell 3: ran out of memory (MemoryError); cell 4: called sys.exit()"
@@ -109,7 +112,8 @@ def test_the_detail_counts_tests_only_and_says_what_awaits_a_person():
     report.cells += [CellScore("tiny.ipynb", "essay", 0.0, 3.0, True, "", "answer"),
                      CellScore("tiny.ipynb", "plot-task", 0.0, 2.0, True, "", "task")]
     result = combine("ada", "tiny", [report], [], POINTS, multi=False)
-    assert result.detail == "failed 1 of 2 tests: double-tests; 2 cells await manual grading: essay, plot-task"
+    assert result.detail == ("failed 1 of 2 tests: double-tests; 2 cells await manual grading: essay, "
+                             "plot-task")
 
 
 def test_grade_hide_reaches_the_sandbox_as_more_hidden_folders(monkeypatch, tmp_path):

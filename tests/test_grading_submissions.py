@@ -128,7 +128,8 @@ def test_a_zipped_class_of_one_is_not_mistaken_for_a_wrapper(tmp_path):
     assert [p.name for p in root.iterdir()] == ["ada"]
 
 
-@pytest.mark.parametrize("make", [lambda p: p / "nowhere", lambda p: (p / "f.txt", (p / "f.txt").write_text("x"))[0]])
+@pytest.mark.parametrize("make",
+                         [lambda p: p / "nowhere", lambda p: (p / "f.txt", (p / "f.txt").write_text("x"))[0]])
 def test_submissions_that_cannot_be_read_raise_a_clear_error(tmp_path, make):
     with pytest.raises(SubmissionsError):
         open_submissions(make(tmp_path), tmp_path / "scratch", "tiny")

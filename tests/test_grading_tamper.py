@@ -60,14 +60,16 @@ TAMPERING = {
                              "    return await _original(self, 'pass', *args, **kwargs)\n\n"
                              "InteractiveShell.run_cell_async = run_cell_async"),
                              r"replaces the IPython shell's run_cell_async"),
-    "transform-cell-setattr": ("ip = get_ipython()\nsetattr(type(ip), 'transform_cell', lambda self, cell: 'pass\\n')",
+    "transform-cell-setattr": (("ip = get_ipython()\n"
+                                "setattr(type(ip), 'transform_cell', lambda self, cell: 'pass\\n')"),
                                r"replaces the IPython shell's transform_cell"),
     "do-execute": (("kernel = get_ipython().kernel\n_execute = kernel.do_execute\n\n"
                    "async def do_execute(code, *args, **kwargs):\n"
                    "    return await _execute('pass', *args, **kwargs)\n\n"
                    "kernel.do_execute = do_execute"),
                    r"replaces the kernel's do_execute"),
-    "do-execute-class": (("import ipykernel.ipkernel\n_execute = ipykernel.ipkernel.IPythonKernel.do_execute\n\n"
+    "do-execute-class": (("import ipykernel.ipkernel\n"
+                          "_execute = ipykernel.ipkernel.IPythonKernel.do_execute\n\n"
                          "async def do_execute(self, code, *args, **kwargs):\n"
                          "    return await _execute(self, 'pass', *args, **kwargs)\n\n"
                          "ipykernel.ipkernel.IPythonKernel.do_execute = do_execute"),
@@ -82,7 +84,8 @@ TAMPERING = {
                               "    return skip_asserts\n\n"
                               "sys.settrace(skip_asserts)"),
                               r"sets a tracing hook"),
-    "setprofile": ("import sys\nsys.setprofile(lambda frame, event, arg: None)", r"sets a tracing hook \(sys.setprofile\)"),
+    "setprofile": ("import sys\nsys.setprofile(lambda frame, event, arg: None)",
+                   r"sets a tracing hook \(sys.setprofile\)"),
     "threading-settrace": ("import threading\nthreading.settrace(lambda frame, event, arg: None)",
                            r"threading\._trace_hook"),
     "event-callback": (("def _before(*args):\n"
@@ -90,15 +93,18 @@ TAMPERING = {
                        "get_ipython().events.register('pre_run_cell', _before)"),
                        r"registers an IPython event callback \('pre_run_cell'\)"),
     "obfuscated": (("_m = __import__('IP' + 'ython')\n_ip = getattr(_m, 'get_' + 'ipython')()\n"
-                   "getattr(_ip, '_'.join(['input', 'transformers', 'post'])).append(lambda lines: ['pass\\n'])"),
+                   "getattr(_ip, '_'.join(['input', 'transformers', 'post'])).append(lambda lines: "
+                    "['pass\\n'])"),
                    r"installs an IPython input transformer"),
-    "obfuscated-method": (("_ip = __builtins__.__dict__['get_ipy' + 'thon']() if hasattr(__builtins__, '__dict__') "
+    "obfuscated-method": (("_ip = __builtins__.__dict__['get_ipy' + 'thon']() if hasattr(__builtins__, "
+                           "'__dict__') "
                           "else __builtins__['get_ipy' + 'thon']()\n"
                           "setattr(_ip, ''.join(['run', '_', 'cell']), lambda *a, **k: None)"),
                           r"replaces the IPython shell's run_cell"),
     "code-swap": (("from IPython.core.interactiveshell import InteractiveShell\n\n"
                   "def _nothing(self, *args, **kwargs):\n    pass\n\n"
-                  "try:\n    InteractiveShell.run_cell.__code__ = _nothing.__code__\nexcept Exception:\n    pass"),
+                  "try:\n    InteractiveShell.run_cell.__code__ = _nothing.__code__\nexcept Exception:\n"
+                   "    pass"),
                   r"changes a function's code in place"),
     "builtins-exec": ("import builtins\nbuiltins.exec = lambda *args, **kwargs: None",
                       r"replaces builtins\.exec"),
@@ -130,20 +136,24 @@ def tamper_class() -> dict[str, nbformat.NotebookNode]:
 HONEST = {
     "display": "from IPython.display import display\ndisplay({'double': double(2)})",
     "timeit": "%timeit -n 3 -r 1 double(2)",
-    "helper-class": ("class Doubler:\n    factor = 2\n\n    def __call__(self, x):\n        return self.factor * x\n\n"
+    "helper-class": ("class Doubler:\n    factor = 2\n\n    def __call__(self, x):\n"
+                     "        return self.factor * x\n\n"
                      "_d = Doubler()\nsetattr(_d, 'factor', 2)\nassert _d(3) == 6"),
-    "seeded": "import random\nimport numpy as np\nrandom.seed(0)\nnp.random.seed(0)\nrng = np.random.default_rng(0)",
-    "namedtuple": "from collections import namedtuple\nPoint = namedtuple('Point', 'x y', defaults=[0])\np = Point(1)",
-    "decorated": "import functools\n\n@functools.lru_cache(maxsize=None)\ndef cached_double(x):\n    return 2 * x",
-    "traceback-handled": ("import traceback\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n"
+    "seeded": "import random\nimport numpy as np\nrandom.seed(0)\nnp.random.seed(0)\n"
+    "rng = np.random.default_rng(0)",
+    "namedtuple": "from collections import namedtuple\nPoint = namedtuple('Point', 'x y', defaults=[0])\n"
+    "p = Point(1)",
+    "decorated": "import functools\n\n@functools.lru_cache(maxsize=None)\ndef cached_double(x):\n"
+    "    return 2 * x", "traceback-handled": ("import traceback\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n"
                           "    note = traceback.format_exc()"),
-    "warnings-and-stderr": "import sys, warnings\nwarnings.warn('just a note')\nprint('to stderr', file=sys.stderr)",
+    "warnings-and-stderr": "import sys, warnings\nwarnings.warn('just a note')\n"
+    "print('to stderr', file=sys.stderr)",
     "reimport": "import sys\nimport sys as system\nfrom os import path",
 }
 HONEST_CELLS = {
     "cell-magic": "%%time\nvalue = double(21)",
-    "matplotlib-inline": "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2], [2, 4])\nplt.show()",
-    "torch-seeded": "import torch\ntorch.manual_seed(0)\nt = torch.ones(3)",
+    "matplotlib-inline": "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2], [2, 4])\n"
+    "plt.show()", "torch-seeded": "import torch\ntorch.manual_seed(0)\nt = torch.ones(3)",
 }
 
 
@@ -211,7 +221,8 @@ def test_flags_column_and_summary_list_flagged_students_first(graded):
 
 def test_feedback_does_not_describe_the_detection(graded):
     course, _ = graded
-    page = (course / "graded" / "tiny" / "feedback" / "post-transformer" / "tiny.html").read_text(encoding="utf-8")
+    page = (course / "graded" / "tiny" / "feedback" / "post-transformer" / "tiny.html").read_text(
+        encoding="utf-8")
     for words in ("installs an IPython", "tamper", "flagged", "left running", "the grading kernel"):
         assert words not in page, words
     unconfirmed = (course / "graded" / "tiny" / "feedback" / "background-thread" / "tiny.html").read_text()

@@ -54,7 +54,8 @@ except Exception:
     pass
 '''
 # Rendered, these say PLANTED-BY-TEMPLATE and CSS-PLANTED; as the student's source shows them, they do not.
-TEMPLATE = "{{ 'PLANTED' ~ '-BY-TEMPLATE' }} {{ cycler.__init__.__globals__.os.makedirs('@COURSE@/escaped/t') }}"
+TEMPLATE = ("{{ 'PLANTED' ~ '-BY-TEMPLATE' }} {{ "
+            "cycler.__init__.__globals__.os.makedirs('@COURSE@/escaped/t') }}")
 CSS = "/* CSS-@PLANTED@ */ body { display: none }"
 
 # Appended to the unsolved first answer of both notebooks: plant everything everywhere, then change the env.

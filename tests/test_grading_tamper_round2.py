@@ -1,9 +1,9 @@
 """Round two of tampering (issue 25): tricks by a student who has read the grader's own source.
 
 Each student below hands in an assignment whose answers are wrong (or missing) plus a few lines that try to
-make the tests pass anyway: by reaching the guard (family 3), forging or bypassing its channel (4), patches that
-undo themselves before the guard looks (5), names built from pieces (6), and answers that lie to the tests (8).
-Graded by the real grader in one class run, each must earn nothing or be flagged with what it did.
+make the tests pass anyway: by reaching the guard (family 3), forging or bypassing its channel (4), patches
+that undo themselves before the guard looks (5), names built from pieces (6), and answers that lie to the
+tests (8). Graded by the real grader in one class run, each must earn nothing or be flagged with what it did.
 """
 
 import re
@@ -34,7 +34,8 @@ def round2(double: str = UNSOLVED, square: str = UNSOLVED, ones: str = UNSOLVED)
     v4 = nbformat.v4
     nb.cells.insert(1, v4.new_code_cell("import torch"))
     nb.cells += [
-        v4.new_code_cell(f'def ones(n):\n    """Return a tensor of n ones."""\n    ### BEGIN SOLUTION\n    {ones}\n'
+        v4.new_code_cell('def ones(n):\n    """Return a tensor of n ones."""\n    ### BEGIN SOLUTION\n'
+                         f'    {ones}\n'
                          "    ### END SOLUTION", metadata=solution_cell_meta("ones")),
         v4.new_code_cell(ONES_TESTS, metadata=graded_cell_meta("ones-tests", 1)),
     ]
@@ -67,7 +68,8 @@ GUARD_CLOSURES = ("def _walk(obj, seen, depth=0):\n"
                   "            if item is not None:\n"
                   "                _walk(getattr(item, 'cell_contents', item), seen, depth + 1)\n\n"
                   "_k = get_ipython().kernel\n_seen = set()\n"
-                  "for _h in [_k.shell_main, *_k.shell_handlers.values()]:\n    _walk(_h, _seen)\n" + TRANSFORMER)
+                  "for _h in [_k.shell_main, *_k.shell_handlers.values()]:\n    _walk(_h, _seen)\n"
+                  + TRANSFORMER)
 GUARD_GC = ("import gc\n"
             "for _o in gc.get_objects():\n"
             "    try:\n"
@@ -87,7 +89,8 @@ GUARD_EVENT_LOOP = ("import asyncio, gc, itertools\n_found = []\n\n"
                     "            if type(_o).__name__ == 'Guard':\n"
                     "                _o.snapshot = None\n                _o.findings.clear()\n"
                     "        except Exception:\n            pass\n"
-                    "    getattr(get_ipython(), 'input_' + 'transformers_post').append(lambda lines: ['pass\\n'])\n\n"
+                    "    getattr(get_ipython(), 'input_' + 'transformers_post').append(lambda lines: "
+                    "['pass\\n'])\n\n"
                     "_loop = asyncio.get_event_loop()\n"
                     "_loop.call_soon(_found.extend, itertools.starmap(gc.get_objects, [()]))\n"
                     "_loop.call_soon(_reset)\n")
@@ -112,7 +115,8 @@ ZMQ_PATCH = ("import json\n_zmq = __import__('z' + 'mq')\n_S = getattr(_zmq, 'So
              "                           'user_expressions': {}, 'payload': []}\n"
              "                parts[i + 5] = json.dumps(content).encode()\n"
              "                signature = _session.sign(parts[i + 2:i + 6])\n"
-             "                parts[i + 1] = signature if isinstance(signature, bytes) else signature.encode()\n"
+             "                parts[i + 1] = signature if isinstance(signature, bytes) else "
+             "signature.encode()\n"
              "    return _send(self, parts, *args, **kwargs)\n\n"
              "setattr(_S, 'send_multi' + 'part', _lying_send)\n")
 CTYPES_CODE_SWAP = ("import ctypes\nfrom IPython.core.interactiveshell import InteractiveShell\n\n"
@@ -135,7 +139,8 @@ CHANNEL_FORGE = ("import json, os, sys, threading, time\n"
                  "        time.sleep(0.0002)\n\n"
                  "threading.Thread(target=_forge, daemon=True).start()\n")
 
-# Family 5: patches that undo themselves before the guard looks again (installed by the answer the test calls).
+# Family 5: patches that undo themselves before the guard looks again (installed by the answer the test
+# calls).
 TRANSIENT_CUSTOM_EXC = ("import types\n\n"
                         "def double(x):\n    ip = get_ipython()\n"
                         "    saved = (ip.custom_exceptions, ip.CustomTB)\n\n"
@@ -154,7 +159,8 @@ LIAR = ("class Yes:\n    __class__ = property(lambda self: __import__('torch').T
         "    def __eq__(self, other):\n        return True\n\n"
         "    def __len__(self):\n        return 3\n\n"
         "    def tolist(self):\n        return [1, 1, 1]\n\n"
-        "    @classmethod\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n        return True\n")
+        "    @classmethod\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+        "        return True\n")
 STAND_IN_TORCH = ("class _FakeTorch:\n    Tensor = list\n    equal = staticmethod(lambda a, b: True)\n"
                   "    ones = staticmethod(lambda n: [1] * n)\n\n"
                   "class _Ones(list):\n    def tolist(self):\n        return list(self)\n\n"
@@ -186,7 +192,8 @@ FLAGS = {
     "guard-globals": r"input transformer|grader's own|record",
     "zmq-class-patch": r"Socket\.send_multipart", "ctypes-code-swap": r"ctypes|raw memory",
     "channel-forge": r"channel|record|background",
-    "transient-custom-exc": r"test called|ran code the test", "transient-showtraceback": r"test called|ran code",
+    "transient-custom-exc": r"test called|ran code the test",
+    "transient-showtraceback": r"test called|ran code",
     "lying-objects": r"__eq__|__torch_function__|__len__|test called", "stand-in-torch": r"torch",
     "patched-torch-equal": r"torch\.equal|test called",
 }
@@ -208,7 +215,8 @@ def graded(tmp_path_factory):
 
     def grade_the_class(course: Path) -> dict:
         make_round2_course(course)
-        write_class(course / "incoming", {name: ({"tiny.ipynb": nb},) for name, nb in _students().items()}, course)
+        write_class(course / "incoming", {name: ({"tiny.ipynb": nb},) for name, nb in _students().items()},
+                    course)
         done = grade(course, course / "incoming", "--memory", "3000", "--timeout", "90")
         return {"returncode": done.returncode, "stderr": done.stderr}
 
@@ -237,10 +245,12 @@ def test_the_honest_solution_of_this_assignment_gets_full_marks_unflagged(graded
     assert (row["status"], float(row["score"]), row["flags"]) == ("graded", FULL, ""), row
 
 
-# --- several notebooks: what the first one's code leaves behind cannot reach the second one's guard ----------
+# --- several notebooks: what the first one's code leaves behind cannot reach the second one's guard
+# ----------
 
 # Appended to the first notebook's unsolved answer: try to replace the guard's program, its kernelspec and
-# connection file, and leave a process behind that takes the next kernel's channel first, with a key of its own.
+# connection file, and leave a process behind that takes the next kernel's channel first, with a key of its
+# own.
 LAYOUT = '''
 import os, subprocess, sys
 targets = {"guard program": sys.argv[0], "connection file": sys.argv[sys.argv.index("-f") + 1]}

@@ -1,5 +1,7 @@
-"""One attempt's scratch course, as the worker builds it: the student's notebook and other files (bounded), the
-timestamp, nbgrader's pipeline with RestoreCells and add_missing_cells, and the grading kernel in the kernelspec."""
+"""One attempt's scratch course, as the worker builds it: the student's notebook and other files (bounded),
+the timestamp, nbgrader's pipeline with RestoreCells and add_missing_cells, and the grading kernel in the
+kernelspec.
+"""
 
 import json
 
@@ -18,7 +20,8 @@ def make_worker(tmp_path) -> Worker:
         (template / folder).mkdir(parents=True)
         nbformat.write(tiny_assignment(), template / folder / "tiny.ipynb")
     (template / "gradebook.db").write_bytes(b"")
-    settings = WorkerSettings(tmp_path, "tiny", template, tmp_path / "run", Isolation("none"), timeout=30, memory_mib=1000)
+    settings = WorkerSettings(tmp_path, "tiny", template, tmp_path / "run", Isolation("none"), timeout=30,
+                              memory_mib=1000)
     return Worker(settings)
 
 
@@ -68,7 +71,8 @@ def test_the_kernelspec_starts_the_grading_kernel_with_its_channel(tmp_path):
     worker.prepare(job, scratch)
     worker.write_kernelspec(job, scratch)
     argv = json.loads((scratch / "jupyter" / "kernels" / "python3" / "kernel.json").read_text())["argv"]
-    assert str(scratch / "rt" / GUARD_SCRIPT) in argv and str(scratch / "kernel" / "channel" / GUARD_CHANNEL) in argv
+    assert str(scratch / "rt" / GUARD_SCRIPT) in argv and str(
+        scratch / "kernel" / "channel" / GUARD_CHANNEL) in argv
     assert (scratch / "rt" / GUARD_SCRIPT).is_file() and argv[-2:] == ["-f", "{connection_file}"]
 
 
@@ -80,7 +84,8 @@ def test_nbgraders_fallback_feedback_is_rendered_inert_and_gets_the_script_forbi
     job = Job(0, "ada", {})
     scratch = worker.scratch_for(job)
     config = worker.config(job, scratch)
-    assert config.HTMLExporter.sanitize_html is True  # nbgrader's generate_feedback builds its exporter from it
+    # nbgrader's generate_feedback builds its exporter from it
+    assert config.HTMLExporter.sanitize_html is True
     assert InertStudentContent.__module__ + ".InertStudentContent" in config.HTMLExporter.preprocessors
 
     class Broken:

@@ -1,10 +1,11 @@
-"""Student code in the bubblewrap sandbox swaps files of its folder for links; the grader must not follow them.
+"""Student code in the bubblewrap sandbox swaps files of its folder for links; the grader must not follow
+them.
 
 Hole 2 of issue 24: the kernel's working folder was nbgrader's autograded folder, where nbgrader (outside the
 sandbox, as the grader) then wrote the executed notebook, set permissions and from which the course's copy and
-the feedback were read. One class with `--sandbox bwrap` is graded once; every hostile student answers `double`
-wrongly (1 of 3 points earned) and replaces files with links to two stand-ins outside the scratch: one for the
-gradebook or the instructor's source, one for another student's file.
+the feedback were read. One class with `--sandbox bwrap` is graded once; every hostile student answers
+`double` wrongly (1 of 3 points earned) and replaces files with links to two stand-ins outside the scratch:
+one for the gradebook or the instructor's source, one for another student's file.
 """
 
 import os
@@ -18,7 +19,8 @@ from tests.test_grading_end_to_end import assignment, grade, make_course, rows, 
 
 pytestmark = pytest.mark.notebook
 
-SECRET = "TARGET-SECRET-7f3a"  # in both stand-ins: must appear in no feedback page and no course file of theirs
+# in both stand-ins: must appear in no feedback page and no course file of theirs
+SECRET = "TARGET-SECRET-7f3a"
 PLANT = '''import os
 def plant(link, target):
     """Replace `link` (a file or folder of the sandbox) with a symlink to `target`."""
@@ -38,7 +40,8 @@ def hostile(code: str) -> dict:
 
 
 STUDENTS = {
-    "honest": {"tiny.ipynb": with_cell("print(open('data.csv').read().upper(), open('helper.csv').read().upper())"),
+    "honest": {"tiny.ipynb": with_cell("print(open('data.csv').read().upper(), "
+                                       "open('helper.csv').read().upper())"),
                "data.csv": "my data"},
     "link-notebook": hostile("plant('tiny.ipynb', '@GRADEBOOK@')"),
     "link-notebook-other": hostile("plant('tiny.ipynb', '@OTHER@')"),
@@ -88,15 +91,16 @@ def attacked(tmp_path_factory):
         outside.mkdir()
         (outside / "gradebook-standin.db").write_text(f"{SECRET} the gradebook\n")
         (outside / "other-student.txt").write_text(f"{SECRET} another student's feedback\n")
-        marks = {"@GRADEBOOK@": str(outside / "gradebook-standin.db"), "@OTHER@": str(outside / "other-student.txt"),
-                 "@OUTSIDE@": str(outside)}
+        marks = {"@GRADEBOOK@": str(outside / "gradebook-standin.db"),
+                 "@OTHER@": str(outside / "other-student.txt"), "@OUTSIDE@": str(outside)}
         students = {}
         for student, files in STUDENTS.items():
             students[student] = ({name: _replace(content, marks) for name, content in files.items()},)
         write_class(course / "incoming", students, course)
         modes = {p.name: p.stat().st_mode for p in outside.iterdir()}
         done = grade(course, course / "incoming", "--sandbox", "bwrap")
-        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-5000:], "modes": modes}
+        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-5000:],
+                "modes": modes}
 
     folder, record = once_per_run(tmp_path_factory, "grading-writethrough", grade_it)
     return folder / "course", folder / "outside", record

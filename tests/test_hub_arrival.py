@@ -24,7 +24,8 @@ def test_a_stated_time_within_the_tolerance_of_the_files_stands() -> None:
 
 
 def test_a_time_older_than_the_files_or_none_at_all_gives_way_to_when_the_files_were_written() -> None:
-    for claimed, said in ((nbgrader_time(NOW - TOLERANCE - datetime.timedelta(seconds=1)), "claims 2026-11-24 11:57"),
+    for claimed, said in ((nbgrader_time(NOW - TOLERANCE - datetime.timedelta(seconds=1)),
+                           "claims 2026-11-24 11:57"),
                           (None, "has no readable timestamp.txt"), ("yesterday-ish", "claims yesterday-ish")):
         seen = Arrival(claimed, NOW)
         assert not seen.trusted and seen.timestamp == "2026-11-24 12:00:00.000000 UTC"

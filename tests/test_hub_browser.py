@@ -1,8 +1,8 @@
 """A class on the hub in a real browser: a student logs in (PAM), fetches, answers, saves and submits from the
 Assignments tab; the autograde service grades it, and the student fetches the feedback and opens it (the score
-shown); the instructor sees the graded submission in formgrader, with no step of theirs in between. Headless Chromium
-(Debian's), screenshots to docs/images/. Needs what tests/test_hub_end_to_end.py needs (DEVICELAB_HUB_TESTS=1,
-root) and Chromium; under CI=true a skip is a failure.
+shown); the instructor sees the graded submission in formgrader, with no step of theirs in between. Headless
+Chromium (Debian's), screenshots to docs/images/. Needs what tests/test_hub_end_to_end.py needs
+(DEVICELAB_HUB_TESTS=1, root) and Chromium; under CI=true a skip is a failure.
 """
 
 import contextlib

@@ -1,14 +1,14 @@
 """Script in a submission never runs for staff: a real hub, a real browser, a hostile student.
 
-The student submits a notebook whose every corner carries script (markdown, rich outputs made while it is graded:
-text/html, text/markdown, image/svg+xml, application/javascript, an ipywidgets HTML widget; an SVG attachment;
-notebook and cell metadata; an extra .html file and a file whose name is markup). The class is collected and graded
-with the instructor's commands; the instructor logs in (PAM, headless Chromium) and opens everything staff look at:
-the submission in formgrader, the submitted .html file through formgrader's link, the feedback page and
-summary.html through the grader's JupyterLab (/files/), the autograded notebook and its folder in that JupyterLab.
-Each would-be script fetches a canary on loopback, asks the hub to make the student an admin, writes a file
-through the grader server's contents API and opens a dialog. The test asserts none of that happened.
-Needs DEVICELAB_HUB_TESTS=1 (root) and Chromium; under CI=true a skip is a failure.
+The student submits a notebook whose every corner carries script (markdown, rich outputs made while it is
+graded: text/html, text/markdown, image/svg+xml, application/javascript, an ipywidgets HTML widget; an SVG
+attachment; notebook and cell metadata; an extra .html file and a file whose name is markup). The class is
+collected and graded with the instructor's commands; the instructor logs in (PAM, headless Chromium) and opens
+everything staff look at: the submission in formgrader, the submitted .html file through formgrader's link,
+the feedback page and summary.html through the grader's JupyterLab (/files/), the autograded notebook and its
+folder in that JupyterLab. Each would-be script fetches a canary on loopback, asks the hub to make the student
+an admin, writes a file through the grader server's contents API and opens a dialog. The test asserts none of
+that happened. Needs DEVICELAB_HUB_TESTS=1 (root) and Chromium; under CI=true a skip is a failure.
 """
 
 import base64
@@ -93,7 +93,8 @@ def payload(tag: str, canary: str, student: str) -> str:
 
 
 def quoted(tag: str, canary: str, student: str) -> str:
-    """Return the payload as an expression safe inside a double-quoted HTML attribute (no quotes, no slashes)."""
+    """Return the payload as an expression safe inside a double-quoted HTML attribute (no quotes, no slashes).
+    """
     code = base64.b64encode(payload(tag, canary, student).encode()).decode()
     return f"eval(atob('{code}'))"
 
@@ -110,7 +111,8 @@ def hostile_notebook(assignment: str, canary: str, student: str) -> nbformat.Not
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" onload="{attr("svg-attachment-onload")}">'
            f"<script>{js('svg-attachment-script')}</script></svg>")
     markdown = nbformat.v4.new_markdown_cell(
-        f"# Notes\n\n<script>{js('md-script')}</script>\n\n<img src=x onerror=\"{attr('md-img-onerror')}\">\n\n"
+        f"# Notes\n\n<script>{js('md-script')}</script>\n\n<img src=x onerror=\"{attr('md-img-onerror')}\">\n"
+        "\n"
         f"<iframe srcdoc=\"<script>{attr('md-iframe-srcdoc')}</script>\"></iframe>\n\n"
         f"<a href=\"javascript:{attr('md-javascript-link')}\" id=jslink>more</a>\n\n"
         "![plot](attachment:plot.svg)\n\n[my page](submitted.html)\n")
@@ -132,7 +134,8 @@ def hostile_notebook(assignment: str, canary: str, student: str) -> nbformat.Not
     nb.metadata["title"] = f"</title><script>{js('nb-title')}</script>"
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
         "version_major": 2, "version_minor": 0, "state": {"evil": {
-            "model_name": "HTMLModel", "model_module": "@jupyter-widgets/controls", "model_module_version": "2.0.0",
+            "model_name": "HTMLModel", "model_module": "@jupyter-widgets/controls",
+            "model_module_version": "2.0.0",
             "state": {"value": f"<img src=x onerror=\"{attr('widget-state')}\">"}}}}}
     return nb
 
@@ -155,7 +158,8 @@ def canary() -> Iterator[Canary]:
 
 @pytest.fixture(scope="module")
 def graded(hub: Hub, canary: Canary) -> str:
-    """Release, let the hostile student submit (with extra files), collect and grade; return the assignment."""
+    """Release, let the hostile student submit (with extra files), collect and grade; return the assignment.
+    """
     assignment = smallest_assignment()
     hub.cli("release", assignment)
     server = start_server(hub, "mal", hub.token("mal"))
@@ -216,7 +220,8 @@ def test_a_grader_opens_a_hostile_submission_and_nothing_runs(hub: Hub, canary: 
     grader = log_in(browser, hub, "ivy")
     try:
         with watched(grader, dialogs):
-            listed = grader.request.get(f"{base}/formgrader/api/submitted_notebooks/{assignment}/{assignment}")
+            listed = grader.request.get(
+                f"{base}/formgrader/api/submitted_notebooks/{assignment}/{assignment}")
             assert listed.ok, listed.text()
             (submission,) = [s["id"] for s in listed.json() if s["student"] == student]
             grader.goto(f"{base}/formgrader/submissions/{submission}/")

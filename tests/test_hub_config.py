@@ -23,7 +23,8 @@ MEMBERS = [Member("ann", "Ann Lee", "student"), Member("bob", "Bob Ray", "studen
 
 
 def settings(tmp_path: Path, **changes) -> HubSettings:
-    base = HubSettings(root=str(tmp_path / "root"), course_id="device-lab", course_source=str(ROOT), prefix="dl-",
+    base = HubSettings(root=str(tmp_path / "root"), course_id="device-lab", course_source=str(ROOT),
+                       prefix="dl-",
                        python=sys.executable, proxy=sys.executable)  # any executable stands in for the proxy
     return replace(base, **changes)
 
@@ -178,19 +179,23 @@ def test_collect_keeps_nbgrader_submission_files(tmp_path: Path) -> None:
     s = settings(tmp_path)
     s.paths.course.mkdir(parents=True)
     (s.paths.course / "nbgrader_config.py").write_text(
-        "c = get_config()\nc.CourseDirectory.ignore = ['*.txt', '*.py', '.ipynb_checkpoints', 'timestamp.txt']\n")
+        "c = get_config()\n"
+        "c.CourseDirectory.ignore = ['*.txt', '*.py', '.ipynb_checkpoints', 'timestamp.txt']\n")
     skip = course_ignore(s.paths.course)
-    assert [skip(p) for p in ("timestamp.txt", "submission_secret.txt", "a.py", "d/.ipynb_checkpoints/x")] == [
+    assert [skip(p)
+            for p in ("timestamp.txt", "submission_secret.txt", "a.py", "d/.ipynb_checkpoints/x")] == [
         False, False, True, True]
 
 
 def test_commands_say_when_there_is_no_hub(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "autograder", "hub", "status", "ps01", "--root", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "autograder", "hub", "status", "ps01", "--root",
+                           str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, check=False)
     assert done.returncode == 2 and "hub setup" in done.stderr
 
 
-def test_a_due_date_is_read_as_nbgrader_reads_it_and_a_bad_one_is_refused_before_the_release(tmp_path: Path) -> None:
+def test_a_due_date_is_read_as_nbgrader_reads_it_and_a_bad_one_is_refused_before_the_release(
+    tmp_path: Path) -> None:
     assert loop.parse_due("2026-12-01 17:00:00 UTC") == datetime.datetime(2026, 12, 1, 17, 0)
     assert loop.parse_due("2026-12-01T17:00:00-05:00") == datetime.datetime(2026, 12, 1, 22, 0)
     assert loop.parse_due("2026-12-01 17:00") == datetime.datetime(2026, 12, 1, 17, 0)  # no zone: UTC
@@ -206,7 +211,8 @@ def test_the_students_csv_for_nbgrader_keeps_names_with_commas_and_quotes_whole(
     from autograder.hub.roster import Member
 
     handle = io.StringIO()
-    write_students_csv(handle, [Member("ann", 'Ann "Annie" Lee, Jr.', "student"), Member("bob", "Bob", "student")],
+    write_students_csv(handle,
+                       [Member("ann", 'Ann "Annie" Lee, Jr.', "student"), Member("bob", "Bob", "student")],
                        "dl-")
     rows = list(csv.DictReader(io.StringIO(handle.getvalue())))  # as nbgrader's `db student import` reads it
     assert [r["id"] for r in rows] == ["dl-ann", "dl-bob"]

@@ -1,13 +1,14 @@
 """A class on a real JupyterHub, end to end, on loopback.
 
-`python -m autograder hub setup` makes the Unix accounts (a unique prefix, removed afterwards, even on failure),
-`hub start` runs JupyterHub with the real configurable-http-proxy on free loopback ports. Three students fetch
-the smallest assignment through their own single-user servers (nbgrader's REST handlers, with each student's
-hub token), answer it (one right, one wrong, one hostile: an infinite loop) and submit; the instructor's loop
-(status, collect, grade with our grader, feedback, export) runs through the command line; each student fetches
-feedback and reads the score the grader gave. Then one student tries what the setup must refuse: another
-student's files, the exchange's inbound and feedback folders, the course's source/ and gradebook, formgrader,
-another student's server. Opt in with DEVICELAB_HUB_TESTS=1, as root; under CI=true a skip is a failure.
+`python -m autograder hub setup` makes the Unix accounts (a unique prefix, removed afterwards, even on
+failure), `hub start` runs JupyterHub with the real configurable-http-proxy on free loopback ports. Three
+students fetch the smallest assignment through their own single-user servers (nbgrader's REST handlers, with
+each student's hub token), answer it (one right, one wrong, one hostile: an infinite loop) and submit; the
+instructor's loop (status, collect, grade with our grader, feedback, export) runs through the command line;
+each student fetches feedback and reads the score the grader gave. Then one student tries what the setup must
+refuse: another student's files, the exchange's inbound and feedback folders, the course's source/ and
+gradebook, formgrader, another student's server. Opt in with DEVICELAB_HUB_TESTS=1, as root; under CI=true a
+skip is a failure.
 """
 
 import csv
@@ -46,13 +47,15 @@ def hub(tmp_path: Path):
 
 def feedback_score(server: HubAPI, assignment: str) -> tuple[float, float]:
     """Fetch the feedback through the student's server and return the score on its page."""
-    reply = server.call("POST", "/assignments/fetch_feedback", {"course_id": COURSE, "assignment_id": assignment})
+    reply = server.call("POST", "/assignments/fetch_feedback",
+                        {"course_id": COURSE, "assignment_id": assignment})
     assert reply.status == 200 and reply.body["success"], reply
     folder = f"{COURSE}/{assignment}/feedback"
     listing = server.call("GET", f"/api/contents/{folder}")
     assert listing.status == 200, listing
     (stamp,) = [c["name"] for c in listing.body["content"] if c["type"] == "directory"]
-    page = server.call("GET", f"/api/contents/{folder}/{urllib.parse.quote(stamp)}/{assignment}.html?type=file")
+    page = server.call("GET",
+                       f"/api/contents/{folder}/{urllib.parse.quote(stamp)}/{assignment}.html?type=file")
     assert page.status == 200, page
     match = SCORE.search(page.body["content"])
     assert match, page.body["content"][:500]
@@ -108,13 +111,16 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
         servers[member] = server = start_server(hub, member, hub.token(member))
         listed = server.call("GET", f"/assignments?course_id={COURSE}")
         assert [a["assignment_id"] for a in listed.body["value"]] == [assignment], listed
-        fetched = server.call("POST", "/assignments/fetch", {"course_id": COURSE, "assignment_id": assignment})
+        fetched = server.call("POST", "/assignments/fetch",
+                              {"course_id": COURSE, "assignment_id": assignment})
         assert fetched.status == 200 and fetched.body["success"], fetched
         path = f"{COURSE}/{assignment}/{assignment}.ipynb"
         saved = server.call("PUT", f"/api/contents/{path}", {"type": "notebook", "format": "json",
-                                                              "content": json.loads(nbformat.writes(notebooks[kind]))})
+                                                              "content": json.loads(
+                                                                  nbformat.writes(notebooks[kind]))})
         assert saved.status == 200, saved
-        submitted = server.call("POST", "/assignments/submit", {"course_id": COURSE, "assignment_id": assignment})
+        submitted = server.call("POST", "/assignments/submit",
+                                {"course_id": COURSE, "assignment_id": assignment})
         assert submitted.status == 200 and submitted.body["success"], submitted
 
     status = hub.cli("status", assignment).stdout
@@ -137,7 +143,8 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
     export = Path(hub.settings.root) / "export.csv"
     hub.cli("export", "--to", str(export))
     with export.open() as handle:
-        exported = {row["student_id"]: row for row in csv.DictReader(handle) if row["assignment"] == assignment}
+        exported = {row["student_id"]: row for row in csv.DictReader(handle)
+                    if row["assignment"] == assignment}
     for member in plan:
         assert float(exported[hub.user(member)]["score"]) == float(grades[hub.user(member)]["score"])
         assert exported[hub.user(member)]["duedate"].startswith("2099-12-31 22:00:00")  # set by release --due
@@ -155,7 +162,8 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
     refused(hub, "cat", ["cat", str(ann_notebook)])
     refused(hub, "cat", ["ls", str(paths.exchange / COURSE / "inbound")])
     refused(hub, "cat", ["ls", str(paths.exchange / COURSE / "feedback")])
-    refused(hub, "cat", ["sh", "-c", f"cat '{paths.exchange / COURSE / 'inbound'}'/{hub.user('ann')}+*/*.ipynb"])
+    refused(hub, "cat",
+            ["sh", "-c", f"cat '{paths.exchange / COURSE / 'inbound'}'/{hub.user('ann')}+*/*.ipynb"])
     refused(hub, "cat", ["cat", str(course / "source" / assignment / f"{assignment}.ipynb")])
     refused(hub, "cat", ["cat", str(course / "gradebook.db")])
     refused(hub, "cat", ["ls", str(course / "submitted")])
@@ -164,7 +172,8 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
     cat_token = hub.token("cat")
     assert hub.as_user(cat_token, f"/services/{COURSE}").call("GET", "/formgrader").status == 403
     assert hub.as_user(cat_token, f"/services/{COURSE}").call("GET", "/api/contents/source").status == 403
-    assert hub.as_user(cat_token, f"/user/{hub.user('ann')}").call("GET", "/api/contents").status in (403, 404)
+    assert hub.as_user(cat_token, f"/user/{hub.user('ann')}").call("GET", "/api/contents").status in (403,
+                                                                                                      404)
     assert hub.as_user(cat_token, "/hub/api").call("GET", f"/users/{hub.user('ann')}").status in (403, 404)
     # The instructor reaches formgrader (the grader account's service), and sees the three submissions.
     formgrader = hub.as_user(hub.token("ivy"), f"/services/{COURSE}")
@@ -178,25 +187,28 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
     disabled = json.loads(config[1])["disabledExtensions"]
     assert "@jupyter/nbgrader:formgrader" in disabled and "@jupyter/nbgrader:assignment-list" not in disabled
 
-    # JupyterHub 4.1+ forbids framing users' pages; only the grader service allows its own frames (formgrader's
-    # JupyterLab panel), as nbgrader documents.
+    # JupyterHub 4.1+ forbids framing users' pages; only the grader service allows its own frames
+    # (formgrader's JupyterLab panel), as nbgrader documents.
     assert "frame-ancestors 'none'" in csp(hub, hub.token("ann"), f"/user/{hub.user('ann')}/lab")
     assert "frame-ancestors 'self'" in csp(hub, hub.token("ivy"), f"/services/{COURSE}/formgrader")
 
     # The idle culler runs as a hub service with the scopes it needs.
-    assert re.search(r"200 GET /hub/api/users\S* \(idle-culler@", hub.log.read_text()), "the culler never asked"
+    assert re.search(r"200 GET /hub/api/users\S* \(idle-culler@",
+                     hub.log.read_text()), "the culler never asked"
 
     # Running setup again (an upgrade) keeps accounts, course and gradebook.
     s = hub.settings
     again = subprocess.run(
-        [sys.executable, "-m", "autograder", "hub", "setup", "--roster", str(s.paths.roster), "--root", s.root,
+        [sys.executable, "-m", "autograder", "hub", "setup", "--roster", str(s.paths.roster), "--root",
+         s.root,
          "--prefix", s.prefix, "--extra-group", s.extra_group, f"--port={s.port}", f"--hub-port={s.hub_port}",
          f"--proxy-api-port={s.proxy_api_port}", f"--service-port={s.service_port}"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 0 and "accounts created" not in again.stdout, again.stdout + again.stderr
     hub.cli("export", "--to", str(export))
     with export.open() as handle:
-        kept = {row["student_id"]: row["score"] for row in csv.DictReader(handle) if row["assignment"] == assignment}
+        kept = {row["student_id"]: row["score"] for row in csv.DictReader(handle)
+                if row["assignment"] == assignment}
     assert kept == {k: v["score"] for k, v in exported.items()}
 
     # A late student joins the running hub, in the course's group, without a restart.

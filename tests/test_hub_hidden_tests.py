@@ -1,9 +1,9 @@
 """Hidden tests stay hidden on a real hub until the instructor releases the full feedback (issue 24, hole 10).
 
 A student with a hub account submits ps01 through their own server with autograding on: a `describe` that
-fails only a hidden test, and cells that read the hidden tests while they run and try to carry them out (print,
-an exception, an earlier display updated later, the repr of a value a visible test prints). They fetch their
-feedback with nbgrader's Fetch Feedback seconds later: its score, the visible tests and the instructor's
+fails only a hidden test, and cells that read the hidden tests while they run and try to carry them out
+(print, an exception, an earlier display updated later, the repr of a value a visible test prints). They fetch
+their feedback with nbgrader's Fetch Feedback seconds later: its score, the visible tests and the instructor's
 message for the failing hidden block, and no hidden test line. After `hub collect`, `hub grade` and
 `hub feedback` (the full feedback, as after the due date) the same fetch shows the hidden tests.
 

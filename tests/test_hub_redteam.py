@@ -243,7 +243,8 @@ def test_special_files_and_huge_files_stall_nobody(klass: Klass) -> None:
     plant(klass, "cat", f"{cat}+{a}+{stamp}+many", submission_files(klass, "wrong", stamp),
           "mkdir d && cd d && seq 1 1200 | xargs touch")
     many = cat_done("many")
-    assert (many.state, many.status) == (State.FAILED, "refused") and "more than 1000 files" in many.detail, many
+    assert (many.state, many.status) == (State.FAILED,
+                                         "refused") and "more than 1000 files" in many.detail, many
     before = submissions_of(klass.servers["bob"], a)[0]["timestamp"]
     hand_in(klass.servers["bob"], a, klass.notebooks["right"], fetch=False)
     wait_for_feedback(klass.servers["bob"], a, after=before)
@@ -256,7 +257,9 @@ def test_special_files_and_huge_files_stall_nobody(klass: Klass) -> None:
 
 
 def test_swapping_a_file_for_a_link_while_the_service_copies_leaks_nothing(klass: Klass) -> None:
-    """Hole 5: cat swaps their notebook for a link to the instructor's source, over and over, while it is copied."""
+    """Hole 5: cat swaps their notebook for a link to the instructor's source, over and over, while it is
+    copied.
+    """
     hub, a = klass.hub, klass.assignment
     if not klass.servers:
         pytest.skip("needs the release of the first test")
@@ -266,8 +269,8 @@ def test_swapping_a_file_for_a_link_while_the_service_copies_leaks_nothing(klass
     stamp = now_stamp(3)
     folder = plant(klass, "cat", f"{cat}+{a}+{stamp}+swap", submission_files(klass, "wrong", stamp),
                    f'cp "{a}.ipynb" "{home}/.real.ipynb"')
-    swap = (f'cd "{folder}" && while :; do ln -sfn "{source}" "{home}/.link" && mv -Tf "{home}/.link" "{a}.ipynb"; '
-            f'cp "{home}/.real.ipynb" "{home}/.copy" && mv -Tf "{home}/.copy" "{a}.ipynb"; done')
+    swap = (f'cd "{folder}" && while :; do ln -sfn "{source}" "{home}/.link" && mv -Tf "{home}/.link" '
+            f'"{a}.ipynb"; cp "{home}/.real.ipynb" "{home}/.copy" && mv -Tf "{home}/.copy" "{a}.ipynb"; done')
     swapper = subprocess.Popen(["runuser", "-u", cat, "--", "sh", "-c", swap], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, cwd="/")
     try:

@@ -11,7 +11,8 @@ from torch import nn
 
 from devicelab.inspector import TensorRow, TensorTable, tensor_table
 
-COURSE_ROOT = Path(__file__).resolve().parent.parent  # not autograder's: these tests run where only devicelab is
+# not autograder's: these tests run where only devicelab is
+COURSE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def names(table: TensorTable) -> list[str]:
@@ -125,7 +126,8 @@ def test_the_same_tensor_under_two_names_is_listed_twice():
 
 
 def test_summary_counts_tensors_and_bytes_per_device():
-    table = tensor_table({"big": torch.ones(3 * 2**17), "w": torch.ones(2, device="meta"), "b": torch.ones(3)})
+    table = tensor_table({"big": torch.ones(3 * 2**17), "w": torch.ones(2, device="meta"),
+                          "b": torch.ones(3)})
     totals = table.totals()
     assert list(totals) == [torch.device("cpu"), torch.device("meta")]
     assert (totals[torch.device("cpu")].count, totals[torch.device("cpu")].nbytes) == (2, 1_572_876)
@@ -180,11 +182,13 @@ def test_building_a_table_does_not_initialise_cuda():
     # On a GPU machine, also in a fresh process, where no other test has initialised CUDA first.
     code = ("import torch; from torch import nn; from devicelab.inspector import tensor_table; "
             "tensor_table({'x': torch.ones(2), 'm': nn.Linear(2, 2)}); print(torch.cuda.is_initialized())")
-    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=COURSE_ROOT)
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           cwd=COURSE_ROOT)
     assert fresh.stdout.strip() == "False"
 
 
 def test_sizes_use_the_course_binary_units():
-    table = tensor_table({"x": torch.ones(256, 1024, dtype=torch.uint8), "y": torch.ones(1000, dtype=torch.uint8)})
+    table = tensor_table({"x": torch.ones(256, 1024, dtype=torch.uint8),
+                          "y": torch.ones(1000, dtype=torch.uint8)})
     assert [row.cells()[-1] for row in table.rows] == ["256 KiB", "1000 B"]
     assert table.summary() == "cpu: 2 tensors, 257.0 KiB"

@@ -1,4 +1,6 @@
-"""Lesson 07: its practice checks, and the simulated trace it reads (the committed file is what the code exports)."""
+"""Lesson 07: its practice checks, and the simulated trace it reads (the committed file is what the code
+exports).
+"""
 
 import json
 
@@ -27,7 +29,8 @@ def test_practice_solutions_pass_and_stubs_are_not_attempted():
         raise NotImplementedError("your code here")
 
     stubs = {"copy_on_side_stream": stub, "kernel_seconds": stub}
-    assert all(evaluate(e, stubs).outcome is Outcome.NOT_ATTEMPTED for e in lesson07._exercises.exercises.values())
+    assert all(evaluate(e, stubs).outcome is Outcome.NOT_ATTEMPTED
+               for e in lesson07._exercises.exercises.values())
 
 
 def test_practice_checks_catch_a_missing_wait_and_microseconds():

@@ -1,7 +1,9 @@
-"""Lesson 08, the capstone: the script's problems show in a trace of the code itself, and fixes change the trace.
+"""Lesson 08, the capstone: the script's problems show in a trace of the code itself, and fixes change the
+trace.
 
-The script runs on the simulated GPU (devicelab.capstone.profile_script): the unfixed script's trace shows each
-problem, the fixed one shows none, each realistic wrong fix leaves its symptom, and `check` says so in trace terms.
+The script runs on the simulated GPU (devicelab.capstone.profile_script): the unfixed script's trace shows
+each problem, the fixed one shows none, each realistic wrong fix leaves its symptom, and `check` says so in
+trace terms.
 """
 
 import pytest
@@ -111,7 +113,8 @@ def test_the_simulated_cuda_is_put_back_after_a_run():
 def test_the_unfixed_script_shows_every_problem_in_its_trace():
     run = capstone.profile_script(lesson08.NoiseOnDevice)
     summary = capstone.summarize(run.trace)
-    assert summary.waits == {"aten::copy_": 16, "aten::_local_scalar_dense": 8}, "3 waits a step, as predicted"
+    assert summary.waits == {"aten::copy_": 16,
+                             "aten::_local_scalar_dense": 8}, "3 waits a step, as predicted"
     assert summary.copies["Memcpy HtoD (Pageable -> Device)"] == 16
     assert summary.copies["Memcpy DtoH (Device -> Pinned)"] == 8, ".item() copies into pinned memory"
     assert summary.overlap == 0.0
@@ -140,8 +143,8 @@ def test_check_confirms_the_fixed_script_and_lists_symptoms_of_the_unfixed_one()
     noise_only = namespace_of(IMPORTS + NET_FIXED)
     noise_only.update(build_loader=capstone.build_loader, run_epoch=capstone.run_epoch)
     exec("def run_epoch(model, loader, optimizer, device):\n"
-         "    return _script(model, loader, optimizer, device)\n", {**noise_only, "_script": capstone.run_epoch},
-         noise_only)
+         "    return _script(model, loader, optimizer, device)\n",
+         {**noise_only, "_script": capstone.run_epoch}, noise_only)
     feedback = evaluate(EXERCISES["run_epoch"], noise_only)
     assert feedback.outcome is Outcome.INCORRECT and "_local_scalar_dense" in feedback.message
 
@@ -150,7 +153,8 @@ WRONG_FIXES = [
     ("noise made on the CPU and moved", script(net=NET_FIXED.replace("torch.randn_like(x)",
                                                                      "torch.randn(x.shape).to(x.device)")),
      "host-to-device copies for 8 batches"),
-    ("item() kept in the loop", script(keep="loss.detach()); print(f'{loss.item():.3f}'"), "_local_scalar_dense"),
+    ("item() kept in the loop", script(keep="loss.detach()); print(f'{loss.item():.3f}'"),
+     "_local_scalar_dense"),
     ("a device-wide sync each step", script(keep="loss.detach()); torch.cuda.synchronize("),
      "cudaDeviceSynchronize"),
     ("no pinning", script(pin="False"), "Pageable"),

@@ -38,13 +38,15 @@ def test_gpu_cells_carry_both_the_tag_and_the_magic(path):
     for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
         tagged = REQUIRES_CUDA in cell.metadata.get("tags", [])
         magic = cell.cell_type == "code" and cell.source.lstrip().startswith("%%requires_cuda")
-        assert tagged == magic, f"{path.name} cell {index}: tag `requires-cuda` and `%%requires_cuda` go together"
+        assert tagged == magic, (f"{path.name} cell {index}: tag `requires-cuda` and `%%requires_cuda` go "
+                                 "together")
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_lesson_opens_with_imports_and_never_asserts_a_gpu(path):
     cells = nbformat.read(path, as_version=4).cells
-    first_code = next(c for c in cells if c.cell_type == "code" and SETUP_TAG not in c.metadata.get("tags", []))
+    first_code = next(c for c in cells if c.cell_type == "code"
+                      and SETUP_TAG not in c.metadata.get("tags", []))
     assert "import" in first_code.source, "the first code cell after the Colab setup cell holds the imports"
     text = "\n".join(c.source for c in cells)
     assert "assert torch.cuda.is_available()" not in text
@@ -54,19 +56,22 @@ def test_lesson_opens_with_imports_and_never_asserts_a_gpu(path):
 def markdown_headings(path) -> list[str]:
     """Return every `#`-heading of a lesson's markdown cells, in order (headings may sit inside a cell)."""
     cells = nbformat.read(path, as_version=4).cells
-    return [line for c in cells if c.cell_type == "markdown" for line in c.source.splitlines() if line.startswith("#")]
+    return [line for c in cells if c.cell_type == "markdown" for line in c.source.splitlines()
+            if line.startswith("#")]
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_lesson_says_how_long_it_takes_and_ends_with_next(path):
     cells = nbformat.read(path, as_version=4).cells
     opening = next(c.source for c in cells if c.cell_type == "markdown" and c.source.startswith("# "))
-    assert re.search(r"\*About \d+ minutes", opening), f"{path.name}: the title cell says how long the lesson takes"
+    assert re.search(r"\*About \d+ minutes",
+                     opening), f"{path.name}: the title cell says how long the lesson takes"
     headings = markdown_headings(path)
     assert headings[-1] == "## Next", f"{path.name}: the last section is '## Next'"
     if "## Going further (optional)" in headings:
         assert headings.index("## Going further (optional)") < headings.index("## Next")
-        assert "optional" in opening, f"{path.name}: the title cell says the Going further section is optional"
+        assert "optional" in opening, (f"{path.name}: the title cell says the Going further section is "
+                                       "optional")
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -75,7 +80,8 @@ def test_numbered_sections_run_in_order_and_references_to_them_exist(path):
     assert numbers == list(range(1, len(numbers) + 1)), f"{path.name}: sections numbered {numbers}"
     text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
     cited = {int(n) for n in re.findall(r"\bsections? (\d+)\b", text)}
-    assert cited <= set(numbers), f"{path.name}: refers to section(s) {sorted(cited - set(numbers))}, which it lacks"
+    assert cited <= set(numbers), (f"{path.name}: refers to section(s) {sorted(cited - set(numbers))}, which "
+                                   "it lacks")
 
 
 PROMPT = "**Predict, then run:**"
@@ -89,18 +95,21 @@ GIVEAWAYS = {  # phrases that would answer a prediction if a student read them i
     "stale-read": ("dangerous direction", "stale", "last step's values", "not a sync point"),
     "built-with-cuda": ("whether or not a gpu is present", "*compiled* against", "how pytorch was *built*"),
     "default-device": ("create on the cpu", "does not move anything", "where are they stored?"),
-    "numpy-dtype": ("keeps the dtype of a numpy array", "numpy's default float is 64-bit", "arrives as `float64`"),
+    "numpy-dtype": ("keeps the dtype of a numpy array", "numpy's default float is 64-bit",
+                    "arrives as `float64`"),
     "slice-storage": ("whole block stays", "stays allocated", "4,000,000 bytes of storage"),
     "cuda1-label": ("only a label", "not a connection", "nothing checks the hardware"),
     "cuda-vs-cuda0": ("*not* the same", "not equal", "has **no index**", "`none` is not `0`"),
-    "current-accelerator": ("compiled** for", "compiled for", "a trap that reports a gpu", "not one that is actually"),
+    "current-accelerator": ("compiled** for", "compiled for", "a trap that reports a gpu",
+                            "not one that is actually"),
     "same-object": ("sometimes **the very", "same tensor object", "returns `t` itself", "all three."),
     "moved-grad": ("trap", "stays `none`", "nothing ever updates it"),
     "numpy-shares": ("it does.", "`.cpu()` on a cpu tensor returns that same tensor"),
     "pageable-non-blocking": ("chunk by chunk", "is staged", "held until", "holds the host", "held the host"),
     "half-peak": ("between 32 kib and 64 kib", "31-36 kib", "half of the peak arrives"),
     "loader-device": ("leaves to you", "does not move it", "batches stay cpu tensors", "**either way the"),
-    "one-stream-overlap": ("runs its work in order", "still waits for step", "current one computes", "not on one stream"),
+    "one-stream-overlap": ("runs its work in order", "still waits for step", "current one computes",
+                           "not on one stream"),
 }
 
 
@@ -114,11 +123,13 @@ def _lesson_predictions(cells) -> dict:
 ASKS_TO_PREDICT = re.compile(  # "Predict ...", "a prediction first", "Guess ...", "What do you expect ..."
     r"\bpredict(ion|ions)?\b|(^|[.:!?>*]\s*)guess\b|what do you (expect|think)|\bthink (first|before)\b",
     re.IGNORECASE | re.MULTILINE)
-PRACTICE_ITEM = re.compile(r"^\s*\d+\.\s")  # "1. Predict ..., then check": the student's own experiment, no cell answers it
+# "1. Predict ..., then check": the student's own experiment, no cell answers it
+PRACTICE_ITEM = re.compile(r"^\s*\d+\.\s")
 
 
 def _prediction_prompts(cells) -> list[tuple[int, str]]:
-    """Return (cell index, paragraph) for every paragraph of the lesson's text that asks the student to predict.
+    """Return (cell index, paragraph) for every paragraph of the lesson's text that asks the student to
+    predict.
 
     The title cell's outline ("each question comes with a prediction") and numbered practice items, which the
     student answers with their own code, ask nothing of the cell that follows.
@@ -135,21 +146,25 @@ def _prediction_prompts(cells) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_every_prediction_is_asked_before_anything_answers_it(path):
-    """Every request to predict ends its markdown cell and is followed at once by an `ask` cell, then the answer."""
+    """Every request to predict ends its markdown cell and is followed at once by an `ask` cell, then the
+    answer.
+    """
     cells = nbformat.read(path, as_version=4).cells
     prompts = _prediction_prompts(cells)
     assert all(index in {i for i, _ in prompts} for index, c in enumerate(cells)
-               if c.cell_type == "markdown" and PROMPT in c.source), f"{path.name}: a prompt was not recognised"
+               if c.cell_type == "markdown"
+               and PROMPT in c.source), f"{path.name}: a prompt was not recognised"
     for index, paragraph in prompts:
         where = f"{path.name} cell {index} ({paragraph[:50]!r}...)"
         last = re.split(r"\n\s*\n", cells[index].source.strip())[-1]
         assert paragraph == last, f"{where}: text follows the prediction"
         following = cells[index + 1] if index + 1 < len(cells) else None
         assert following is not None and following.cell_type == "code" and ASK.match(following.source), (
-            f"{where}: a request to predict is followed at once by its `ask(...)` cell (devicelab.predict), so "
-            "that the answer shows only after the student has committed a guess")
+            f"{where}: a request to predict is followed at once by its `ask(...)` cell (devicelab.predict), "
+            "so that the answer shows only after the student has committed a guess")
         answering = index + 2
-        while answering < len(cells) and cells[answering].cell_type == "code" and ASK.match(cells[answering].source):
+        while answering < len(cells) and cells[answering].cell_type == "code" and ASK.match(
+            cells[answering].source):
             answering += 1  # several predictions about one cell are asked one after the other
         assert answering < len(cells) and cells[answering].cell_type == "code", (
             f"{where}: the answering cell follows the ask() cell(s) at once")
@@ -159,7 +174,8 @@ def test_every_prediction_is_asked_before_anything_answers_it(path):
 def test_no_cell_before_an_ask_gives_its_answer_away(path):
     cells = nbformat.read(path, as_version=4).cells
     predictions = _lesson_predictions(cells)
-    asked = [(i, m.group(1)) for i, c in enumerate(cells) if c.cell_type == "code" and (m := ASK.match(c.source))]
+    asked = [(i, m.group(1)) for i,
+             c in enumerate(cells) if c.cell_type == "code" and (m := ASK.match(c.source))]
     for index, name in asked:
         assert name in predictions, f"{path.name} asks {name!r}, which its lesson module lacks"
         before = "\n".join(c.source for c in cells[:index] if c.cell_type == "markdown")
@@ -191,20 +207,22 @@ WITH_THEIR_CALLS = [p for p in LESSONS if p.stem[:2] in ("07", "08")]
 
 @pytest.mark.parametrize("path", WITH_THEIR_CALLS, ids=lambda p: p.stem)
 def test_every_simulated_figure_sits_next_to_the_pytorch_call_it_stands_for(path):
-    """A cell that drives the simulated GPU shows, in itself or the markdown beside it, the real PyTorch call."""
+    """A cell that drives the simulated GPU shows, in itself or the markdown beside it, the real PyTorch call.
+    """
     cells = nbformat.read(path, as_version=4).cells
     missing = []
     for index, cell in enumerate(cells):
         if cell.cell_type != "code" or REQUIRES_CUDA in cell.metadata.get("tags", []):
             continue
         before = next((c.source for c in reversed(cells[:index]) if c.cell_type == "markdown"), "")
-        after = cells[index + 1].source if index + 1 < len(cells) and cells[index + 1].cell_type == "markdown" else ""
+        after = cells[index + 1].source if index + 1 < len(cells) and cells[
+            index + 1].cell_type == "markdown" else ""
         beside = f"{before}\n{cell.source}\n{after}"
         missing += [f"cell {index} ({cell.get('id')}): `{simulated}` without one of {real}"
                     for simulated, real in SIMULATED_CALLS.items()
                     if re.search(simulated, cell.source) and not any(spelling in beside for spelling in real)]
-    assert not missing, (f"{path.name}: these cells drive the simulated GPU, but neither the cell nor the markdown "
-                         "beside it shows the PyTorch call each stands for:\n" + "\n".join(missing))
+    assert not missing, (f"{path.name}: these cells drive the simulated GPU, but neither the cell nor the "
+                         "markdown beside it shows the PyTorch call each stands for:\n" + "\n".join(missing))
 
 
 def _numpy_dtype() -> str:
@@ -274,7 +292,8 @@ def _pageable_non_blocking() -> str:
 def _half_peak() -> str:
     from devicelab.simgpu import T4_PCIE3
 
-    half = T4_PCIE3.h2d_pinned_Bps * T4_PCIE3.copy_latency_s  # bytes at which latency and transfer take as long
+    # bytes at which latency and transfer take as long
+    half = T4_PCIE3.h2d_pinned_Bps * T4_PCIE3.copy_latency_s
     sizes = {"4 KiB": 4 * 2**10, "32 KiB": 32 * 2**10, "1 MiB": 2**20, "16 MiB": 16 * 2**20}
     return min(sizes, key=lambda label: abs(math.log(sizes[label] / half)))
 
@@ -299,7 +318,8 @@ def _one_stream_overlap() -> str:
 ANSWERS_HERE = {  # each prediction of lessons 00-03 and 06, answered by running it on this machine
     "lesson00": {"built-with-cuda": _built_with_cuda},
     "lesson01": {
-        "default-device": lambda: "on the CPU" if {f(3).device.type for f in (torch.zeros, torch.arange, torch.randn)}
+        "default-device": lambda: "on the CPU"
+        if {f(3).device.type for f in (torch.zeros, torch.arange, torch.randn)}
         == {"cpu"} else "elsewhere",
         "numpy-dtype": _numpy_dtype,
         "slice-storage": _slice_storage,
@@ -320,4 +340,5 @@ ANSWERS_HERE = {  # each prediction of lessons 00-03 and 06, answered by running
 def test_a_predictions_answer_is_what_running_it_shows(module, name):
     predictions = importlib.import_module(f"devicelab.exercises.{module}").PREDICTIONS
     assert set(predictions) == set(ANSWERS_HERE[module]), f"{module}: every prediction is checked here"
-    assert ANSWERS_HERE[module][name]() == predictions[name].answer, f"{module} {name}: the answer is not what runs"
+    assert ANSWERS_HERE[module][name]() == predictions[name].answer, (f"{module} {name}: the answer is not "
+                                                                      "what runs")

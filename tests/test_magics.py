@@ -31,6 +31,7 @@ def test_cell_runs_with_cuda(shell):
 def test_errors_inside_a_gpu_cell_are_not_swallowed():
     fake_shell = mock.Mock()
     fake_shell.run_cell.return_value.raise_error.side_effect = RuntimeError("CUDA error")
-    with mock.patch("torch.cuda.is_available", return_value=True), pytest.raises(RuntimeError, match="CUDA error"):
+    with mock.patch("torch.cuda.is_available", return_value=True), pytest.raises(RuntimeError,
+                                                                                 match="CUDA error"):
         requires_cuda("", "x = 1", shell=fake_shell)
     fake_shell.run_cell.assert_called_once_with("x = 1")

@@ -18,7 +18,8 @@ def _notebook(tmp_path, *cells):
 
 
 def test_requires_cuda_cells_are_dropped_without_a_gpu(tmp_path):
-    gpu_cell = nbformat.v4.new_code_cell("raise SystemError('must not run')", metadata={"tags": ["requires-cuda"]})
+    gpu_cell = nbformat.v4.new_code_cell("raise SystemError('must not run')",
+                                         metadata={"tags": ["requires-cuda"]})
     path = _notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"), gpu_cell)
     result = execute_notebook(path, gpu=False)
     assert result.skipped_cells == 1 and len(result.notebook.cells) == 1
@@ -37,6 +38,7 @@ def test_raises_exception_tag_allows_a_deliberate_error(tmp_path):
 
 def test_without_gpu_cells_leaves_the_original_alone():
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("a", metadata={"tags": ["requires-cuda"]}), nbformat.v4.new_code_cell("b")]
+    nb.cells = [nbformat.v4.new_code_cell("a", metadata={"tags": ["requires-cuda"]}),
+                nbformat.v4.new_code_cell("b")]
     copy, dropped = without_gpu_cells(nb)
     assert dropped == 1 and [c.source for c in copy.cells] == ["b"] and len(nb.cells) == 2

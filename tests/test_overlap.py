@@ -1,4 +1,6 @@
-"""The overlap timeline: only pinned memory, a non-blocking copy and a side stream let copies hide behind compute."""
+"""The overlap timeline: only pinned memory, a non-blocking copy and a side stream let copies hide behind
+compute.
+"""
 
 import pytest
 
@@ -25,7 +27,8 @@ def test_only_the_side_stream_overlaps_copy_and_compute(runs):
 
 
 def test_the_side_stream_finishes_first_and_pageable_last(runs):
-    totals = [runs[mode].total_s for mode in ("pinned-side-stream", "pinned-same-stream", "pageable-blocking")]
+    totals = [runs[mode].total_s
+              for mode in ("pinned-side-stream", "pinned-same-stream", "pageable-blocking")]
     assert totals == sorted(totals) and totals[0] < 0.75 * totals[1]
     assert all(run.source == overlap.SIMULATED for run in runs.values())
 
@@ -44,14 +47,16 @@ def test_every_step_computes_only_after_its_own_batch_arrived(runs):
         assert len(copies) == len(kernels) == 4
         for step, (copy, kernel) in enumerate(zip(copies, kernels, strict=True)):
             assert copy.name == f"batch {step}" and kernel.name == f"step {step}"
-            assert kernel.start >= copy.end - 1e-12, f"{run.mode}: step {step} started before its batch arrived"
+            assert kernel.start >= copy.end - 1e-12, (f"{run.mode}: step {step} started before its batch "
+                                                      "arrived")
 
 
 def test_the_next_batch_is_copied_while_the_current_one_computes(runs):
     side = runs["pinned-side-stream"]
     copies, kernels = spans(side, "copy"), spans(side, "compute")
     for step in range(3):
-        assert copies[step + 1].start < kernels[step].end, f"batch {step + 1} should arrive during step {step}"
+        assert copies[step
+                      + 1].start < kernels[step].end, f"batch {step + 1} should arrive during step {step}"
 
 
 def test_pageable_copies_make_the_host_wait_and_pinned_ones_do_not(runs):
@@ -70,7 +75,8 @@ def test_the_default_batch_matches_the_t4_figures():
 
 
 @pytest.mark.parametrize(("mode", "steps", "words"), [
-    ("sideways", 4, "unknown mode"), ("pinned-side-stream", 0, "positive int"), (MODES[0], True, "positive int"),
+    ("sideways", 4, "unknown mode"), ("pinned-side-stream", 0, "positive int"),
+    (MODES[0], True, "positive int"),
 ])
 def test_bad_requests_are_refused(mode, steps, words):
     with pytest.raises(ValueError, match=words):

@@ -63,8 +63,8 @@ def traceback_at(line: int, source: str, ename: str, evalue: str) -> list[str]:
                        for n in range(max(1, line - 2), min(len(lines), line + 2) + 1))
     return ["\x1b[31m---------------------------------------------------------------------------\x1b[39m",
             f"\x1b[31m{ename}\x1b[39m      Traceback (most recent call last)",
-            f"\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[2]\x1b[39m\x1b[32m, line {line}\x1b[39m\n{around}",
-            f"\x1b[31m{ename}\x1b[39m: {evalue}"]
+            (f"\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[2]\x1b[39m\x1b[32m, line {line}\x1b[39m\n"
+             f"{around}"), f"\x1b[31m{ename}\x1b[39m: {evalue}"]
 
 
 def error(line: int | None, ename: str = "AssertionError", evalue: str = "", source: str = DOUBLE_TESTS):
@@ -73,13 +73,15 @@ def error(line: int | None, ename: str = "AssertionError", evalue: str = "", sou
 
 
 def autograded(*test_outputs, answer: str = "return 2 * x", more=()) -> nbformat.NotebookNode:
-    """Return an autograded-like notebook: `double`, its test cell (hidden tests back in) with these outputs."""
+    """Return an autograded-like notebook: `double`, its test cell (hidden tests back in) with these outputs.
+    """
     test = new_code_cell(DOUBLE_TESTS, metadata=graded_cell_meta("double-tests", 2))
     test.metadata.nbgrader["checksum"] = "0786563454686bf042baae0b2dec853e"
     test.outputs = list(test_outputs)
     nb = nbformat.v4.new_notebook(cells=[
         new_markdown_cell("# Tiny"),
-        new_code_cell(f'def double(x):\n    """Return 2x."""\n    {answer}', metadata=solution_cell_meta("double")),
+        new_code_cell(f'def double(x):\n    """Return 2x."""\n    {answer}',
+                      metadata=solution_cell_meta("double")),
         test, *more])
     nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
@@ -139,7 +141,8 @@ def test_text_made_by_student_code_is_never_shown() -> None:
     assert "AssertionError at line 1:" in text and "SECRET" not in text and "got" not in text
     named = graded_cell(redact(autograded(error(1, ename="SECRET_double_minus_3"))))
     assert "An error at line 1:" in named.outputs[0].traceback[0] and "SECRET" not in shown(named)
-    hidden_name = graded_cell(redact(autograded(error(1, "NameError", "name 'SECRET_hidden' is not defined"))))
+    hidden_name = graded_cell(
+        redact(autograded(error(1, "NameError", "name 'SECRET_hidden' is not defined"))))
     assert "SECRET" not in shown(hidden_name)
 
 
@@ -190,7 +193,8 @@ def test_the_setting_protects_by_default_until_the_due_date(tmp_path: Path) -> N
     assert protected.hidden_tests == HiddenTests.PROTECTED
     assert protected.protects_hidden_tests(None, now) and protected.protects_hidden_tests(now + hour, now)
     assert not protected.protects_hidden_tests(now - hour, now)
-    assert not AutogradeSetting("ps01", True, hidden_tests=HiddenTests.SHOWN).protects_hidden_tests(now + hour, now)
+    assert not AutogradeSetting("ps01", True,
+                                hidden_tests=HiddenTests.SHOWN).protects_hidden_tests(now + hour, now)
     queue = Queue(tmp_path / "queue.sqlite")
     assert queue.setting("ps01").hidden_tests == HiddenTests.PROTECTED
     queue.configure("ps01", True, hidden_tests=HiddenTests.SHOWN)
@@ -265,7 +269,8 @@ def ps01_graded(tmp_path_factory) -> Path:
         # In a process of its own, as instructors run it (and away from the state of the tests run before).
         done = subprocess.run([sys.executable, "-m", "autograder", "grade", PS01, str(course / "incoming"),
                                "--course", str(course), "--jobs", "2", "--timeout", "120", "--quiet"],
-                              cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True, check=False)
+                              cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
+                              check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         with (course / "graded" / PS01 / "grades.csv").open(newline="") as handle:
             return {r["student"]: [r["status"], float(r["score"]), float(r["max_score"])]
@@ -312,7 +317,8 @@ def full_page(course: Path, student: str) -> str:
 
 def safe_page(course: Path, student: str, tmp_path: Path) -> str:
     pages = student_feedback_pages(course, PS01, student, tmp_path / student)
-    assert list(pages) == [PS01] and (tmp_path / student / f"{PS01}.html").read_text(encoding="utf-8") == pages[PS01]
+    assert list(pages) == [PS01] and (tmp_path / student / f"{PS01}.html").read_text(
+        encoding="utf-8") == pages[PS01]
     return pages[PS01]
 
 
@@ -372,7 +378,8 @@ def test_an_honest_student_sees_every_visible_test_pass(ps01_graded: Path, tmp_p
     text = text_of(safe_page(ps01_graded, "right", tmp_path))
     score = SCORE.search(text)
     assert score.group("score") == score.group("max")
-    assert "A hidden test of this cell failed" not in text and not re.search(r"(Error|An error) at line", text)
+    assert "A hidden test of this cell failed" not in text and not re.search(r"(Error|An error) at line",
+                                                                             text)
 
 
 @pytest.mark.notebook

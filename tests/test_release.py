@@ -20,7 +20,8 @@ def _files(folder):
 
 def test_every_assignment_has_a_release_and_nothing_else_does():
     assert ASSIGNMENTS, "no assignments in source/"
-    assert assignments(folder="release") == ASSIGNMENTS, "run `make build`: release/ and source/ list different ids"
+    assert assignments(folder="release") == ASSIGNMENTS, ("run `make build`: release/ and source/ list "
+                                                          "different ids")
 
 
 def test_release_equals_a_fresh_build(tmp_path):
@@ -30,13 +31,15 @@ def test_release_equals_a_fresh_build(tmp_path):
     shutil.copytree(COURSE_ROOT / "notebooks", tmp_path / "notebooks")
     build_release(tmp_path)
     fresh, committed = _files(tmp_path / "release"), _files(COURSE_ROOT / "release")
-    assert sorted(map(str, fresh)) == sorted(map(str, committed)), "run `make build`: release/ has other files"
+    assert sorted(map(str, fresh)) == sorted(map(str,
+                                                 committed)), "run `make build`: release/ has other files"
     stale = [str(name) for name in fresh if fresh[name] != committed[name]]
     assert not stale, f"release/ is out of date for {stale}: run `make build` and commit"
     for folder in ("source", "notebooks"):
         changed = [str(n) for n, data in _files(tmp_path / folder).items()
                    if data != (COURSE_ROOT / folder / n).read_bytes()]
-        assert not changed, f"the build changes {folder}/{changed} (Colab badge or setup cell): run `make build`"
+        assert not changed, (f"the build changes {folder}/{changed} (Colab badge or setup cell): run `make "
+                             "build`")
 
 
 def _blocks(source: str, begin: str, end: str) -> list[str]:
@@ -49,8 +52,10 @@ def _secret_lines(path) -> set[str]:
     secret, visible = set(), set()
     for cell in nb.cells:
         for begin, end in (("BEGIN SOLUTION", "END SOLUTION"), ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")):
-            secret |= {line.strip() for block in _blocks(cell.source, begin, end) for line in block.splitlines()}
-        outside = re.sub(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n.*?### END \1", "", cell.source, flags=re.DOTALL)
+            secret |= {line.strip() for block in _blocks(cell.source, begin, end)
+                       for line in block.splitlines()}
+        outside = re.sub(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n.*?### END \1", "", cell.source,
+                         flags=re.DOTALL)
         visible |= {line.strip() for line in outside.splitlines()}
     return {line for line in secret - visible if len(line) > 12 and not line.startswith("#")}
 

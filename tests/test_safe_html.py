@@ -1,8 +1,9 @@
-"""Student content rendered for staff is inert (autograder/safe_html.py): each vector, and honest content kept.
+"""Student content rendered for staff is inert (autograder/safe_html.py): each vector, and honest content
+kept.
 
-Pages are rendered with nbconvert's HTMLExporter and formgrader's own template, as the grader service renders a
-submission, and with nbconvert's lab template. A small HTML walker reports every place where the browser would
-run script; the hostile notebook marks each of its payloads with a tag, so a failure names the vector.
+Pages are rendered with nbconvert's HTMLExporter and formgrader's own template, as the grader service renders
+a submission, and with nbconvert's lab template. A small HTML walker reports every place where the browser
+would run script; the hostile notebook marks each of its payloads with a tag, so a failure names the vector.
 """
 
 import base64
@@ -29,13 +30,15 @@ def js(tag: str) -> str:
 
 
 def hostile() -> nbformat.NotebookNode:
-    """Return a notebook with script in every place a student controls (outputs as grading would leave them)."""
+    """Return a notebook with script in every place a student controls (outputs as grading would leave them).
+    """
     svg = (f"<svg xmlns='http://www.w3.org/2000/svg' onload=\"{js('svg-onload')}\">"
            f"<script>{js('svg-script')}</script></svg>")
     markdown = new_markdown_cell(
         f"<script>{js('md-script')}</script>\n\n<img src=x onerror=\"{js('md-img')}\">\n\n"
         f"<iframe srcdoc=\"<script>{js('md-srcdoc')}</script>\"></iframe>\n\n"
-        f"<a href=\"javascript:{js('md-link')}\">more</a>\n\n<object data=\"x.svg\" onload=\"{js('md-object')}\">"
+        f"<a href=\"javascript:{js('md-link')}\">more</a>\n\n"
+        f"<object data=\"x.svg\" onload=\"{js('md-object')}\">"
         "</object>\n\n![plot](attachment:plot.svg)\n")
     markdown.attachments = {"plot.svg": {"image/svg+xml": base64.b64encode(svg.encode()).decode()}}
     markdown.metadata["tags"] = [f"\"><img src=x onerror=\"{js('cell-tag')}\">"]
@@ -63,9 +66,11 @@ def hostile() -> nbformat.NotebookNode:
 
 
 def honest() -> nbformat.NotebookNode:
-    """Return what an honest student's graded notebook holds: a plot, text, a traceback, a table, code, LaTeX."""
+    """Return what an honest student's graded notebook holds: a plot, text, a traceback, a table, code, LaTeX.
+    """
     return new_notebook(cells=[
-        new_markdown_cell("| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nx = a < b\n```\n\nEnergy $E = mc^2$.\n"),
+        new_markdown_cell("| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nx = a < b\n```\n\n"
+                          "Energy $E = mc^2$.\n"),
         new_code_cell("plot()", outputs=[
             new_output("display_data", {"image/png": PNG, "text/plain": "<Figure>"}),
             new_output("stream", name="stdout", text="loss 0.25\n"),
@@ -87,7 +92,8 @@ class LiveScript(html.parser.HTMLParser):
     def handle_starttag(self, tag, attrs) -> None:
         for name, value in attrs:
             value = value or ""
-            risky = name.startswith("on") or name == "srcdoc" or value.strip().lower().startswith("javascript:")
+            risky = name.startswith("on") or name == "srcdoc" or value.strip().lower().startswith(
+                "javascript:")
             if risky or tag in ("iframe", "object", "embed"):
                 self.live.update(re.findall(rf"{MARK}-[\w-]+", value))
         if tag in ("iframe", "object", "embed"):
@@ -153,7 +159,8 @@ def test_no_student_script_survives_the_exporter(template: str) -> None:
 
 def test_svg_outputs_become_images_where_no_script_runs() -> None:
     svg = "<svg xmlns='http://www.w3.org/2000/svg'><circle r='4'/></svg>"
-    nb = new_notebook(cells=[new_code_cell("plot()", outputs=[new_output("display_data", {"image/svg+xml": svg})])])
+    nb = new_notebook(cells=[new_code_cell("plot()",
+                                           outputs=[new_output("display_data", {"image/svg+xml": svg})])])
     page = formgrade_page(nb, safe_html.exporter_config())
     assert 'src="data:image/svg+xml;base64,' in page and "<circle" not in page
 
@@ -174,7 +181,8 @@ def test_the_preprocessor_keeps_plain_grade_ids_and_drops_what_no_page_needs() -
     assert set(nb.metadata) <= safe_html.KEPT_NOTEBOOK_METADATA
     assert nb.cells[0].get("attachments") == {}
     kept = [set(o.data) for o in nb.cells[1].outputs]
-    assert not any("application/javascript" in k or "application/vnd.jupyter.widget-view+json" in k for k in kept)
+    assert not any("application/javascript" in k or "application/vnd.jupyter.widget-view+json" in k
+                   for k in kept)
 
 
 def test_static_pages_forbid_every_script() -> None:
@@ -190,10 +198,12 @@ def test_the_summary_escapes_names_and_forbids_scripts(tmp_path: Path) -> None:
     (tmp_path / name).mkdir()
     (tmp_path / name / f"{name}.html").write_text("page")
     result = StudentResult(student=name, assignment="ps01", status=Status.GRADED,
-                           detail=f"<script>{js('detail')}</script>", flags=[f"<script>{js('flag')}</script>"])
+                           detail=f"<script>{js('detail')}</script>",
+                           flags=[f"<script>{js('flag')}</script>"])
     page = summary_html("ps01", [result], "none", tmp_path)
     assert live(page) == set()
-    assert f'http-equiv="Content-Security-Policy" content="{safe_html.STATIC_PAGE_CSP}"' in html.unescape(page)
+    assert f'http-equiv="Content-Security-Policy" content="{safe_html.STATIC_PAGE_CSP}"' in html.unescape(
+        page)
 
 
 def test_the_grader_server_renders_formgrader_inert_and_sandboxes_submitted_files() -> None:

@@ -110,7 +110,8 @@ def test_item_copies_into_pinned_memory_and_waits_inside_its_operator_in_microse
     trace = prof.trace()
     [kernel] = complete(trace, "kernel")
     assert kernel["dur"] == pytest.approx(1000.0)  # 1 ms of work is 1000 us
-    assert names(trace, "gpu_memcpy") == ["Memcpy DtoH (Device -> Pinned)"], "_local_scalar_dense copies to pinned"
+    assert names(trace,
+                 "gpu_memcpy") == ["Memcpy DtoH (Device -> Pinned)"], "_local_scalar_dense copies to pinned"
     sync = next(e for e in complete(trace, "cuda_runtime") if e["name"] == "cudaStreamSynchronize")
     assert sync["dur"] > 900, "the wait for the kernel is in the stream sync (the copy itself is pinned)"
     item, scalar = complete(trace, "cpu_op")

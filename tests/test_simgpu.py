@@ -226,7 +226,8 @@ def test_two_uploads_share_one_direction_of_the_link(gpu):
 
 def test_describe_profile_labels_the_assumptions():
     text = describe_profile(T4_PCIE3)
-    for what in ("launch queue depth", "CUDA context creation", "pageable copy host to device", "copy engines"):
+    for what in ("launch queue depth", "CUDA context creation", "pageable copy host to device",
+                 "copy engines"):
         [line] = [line for line in text.splitlines() if what in line]
         assert "ASSUMPTION" in line, line
     assert "ASSUMPTION" not in next(line for line in text.splitlines() if "pinned copy host" in line)
@@ -314,7 +315,8 @@ def test_an_idle_engine_runs_ready_work_from_another_stream(gpu):
     gpu.default_stream.wait_stream(side)
     waiting = gpu.launch(KERNEL, name="needs the copy")
     ready = gpu.launch(0.001, stream=gpu.new_stream(), name="independent")
-    assert ready.ready_at <= waiting.ready_at - KERNEL, "independent work fills the gap; it does not queue behind"
+    assert ready.ready_at <= waiting.ready_at - KERNEL, ("independent work fills the gap; it does not queue "
+                                                         "behind")
 
 
 def test_copy_infers_direction_and_pinning_from_a_buffer(gpu):
@@ -432,7 +434,8 @@ def measure_without_first_sync(fn, *, sync, clock, warmup, repeats):
 
 
 def test_the_simulator_can_grade_a_students_measure_function(gpu):
-    right = measure_right(lambda: gpu.launch(KERNEL), sync=gpu.synchronize, clock=gpu.clock, warmup=1, repeats=5)
+    right = measure_right(lambda: gpu.launch(KERNEL), sync=gpu.synchronize, clock=gpu.clock, warmup=1,
+                          repeats=5)
     assert right == pytest.approx(KERNEL + LAUNCH)
     gpu = SimulatedGPU(initialized=True)
     wrong = measure_without_first_sync(
@@ -470,9 +473,12 @@ def test_a_graph_replay_pays_one_launch_for_many_kernels():
     eager.synchronize()
     graph.launch_graph([2e-6] * 100)
     graph.synchronize()
-    assert eager.clock() == pytest.approx(100 * eager.profile.launch_s + 2e-6), "launch-bound: the host's pace"
-    assert graph.clock() == pytest.approx(graph.profile.launch_s + 100 * 2e-6), "one launch, kernels back to back"
+    assert eager.clock() == pytest.approx(100 * eager.profile.launch_s
+                                          + 2e-6), "launch-bound: the host's pace"
+    assert graph.clock() == pytest.approx(graph.profile.launch_s
+                                          + 100 * 2e-6), "one launch, kernels back to back"
     kernels = [r for r in graph.timeline if r.engine == "compute"]
-    assert len(kernels) == 100 and all(b.start == pytest.approx(a.end) for a, b in itertools.pairwise(kernels))
+    assert len(kernels) == 100 and all(b.start == pytest.approx(a.end) for a,
+                                       b in itertools.pairwise(kernels))
     with pytest.raises(ValueError):
         graph.launch_graph([])

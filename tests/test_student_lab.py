@@ -1,4 +1,6 @@
-"""`make lab` opens the course as a student sees it: none of nbgrader's instructor tools; `make lab-instructor` has them."""
+"""`make lab` opens the course as a student sees it: none of nbgrader's instructor tools; `make
+lab-instructor` has them.
+"""
 
 import ast
 import json
@@ -34,7 +36,8 @@ def test_the_students_lab_has_no_nbgrader_server_extension_and_the_instructors_h
 
 
 def test_the_students_lab_hides_nbgraders_instructor_panels_and_buttons():
-    disabled = json.loads((STUDENT_CONFIG / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
+    disabled = json.loads((STUDENT_CONFIG / "labconfig" / "page_config.json").read_text())[
+        "disabledExtensions"]
     for tool in INSTRUCTOR_TOOLS:
         assert disabled.get(f"@jupyter/nbgrader:{tool}") is True, tool
 

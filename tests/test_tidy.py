@@ -30,7 +30,8 @@ def _messy_notebook() -> str:
                    "colab": {"provenance": []}}
     code = v4.new_code_cell("print(1)\n\n", execution_count=7,
                             outputs=[v4.new_output("stream", name="stdout", text="1\n")],
-                            metadata={"collapsed": True, "scrolled": False, "tags": ["raises-exception", ""][:1],
+                            metadata={"collapsed": True, "scrolled": False,
+                                      "tags": ["raises-exception", ""][:1],
                                       "nbgrader": {"grade": True, "grade_id": "x-tests", "points": 1,
                                                    "locked": True, "schema_version": 3, "solution": False,
                                                    "task": False}})

@@ -1,4 +1,6 @@
-"""The timing core: sync before each clock read, untimed warm-up, a median, clear errors; CUDA paths with fakes."""
+"""The timing core: sync before each clock read, untimed warm-up, a median, clear errors; CUDA paths with
+fakes.
+"""
 
 import statistics
 
@@ -138,7 +140,8 @@ def test_naive_timing_never_syncs_and_times_the_first_call(no_cuda_sync):
 def test_timing_result_statistics_match_torch_benchmark():
     samples = (4.0, 1.0, 3.0, 2.0, 10.0, 6.0)
     result = TimingResult(samples=samples, method="m", device="cpu")
-    measurement = Measurement(number_per_run=1, raw_times=list(samples), task_spec=TaskSpec(stmt="", setup=""))
+    measurement = Measurement(number_per_run=1, raw_times=list(samples),
+                              task_spec=TaskSpec(stmt="", setup=""))
     assert result.median == pytest.approx(measurement.median)
     assert result.iqr == pytest.approx(measurement.iqr)
     assert result.stdev == pytest.approx(statistics.stdev(samples))
@@ -217,7 +220,8 @@ def fake_gpu(monkeypatch):
 def test_events_bracket_each_call_and_sync_before_reading(fake_gpu):
     time_with_events(fake_gpu.fn, warmup=1, repeats=3)
     one = ["record", "call", "record", "synchronize", "elapsed_time"]
-    assert fake_gpu.log == ["call", *one, *one, *one], "warm-up untimed, then record / call / record / sync / read"
+    assert fake_gpu.log == ["call", *one, *one,
+                            *one], "warm-up untimed, then record / call / record / sync / read"
     assert len(fake_gpu.events) == 6
 
 
@@ -268,7 +272,8 @@ def test_benchmark_times_a_cpu_function_for_real():
 
 def test_benchmark_wrapper_uses_timer_and_its_measurement(monkeypatch):
     made = {}
-    measurement = Measurement(number_per_run=10, raw_times=[0.05, 0.02, 0.03], task_spec=TaskSpec("fn()", "pass"))
+    measurement = Measurement(number_per_run=10, raw_times=[0.05, 0.02, 0.03],
+                              task_spec=TaskSpec("fn()", "pass"))
 
     class FakeTimer:
         def __init__(self, **kwargs):
@@ -291,7 +296,8 @@ def test_benchmark_wrapper_uses_timer_and_its_measurement(monkeypatch):
     assert made["stmt"] == "fn()" and made["globals"] == {"fn": fn}
     assert made["num_threads"] == 1, "Timer defaults to one thread; say so rather than hide it"
     assert made["blocked"] == 0.5
-    assert result.samples == pytest.approx((0.005, 0.002, 0.003)), "samples are per call: block time / block size"
+    assert result.samples == pytest.approx((0.005, 0.002,
+                                            0.003)), "samples are per call: block time / block size"
     assert result.median == pytest.approx(measurement.median)
     assert result.calls_per_sample == 10
 

@@ -50,7 +50,8 @@ def test_on_the_simulated_gpu_only_the_naive_clock_lies(gpu):
     got = medians(rows)
     assert got[NAIVE] == pytest.approx(LAUNCH), "no sync: the clock sees only the 5 us launch"
     assert got[SYNCED] == pytest.approx(KERNEL + LAUNCH)
-    assert got[EVENTS] == pytest.approx(KERNEL + LAUNCH), "on an idle queue the start marker precedes the launch"
+    assert got[EVENTS] == pytest.approx(KERNEL
+                                        + LAUNCH), "on an idle queue the start marker precedes the launch"
     assert got[BENCHMARK] == pytest.approx(KERNEL + LAUNCH)
     assert "enqueue" in rows[0].note
 
@@ -73,7 +74,8 @@ def test_benchmark_timer_runs_on_the_virtual_clock_and_batches_tiny_calls(gpu):
 def test_the_simulated_comparison_is_deterministic():
     def run():
         gpu = SimulatedGPU(initialized=True)
-        return [row.result.samples for row in compare_timings(lambda: gpu.launch(0.003), device=gpu, repeats=4)]
+        return [row.result.samples
+                for row in compare_timings(lambda: gpu.launch(0.003), device=gpu, repeats=4)]
 
     assert run() == run()
 
@@ -100,7 +102,8 @@ def test_progress_names_each_method_before_it_runs(gpu):
 def test_on_the_cpu_all_four_agree():
     rows = compare_timings(lambda: time.sleep(0.01), device="cpu", repeats=3, min_run_time=0.03)
     got = medians(rows)
-    for method, seconds in got.items():  # each method sees at least the 10 ms sleep (how much more: benchmarks)
+    # each method sees at least the 10 ms sleep (how much more: benchmarks)
+    for method, seconds in got.items():
         assert seconds >= 0.0095, f"{method}: {seconds}"
     assert all(row.result.device == "CPU" for row in rows)
     notes = " ".join(row.note for row in rows)
@@ -156,7 +159,8 @@ def test_cuda_path_syncs_and_uses_events_and_the_benchmark_timer(monkeypatch):
 
 
 @pytest.mark.parametrize(("kwargs", "error"), [({"repeats": 0}, ValueError), ({"warmup": -1}, ValueError),
-                                               ({"min_run_time": 0}, ValueError), ({"device": "meta"}, ValueError),
+                                               ({"min_run_time": 0}, ValueError),
+                                               ({"device": "meta"}, ValueError),
                                                ({"repeats": 2.5}, TypeError)])
 def test_rejects_bad_settings(kwargs, error):
     with pytest.raises(error):

@@ -1,4 +1,5 @@
-"""The transfer lab: its choices, the simulated T4, the step-by-step sweep and Stop, the plot, and the widget."""
+"""The transfer lab: its choices, the simulated T4, the step-by-step sweep and Stop, the plot, and the widget.
+"""
 
 import asyncio
 import json
@@ -214,7 +215,8 @@ def test_on_a_real_event_loop_stop_lands_between_steps_without_threads():
 
     got, finished = asyncio.run(scenario())
     assert finished == ["stopped"]
-    assert 1 <= len(got) <= 8, f"Stop should land within a step or two of the click, not after {len(got)} steps"
+    assert 1 <= len(got) <= 8, (f"Stop should land within a step or two of the click, not after {len(got)} "
+                                "steps")
 
 
 def test_no_event_loop_means_no_scheduler():
@@ -260,7 +262,8 @@ def test_the_results_table_lists_every_size():
 
 
 def test_quick_config_fits_the_machine():
-    assert tl.quick_config(cuda=False) == LabConfig(MACHINE, "h2h", "pageable", False, largest=tl.QUICK_LARGEST)
+    assert tl.quick_config(cuda=False) == LabConfig(MACHINE, "h2h", "pageable", False,
+                                                    largest=tl.QUICK_LARGEST)
     gpu = tl.quick_config(cuda=True)
     assert (gpu.direction, gpu.host, gpu.non_blocking) == ("h2d", "pinned", True)
 
@@ -329,7 +332,8 @@ def test_a_second_run_is_drawn_next_to_the_first(lab):
     lab.host.value = "pinned"
     lab.run_button.click()
     lab.loop.run_all()
-    assert [run.label for run in lab.state.runs] == ["h2d pageable (simulated T4)", "h2d pinned (simulated T4)"]
+    assert [run.label for run in lab.state.runs] == ["h2d pageable (simulated T4)",
+                                                     "h2d pinned (simulated T4)"]
     assert "Done: 5 sizes" in lab.status.value
     lab.clear_button.click()
     assert lab.state.runs == [] and lab.table.value == ""
@@ -359,7 +363,8 @@ def test_under_nbgrader_the_lab_is_a_static_quick_sweep(monkeypatch):
     lab = transfer_lab()
     assert isinstance(lab, StaticTransferLab)
     measured = [r for run in lab.state.runs for r in run.results]
-    assert max(r.bytes for r in measured) <= tl.QUICK_LARGEST and max(r.repeats for r in measured) <= 3, "quick"
+    assert max(r.bytes for r in measured) <= tl.QUICK_LARGEST and max(r.repeats
+                                                                      for r in measured) <= 3, "quick"
     assert all(run.status == "done" for run in lab.state.runs)
     assert lab.state.runs[0].label == "h2h pageable (this machine)"
     assert INERT_MESSAGE in repr(lab)
@@ -424,7 +429,8 @@ def test_stop_is_received_while_a_sweep_runs_in_a_real_kernel():
 
         def click(model_id):
             client.shell_channel.send(client.session.msg(
-                "comm_msg", {"comm_id": model_id, "data": {"method": "custom", "content": {"event": "click"}}}))
+                "comm_msg",
+                {"comm_id": model_id, "data": {"method": "custom", "content": {"event": "click"}}}))
 
         click(ids["run"])
         progress, deadline = 0, time.monotonic() + 20

@@ -1,4 +1,5 @@
-"""One unit convention everywhere: sizes in KiB / MiB / GiB (powers of 1024), bandwidth in GB/s (10**9 B/s)."""
+"""One unit convention everywhere: sizes in KiB / MiB / GiB (powers of 1024), bandwidth in GB/s (10**9 B/s).
+"""
 
 import json
 import re
@@ -18,8 +19,9 @@ def test_the_constants():
 
 @pytest.mark.parametrize(("nbytes", "text"), [
     (0, "0 B"), (1, "1 B"), (1023, "1023 B"), (KiB, "1 KiB"), (1536, "1.5 KiB"), (4 * KiB, "4 KiB"),
-    (999_999, "976.6 KiB"), (MiB - 1, "1.0 MiB"), (MiB, "1 MiB"), (3 * MiB // 2, "1.5 MiB"), (256 * MiB, "256 MiB"),
-    (GiB, "1 GiB"), (2 * GiB, "2 GiB"), (10**9, "953.7 MiB"), (4 * 10**12, "3.6 TiB"), (2048 * TiB, "2048 TiB"),
+    (999_999, "976.6 KiB"), (MiB - 1, "1.0 MiB"), (MiB, "1 MiB"), (3 * MiB // 2, "1.5 MiB"),
+    (256 * MiB, "256 MiB"), (GiB, "1 GiB"), (2 * GiB, "2 GiB"), (10**9, "953.7 MiB"), (4 * 10**12, "3.6 TiB"),
+    (2048 * TiB, "2048 TiB"),
 ])
 def test_format_bytes_uses_binary_units(nbytes, text):
     assert format_bytes(nbytes) == text
@@ -52,7 +54,8 @@ ALLOWED: list[tuple[str, str, str]] = []  # (file, text, why): a decimal size la
 def course_text() -> list[tuple[str, list[str]]]:
     """Return (where, lines) for each piece of course text: Python modules, notebook cells, the two guides."""
     pieces = []
-    for path in sorted([*ROOT.glob("devicelab/**/*.py"), *ROOT.glob("autograder/**/*.py"), *ROOT.glob("benchmarks/*.py")]):
+    for path in sorted([*ROOT.glob("devicelab/**/*.py"), *ROOT.glob("autograder/**/*.py"),
+                        *ROOT.glob("benchmarks/*.py")]):
         pieces.append((str(path.relative_to(ROOT)), path.read_text().splitlines()))
     for path in sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("source/*/*.ipynb")]):
         for index, cell in enumerate(json.loads(path.read_text())["cells"]):

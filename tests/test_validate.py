@@ -40,7 +40,8 @@ def test_validation_catches_a_test_that_passes_on_the_stub(scratch_course):
 
 
 def test_validation_catches_a_wrong_solution(scratch_course):
-    nbformat.write(tiny_assignment(solution_body="return x + 2"), scratch_course / "source" / "tiny" / "tiny.ipynb")
+    nbformat.write(tiny_assignment(solution_body="return x + 2"),
+                   scratch_course / "source" / "tiny" / "tiny.ipynb")
     report = validate_course(scratch_course, ["tiny"])
     source_check = next(c for c in report.checks if c.direction == "solution")
     assert any("fails on the solution" in p and "negative numbers too" in p for p in source_check.problems)
