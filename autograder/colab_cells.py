@@ -64,7 +64,7 @@ if importlib.util.find_spec("devicelab") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                         "{repo.pip_target()}"], check=True)
     else:
-        print("The course helpers (devicelab) are missing: run `make lab` in the course folder.")'''
+        print("The course helpers (devicelab) are missing: run `make lab` in the course folder.")'''  # noqa: E501 (the cell's source)
 
 
 def _tagged(cell, tag: str) -> bool:

@@ -57,7 +57,7 @@ def copy_on_side_stream(gpu, side, nbytes):
         batch = gpu.copy(nbytes, "h2d", pinned=True, non_blocking=True)
     gpu.current_stream.wait_stream(side)
     return batch
-''', success="This is what torch.cuda.Stream, non_blocking=True on pinned memory and wait_stream do on "
+''', success="This is what torch.cuda.Stream, non_blocking=True on pinned memory and wait_stream do on "  # noqa: E501 (the solution above is shown to students as it is)
              "a GPU."),
     Exercise("kernel_seconds", _kernel_seconds, hints=(
         "Loop over trace['traceEvents'] and keep the events with ph 'X' and cat 'kernel'.",
@@ -66,7 +66,7 @@ def copy_on_side_stream(gpu, side, nbytes):
 def kernel_seconds(trace):
     """Return the seconds the GPU spent running kernels in `trace`."""
     return sum(e["dur"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel") / 1e6
-'''),
+'''),  # noqa: E501 (the solution above is shown to students as it is)
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
