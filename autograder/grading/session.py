@@ -67,6 +67,7 @@ from autograder.grading.submissions import (
     regular_files,
     student_folders,
 )
+from autograder.grading.template import CACHE_FOLDER, cached_template, register
 from autograder.safe_copy import Refusal, read_small
 
 DEFAULT_TIMEOUT = 300
@@ -279,13 +280,15 @@ def unsupported(root: Path, assignment: str) -> list[str]:
 
 
 def prepare(root: Path, assignment: str, out: Path, run_root: Path) -> Assignment:
-    """Back up the gradebook, generate the template course, define the assignment; return what grading needs."""
+    """Back up the gradebook, make the template course and define the assignment in the course gradebook (each
+    generated only when what it is made of changed, template.py); return what grading needs."""
     db_url = gbook.course_db_url(root)
     out.mkdir(parents=True, exist_ok=True)
     gbook.backup(db_url, out / BACKUP_NAME)
-    template = gbook.generate_apart(root, assignment, run_root / "template")
-    gbook.generate_apart(root, assignment, run_root / "register", db_url=db_url)
-    gbook.copy_due_date(db_url, f"sqlite:///{template / 'gradebook.db'}", gbook.course_id(root), assignment)
+    course = gbook.course_id(root)
+    template, _ = cached_template(root, assignment, out / CACHE_FOLDER, run_root / "template")
+    register(root, assignment, template, db_url, course, run_root / "register")
+    gbook.copy_due_date(db_url, f"sqlite:///{template / 'gradebook.db'}", course, assignment)
     expected: dict[str, set[str]] = {}
     max_points: dict[tuple[str, str], float] = {}
     for nb in sorted((template / "release" / assignment).glob("*.ipynb")):
