@@ -28,7 +28,7 @@ from autograder.hub.autograde_queue import MAX_TRIES, AutogradeSetting, Entry, H
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.safe_copy import Refusal, read_small
 
-POLL_S = 1.0
+POLL_S = 0.25  # listing the inbound costs a few milliseconds; a submission waits at most this long
 # a batch holds at most this many students per core (a later submission waits at most that)
 BATCH_PER_CORE = 4
 QUEUE_FILE = "queue.sqlite"
@@ -292,7 +292,7 @@ def run(place: Place, jobs: int | None = None, once: bool = False) -> None:
     queue = place.queue()
     for e in queue.recover():
         logger.info(f"{e.student} {e.assignment} {e.timestamp}: was being graded when the service stopped; "
-            + ("failed" if e.tries >= MAX_TRIES else "queued again"))
+            + (str(State.FAILED) if e.tries >= MAX_TRIES else f"{State.QUEUED} again"))
     logger.info(f"watching {place.inbound} for {', '.join(queue.enabled()) or 'no assignment yet'}")
     while True:
         scan(place, queue)

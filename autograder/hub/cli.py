@@ -5,6 +5,7 @@ import os
 import sys
 from pathlib import Path
 
+from autograder.hub.autograde_queue import HiddenTests
 from autograder.hub.settings import AUTHENTICATORS, DEFAULT_ROOT, HubError, HubSettings
 
 ROOT_ENV = "DEVICELAB_HUB_ROOT"
@@ -75,7 +76,7 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     autograde.add_argument("--per-hour", type=int, default=None,
                            help="at most this many graded submissions per student per hour (0: no limit)")
     autograde.add_argument("--timeout", type=float, default=None, help="seconds per notebook (default: 120)")
-    autograde.add_argument("--hidden-tests", choices=["protected", "shown"], default=None,
+    autograde.add_argument("--hidden-tests", choices=list(HiddenTests), default=None,
                            help="feedback on submit before the due date: hidden tests' scores and the "
                                 "instructor's messages only (protected, the default), or everything (shown)")
     export = action("export", "write the gradebook's grades as CSV")
