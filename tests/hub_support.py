@@ -1,4 +1,5 @@
-"""Helpers for the hub tests: free ports, a Python every Unix account can run, a running hub, users' tokens."""
+"""Helpers for the hub tests: free ports, a Python every Unix account can run, a running hub, users' tokens.
+"""
 
 import contextlib
 import copy
@@ -61,13 +62,15 @@ def free_port() -> int:
 
 def runs_as_nobody(python: str) -> bool:
     """Return whether an unprivileged account can run this interpreter and import the hub's packages."""
-    done = subprocess.run(["runuser", "-u", "nobody", "--", python, "-c", "import jupyterhub, nbgrader, devicelab"],
+    done = subprocess.run(["runuser", "-u", "nobody", "--", python, "-c",
+                           "import jupyterhub, nbgrader, devicelab"],
                           capture_output=True, cwd="/", check=False)
     return done.returncode == 0
 
 
 def blocked_folders(python: str) -> list[Path]:
-    """Return the folders on the way to this interpreter (and its real file) that other accounts cannot enter."""
+    """Return the folders on the way to this interpreter (and its real file) that other accounts cannot enter.
+    """
     blocked = []
     for target in (Path(python), Path(os.path.realpath(python))):
         for folder in reversed(target.parents):
@@ -117,7 +120,8 @@ def wait_for(url: str, seconds: float, proc: subprocess.Popen | None = None, log
 def running(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
     """Run a process in its own session for the block, its output in log; stop it (and its children) after."""
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
         yield proc
     finally:
@@ -148,8 +152,9 @@ class Hub:
 
     def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         """Run `python -m autograder hub ...` for this hub, as the instructor (root) would."""
-        done = subprocess.run([sys.executable, "-m", "autograder", "hub", args[0], "--root", self.settings.root,
-                               *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run([sys.executable, "-m", "autograder", "hub", args[0], "--root",
+                               self.settings.root, *args[1:]],
+                              cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
         assert done.returncode == 0, f"hub {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
         return done
 
@@ -179,8 +184,8 @@ def stop_proxy(pid_file: Path) -> None:
 def class_hub(tmp_path: Path, roster_text: str) -> Iterator["Hub"]:
     """Make the roster's accounts (a unique prefix), set the hub up and start it on free loopback ports.
 
-    Afterwards stop it and remove every trace (accounts, homes, group, ACL entries, the hub's folder), even when
-    the block failed.
+    Afterwards stop it and remove every trace (accounts, homes, group, ACL entries, the hub's folder), even
+    when the block failed.
     """
     prefix = f"t{secrets.token_hex(3)}-"
     group = f"{prefix}hub"
@@ -211,7 +216,8 @@ def class_hub(tmp_path: Path, roster_text: str) -> Iterator["Hub"]:
     finally:
         stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
         uids = {a.uid for a in map(accounts.lookup, (prefix + m for m in members)) if a is not None}
-        for scratch in Path(tempfile.gettempdir()).glob("dlg-*"):  # a grading run killed on purpose leaves its own
+        # a grading run killed on purpose leaves its own
+        for scratch in Path(tempfile.gettempdir()).glob("dlg-*"):
             with contextlib.suppress(OSError):
                 if scratch.stat().st_uid in uids:
                     shutil.rmtree(scratch, ignore_errors=True)
@@ -267,7 +273,8 @@ def hand_in(server: HubAPI, assignment: str, notebook: nbformat.NotebookNode, fe
     notebook is deleted.
     """
     if fetch:
-        fetched = server.call("POST", "/assignments/fetch", {"course_id": COURSE, "assignment_id": assignment})
+        fetched = server.call("POST", "/assignments/fetch",
+                              {"course_id": COURSE, "assignment_id": assignment})
         assert fetched.status == 200 and fetched.body["success"], fetched
     path = f"{COURSE}/{assignment}/{urllib.parse.quote(name or assignment + '.ipynb')}"
     saved = server.call("PUT", f"/api/contents/{path}", {"type": "notebook", "format": "json",
@@ -281,7 +288,8 @@ def hand_in(server: HubAPI, assignment: str, notebook: nbformat.NotebookNode, fe
 
 
 def submissions_of(server: HubAPI, assignment: str) -> list[dict]:
-    """Return the student's submissions of the assignment as their Assignments tab lists them, newest first."""
+    """Return the student's submissions of the assignment as their Assignments tab lists them, newest first.
+    """
     listed = server.call("GET", f"/assignments?course_id={COURSE}")
     assert listed.status == 200, listed
     subs = [s for a in listed.body["value"] if a["assignment_id"] == assignment and a["status"] == "submitted"

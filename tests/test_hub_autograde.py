@@ -1,10 +1,10 @@
 """Autograde on submit: the queue's rules (no root needed), then the service on a real hub, end to end.
 
 On the hub (DEVICELAB_HUB_TESTS=1, root; under CI=true a skip is a failure): the instructor releases and turns
-autograding on; three students (right, wrong, hostile) submit through their own servers and, with no instructor
-action, each fetches graded feedback with the grader's score, which the gradebook (`hub export`) holds too. A
-resubmission replaces the grade. Then the service is killed (SIGKILL) in the middle of a batch, after some of it
-was recorded: the hub restarts it and every submission is graded exactly once.
+autograding on; three students (right, wrong, hostile) submit through their own servers and, with no
+instructor action, each fetches graded feedback with the grader's score, which the gradebook (`hub export`)
+holds too. A resubmission replaces the grade. Then the service is killed (SIGKILL) in the middle of a batch,
+after some of it was recorded: the hub restarts it and every submission is graded exactly once.
 """
 
 import csv
@@ -61,12 +61,13 @@ def add(q: Queue, student: str, stamp: str, now: float, assignment: str = "ps01"
 def test_newest_submission_wins_and_keeps_its_place(queue: Queue) -> None:
     assert add(queue, "ann", "t1", now=1) == State.QUEUED
     assert add(queue, "bob", "t2", now=2) == State.QUEUED
-    assert add(queue, "ann", "t3", now=3) == State.QUEUED  # replaces t1, at t1's place (before bob), not an extra one
+    # replaces t1, at t1's place (before bob), not an extra one
+    assert add(queue, "ann", "t3", now=3) == State.QUEUED
     assert add(queue, "ann", "t3", now=4) == State.QUEUED  # seen again: nothing changes
     assert add(queue, "ann", "t0", now=5) == State.SUPERSEDED  # an older one found late never counts
     states = {(e.student, e.timestamp): e.state for e in queue.entries()}
-    assert states == {("ann", "t1"): State.SUPERSEDED, ("bob", "t2"): State.QUEUED, ("ann", "t3"): State.QUEUED,
-                      ("ann", "t0"): State.SUPERSEDED}
+    assert states == {("ann", "t1"): State.SUPERSEDED, ("bob", "t2"): State.QUEUED,
+                      ("ann", "t3"): State.QUEUED, ("ann", "t0"): State.SUPERSEDED}
     assert [(e.student, e.timestamp) for e in queue.next_batch(8, now=6)] == [("ann", "t3"), ("bob", "t2")]
 
 
@@ -76,7 +77,8 @@ def test_a_batch_is_fair_and_bounded(queue: Queue) -> None:
     add(queue, "late", "t1", now=100)
     first = queue.next_batch(8, now=101)
     assert [e.student for e in first] == [f"s{i:02}" for i in range(8)]
-    assert {e.state for e in queue.entries(state=State.GRADING)} == {State.GRADING} and len(queue.entries(state=State.GRADING)) == 8
+    assert ({e.state for e in queue.entries(state=State.GRADING)} == {State.GRADING}
+            and len(queue.entries(state=State.GRADING)) == 8)
     for e in first:
         queue.record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="", now=102)
     # The one who came late waits for those ahead of them only, never behind a later crowd:
@@ -106,7 +108,8 @@ def test_a_restart_requeues_what_was_being_graded_and_fails_a_poison_pill(queue:
         if attempt < MAX_TRIES:
             queue.recover(now=20)  # the service was killed in the middle of the batch
         else:
-            queue.record_outcome(batch[0], graded=True, status="graded", score=1, max_score=1, detail="", now=30)
+            queue.record_outcome(batch[0], graded=True, status="graded", score=1, max_score=1, detail="",
+                                 now=30)
             queue.recover(now=31)
     states = {e.student: (e.state, e.tries) for e in queue.entries()}
     assert states == {"ann": (State.DONE, MAX_TRIES), "cat": (State.FAILED, MAX_TRIES)}
@@ -121,7 +124,8 @@ def test_an_hourly_limit_delays_and_never_drops(queue: Queue) -> None:
         queue.record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="", now=now + 2)
     add(queue, "ann", "t2", now=20)
     add(queue, "bob", "t0", now=21)
-    assert [e.student for e in queue.next_batch(8, now=22)] == ["bob"]  # ann waits; bob does not wait behind her
+    # ann waits; bob does not wait behind her
+    assert [e.student for e in queue.next_batch(8, now=22)] == ["bob"]
     assert queue.next_batch(8, now=3000) == []
     assert [e.timestamp for e in queue.next_batch(8, now=3603)] == ["t2"]  # an hour after her first one
 
@@ -136,7 +140,8 @@ def test_the_queue_survives_a_reopen(tmp_path: Path) -> None:
     assert [e.state for e in again.entries()] == [State.QUEUED]
 
 
-def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_by_secret(tmp_path: Path) -> None:
+def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_by_secret(
+        tmp_path: Path) -> None:
     import pwd
 
     from nbgrader.utils import notebook_hash
@@ -147,8 +152,9 @@ def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_b
     place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
     queue = place.queue()
     queue.configure("ps01", True)
-    for name in (f"{me}+ps01+2026-01-01 10:00:00.000001 UTC+a", "someone-else+ps01+2026-01-01 10:00:01 UTC+b",
-                 f"{me}+ps02+2026-01-01 10:00:02 UTC+c"):  # another student's name; an assignment not turned on
+    for name in (f"{me}+ps01+2026-01-01 10:00:00.000001 UTC+a",
+                 "someone-else+ps01+2026-01-01 10:00:01 UTC+b",  # another student's name
+                 f"{me}+ps02+2026-01-01 10:00:02 UTC+c"):  # an assignment not turned on
         folder = place.inbound / name
         folder.mkdir(parents=True)
         (folder / "submission_secret.txt").write_text("s3cret\n")
@@ -188,7 +194,8 @@ class ScratchClass:
                        cwd=self.course, env=with_venv_on_path(), capture_output=True, check=True)
 
     def submit(self, claimed: datetime.datetime) -> str:
-        """Write a right answer into the exchange, as nbgrader's submit does, claiming this time; return it."""
+        """Write a right answer into the exchange, as nbgrader's submit does, claiming this time; return it.
+        """
         from tests.test_grading_end_to_end import assignment
 
         stamp = nbgrader_time(claimed)
@@ -217,9 +224,9 @@ class ScratchClass:
     def serve_once(self) -> str:
         """Run the service until its queue is empty; return its log."""
         done = subprocess.run([sys.executable, "-m", "autograder.hub.autograde_service", "run", "--course",
-                               str(self.course), "--exchange", str(self.place.exchange), "--course-id", COURSE,
-                               "--jobs", "1", "--once"], cwd=COURSE_ROOT, env=with_venv_on_path(), check=False,
-                              capture_output=True, text=True, timeout=300)
+                               str(self.course), "--exchange", str(self.place.exchange), "--course-id",
+                               COURSE, "--jobs", "1", "--once"], cwd=COURSE_ROOT, env=with_venv_on_path(),
+                              check=False, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
 
@@ -294,12 +301,14 @@ def test_the_services_grades_csv_and_summary_cover_every_student_graded_so_far(t
 
 @pytest.mark.notebook
 def test_a_renamed_notebooks_feedback_is_found_by_nbgraders_fetch_feedback(tmp_path: Path) -> None:
-    """Graded as the assignment's notebook, fed back under the student's own file name (what fetch looks up)."""
+    """Graded as the assignment's notebook, fed back under the student's own file name (what fetch looks up).
+    """
     from tests.test_grading_end_to_end import assignment
 
     scratch = ScratchClass(tmp_path)
     student_home = tmp_path / "home"
-    work = student_home / COURSE / "tiny"  # where the Assignments tab fetches it (the exchange names the course)
+    # where the Assignments tab fetches it (the exchange names the course)
+    work = student_home / COURSE / "tiny"
     work.mkdir(parents=True)
     nbformat.write(assignment(), work / "Copy of tiny (2).ipynb")
     exchange_args = [f"--Exchange.root={scratch.place.exchange}", "--Exchange.path_includes_course=True",
@@ -320,7 +329,8 @@ def test_a_renamed_notebooks_feedback_is_found_by_nbgraders_fetch_feedback(tmp_p
     (entry,) = scratch.queue.entries("tiny")
     assert (entry.state, entry.score) == (State.DONE, 3), log
     pages = list((work / "feedback").glob("*/*.html"))
-    assert len(pages) == 1, (sorted(p.name for p in scratch.place.outbound_feedback.iterdir()), done.stdout + done.stderr)
+    assert len(pages) == 1, (sorted(p.name for p in scratch.place.outbound_feedback.iterdir()),
+                             done.stdout + done.stderr)
     (page,) = pages
     assert page.name == "Copy of tiny (2).html" and "Score: 3.0 / 3.0" in page.read_text()
 
@@ -351,7 +361,8 @@ def fetched_score(server, assignment: str, stamp: str, notebook: str | None = No
 
     `notebook`: the file name the student submitted, when not the assignment's own.
     """
-    reply = server.call("POST", "/assignments/fetch_feedback", {"course_id": COURSE, "assignment_id": assignment})
+    reply = server.call("POST", "/assignments/fetch_feedback",
+                        {"course_id": COURSE, "assignment_id": assignment})
     assert reply.status == 200 and reply.body["success"], reply
     folder = f"{COURSE}/{assignment}/feedback/{urllib.parse.quote(stamp)}"
     page_name = urllib.parse.quote(Path(notebook or f"{assignment}.ipynb").stem + ".html")
@@ -395,7 +406,8 @@ def exported(hub: Hub, assignment: str) -> dict[str, float]:
     path = Path(hub.settings.root) / "export.csv"
     hub.cli("export", "--to", str(path))
     with path.open() as handle:
-        return {r["student_id"]: float(r["score"]) for r in csv.DictReader(handle) if r["assignment"] == assignment}
+        return {r["student_id"]: float(r["score"]) for r in csv.DictReader(handle)
+                if r["assignment"] == assignment}
 
 
 def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> None:
@@ -429,8 +441,8 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     assert done[hub.user("cat")].status == "timeout" and done[hub.user("bob")].status == "graded"
     grades = exported(hub, assignment)
     assert {m: grades[hub.user(m)] for m in plan} == {m: scores[m][0] for m in plan}
-    # Students cannot reach the service's controls: it has no URL (no route, no HTTP), its queue and switch are
-    # in the course folder, the grader's alone.
+    # Students cannot reach the service's controls: it has no URL (no route, no HTTP), its queue and switch
+    # are in the course folder, the grader's alone.
     services = HubAPI.for_settings(hub.settings).call("GET", "/services").body
     assert not services[f"{COURSE}-autograde"].get("url"), services
     refused(hub, "cat", ["ls", str(Path(hub.settings.paths.course) / "autograde")])
@@ -454,7 +466,8 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     while time.monotonic() < deadline:
         newest = {e.student: e for e in queue_of(hub).entries(assignment)
                   if e.timestamp > {**stamps, "bob": newer}[e.student[len(hub.prefix):]]}
-        if len(newest) == 3 and [newest[hub.user(m)].state for m in plan] == [State.DONE, State.DONE, State.GRADING]:
+        if len(newest) == 3 and ([newest[hub.user(m)].state for m in plan]
+                                 == [State.DONE, State.DONE, State.GRADING]):
             break
         time.sleep(0.2)
     else:
@@ -470,11 +483,13 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
         assert stamp == newest[hub.user(member)].timestamp
     assert main_service_pid(hub) != pid, "the hub did not restart the service"
     after = {m: (results / f"{hub.user(m)}.json").stat().st_mtime_ns for m in plan}
-    assert after["ann"] == recorded["ann"] and after["bob"] == recorded["bob"], "graded again after the restart"
+    assert after["ann"] == recorded["ann"] and after["bob"] == recorded["bob"], (
+        "graded again after the restart")
     assert after["cat"] != recorded["cat"]
     entries = queue_of(hub).entries(assignment)
     last = {e.student: e for e in entries if e.key == newest[e.student].key}
-    assert [(last[hub.user(m)].state, last[hub.user(m)].tries) for m in plan] == [(State.DONE, 1), (State.DONE, 1), (State.DONE, 2)]
+    assert [(last[hub.user(m)].state, last[hub.user(m)].tries) for m in plan] == [
+        (State.DONE, 1), (State.DONE, 1), (State.DONE, 2)]
     assert all(e.graded for e in last.values())
     assert len(entries) == 7 and {e.state for e in entries} == {State.DONE}
     assert not [e.detail for e in entries if "claims" in e.detail]  # nbgrader's own submit: its times stand

@@ -110,10 +110,12 @@ pairs = [("shape", tuple(map(int, t.size()))), ("dtype", t.dtype), ("device", t.
 return OrderedDict(pairs)
 """),
     "untyped-storage-only-when-it-is-exactly-t": describe_returning(
-        nbytes="(t.untyped_storage().nbytes() if t.is_contiguous() and t.storage_offset() == 0 "
-               "and t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.numel() * t.element_size())"),
+        nbytes="(t.untyped_storage().nbytes() if t.is_contiguous() and t.storage_offset() == 0 and "
+               "t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.numel() * "
+               "t.element_size())"),
     "isinstance-guard-for-any-tensor": describe_returning(
-        first='if not isinstance(t, torch.Tensor):\n    raise TypeError(f"describe needs a tensor, not {type(t).__name__}")'),
+        first='if not isinstance(t, torch.Tensor):\n'
+              '    raise TypeError(f"describe needs a tensor, not {type(t).__name__}")'),
 }
 
 CORRECT_PICK_DEVICE = {
@@ -175,7 +177,7 @@ elif device.type == "mps":
 elif device.type not in ("cpu", "meta"):
     raise missing
 return device
-"""),
+"""),  # noqa: E501 (an answer's source, kept as written)
     "match-statement": pick_source("""
 if prefer is None:
     if torch.cuda.is_available():
@@ -202,7 +204,7 @@ if not available.get(device.type, False):
 if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
     raise RuntimeError(f"requested device {prefer} is not available")
 return device
-"""),
+"""),  # noqa: E501 (an answer's source, kept as written)
 }
 
 
@@ -255,7 +257,8 @@ return {"shape": tuple(t.shape), "dtype": t.dtype, "device": t.device,
 return {"shape": tuple(t.shape), "dtype": t.dtype, "device": t.device}
 """),
     "device-drops-the-index": describe_returning(device="torch.device(t.device.type)"),
-    "device-rebuilt-from-the-type-string": describe_returning(device='torch.device(str(t.device).split(":")[0])'),
+    "device-rebuilt-from-the-type-string": describe_returning(
+        device='torch.device(str(t.device).split(":")[0])'),
     "rejects-tensor-subclasses": describe_returning(
         first='if type(t) is not torch.Tensor:\n    raise TypeError("describe needs a torch.Tensor")'),
     "parameter-described-through-data-of-a-copy": describe_returning(
@@ -449,5 +452,6 @@ def test_ps01_to_ps03_state_one_cuda_rule_in_the_same_words():
     assert rules[0] == rules[1] == rules[2]
     rule = " ".join(rules[0].split())
     for claim in ('torch.device("cuda") != torch.device("cuda:0")', "`torch.cuda.is_available()`",
-                  "`N < torch.cuda.device_count()`", "puts it on the current GPU", '`t.device.type == "cuda"`'):
+                  "`N < torch.cuda.device_count()`", "puts it on the current GPU",
+                  '`t.device.type == "cuda"`'):
         assert claim in rule, claim

@@ -1,4 +1,6 @@
-"""ps02-moving-tensors: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
+"""ps02-moving-tensors: the solutions and other correct answers earn full marks; realistic mistakes lose
+points.
+"""
 
 from functools import partial
 
@@ -19,14 +21,16 @@ CELLS_OF = {
 POINTS_OF = {"to-device": 5, "to-is-noop": 2, "make-leaf": 3, "as-numpy": 4}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
-    "to-device": 'def to_device(obj, device, non_blocking: bool = False):\n    """Move every tensor in obj."""\n',
+    "to-device": 'def to_device(obj, device, non_blocking: bool = False):\n'
+                 '    """Move every tensor in obj."""\n',
     "to-is-noop": "def to_is_noop(t: torch.Tensor, device, dtype: torch.dtype | None = None) -> bool:\n"
                   '    """Would t.to() return t?"""\n',
     "make-leaf": 'def make_leaf(shape, device) -> torch.Tensor:\n    """Make a leaf."""\n',
     "as-numpy": 'def as_numpy(t: torch.Tensor) -> np.ndarray:\n    """Copy t into NumPy."""\n',
 }
 
-# torch's own Tensor.__array__ makes NumPy 2 warn whenever np.array() is given a tensor; not the student's fault.
+# torch's own Tensor.__array__ makes NumPy 2 warn whenever np.array() is given a tensor; not the student's
+# fault.
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
 
 
@@ -168,8 +172,10 @@ w = torch.randn(size=tuple(shape), device=torch.device(device))
 w.requires_grad = True
 return w
 """,
-        "detach-after-moving": "return torch.randn(shape, requires_grad=True).to(device).detach().requires_grad_()",
-        "torch-normal": "return torch.normal(0.0, 1.0, size=tuple(shape), device=device).requires_grad_(True)",
+        "detach-after-moving": "return torch.randn(shape, "
+                               "requires_grad=True).to(device).detach().requires_grad_()",
+        "torch-normal": "return torch.normal(0.0, 1.0, size=tuple(shape), device=device)"
+                        ".requires_grad_(True)",
     },
     "as-numpy": {
         "detach-cpu-numpy-copy": "return t.detach().cpu().numpy().copy()",
@@ -189,8 +195,10 @@ with torch.no_grad():
     host.copy_(t)
 return host.numpy()
 """,
-        "zeros-copy-chained": "return torch.zeros(t.shape, dtype=t.dtype, device='cpu').copy_(t.detach()).numpy()",
-        "to-with-copy-keyword-then-contiguous": "return t.detach().to(device='cpu', copy=True).contiguous().numpy()",
+        "zeros-copy-chained": "return torch.zeros(t.shape, dtype=t.dtype, "
+                              "device='cpu').copy_(t.detach()).numpy()",
+        "to-with-copy-keyword-then-contiguous": "return t.detach().to(device='cpu', "
+                                                "copy=True).contiguous().numpy()",
     },
 }
 CORRECT_CASES = support.correct_cases(CORRECT, HEADS)
@@ -239,7 +247,8 @@ return obj
     ("to-device", "writes-into-the-input-list", "to-device-tests-copy"): TO_DEVICE_OK.replace(
         "if isinstance(obj, (list, tuple)):",
         "if isinstance(obj, list):\n"
-        "    for i, v in enumerate(obj):\n        obj[i] = to_device(v, device, non_blocking)\n    return obj\n"
+        "    for i, v in enumerate(obj):\n        obj[i] = to_device(v, device, non_blocking)\n"
+        "    return obj\n"
         "if isinstance(obj, tuple):"),
     ("to-device", "non-blocking-dropped", "to-device-tests-non-blocking"): TO_DEVICE_OK.replace(
         "obj.to(device, non_blocking=non_blocking)", "obj.to(device)"),

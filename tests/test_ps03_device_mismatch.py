@@ -1,4 +1,6 @@
-"""ps03-device-mismatch: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
+"""ps03-device-mismatch: the solutions and other correct answers earn full marks; realistic mistakes lose
+points.
+"""
 
 from functools import partial
 
@@ -19,9 +21,11 @@ CELLS_OF = {
 POINTS_OF = {"forward-on-model-device": 4, "off-device": 3, "check-same-device": 4}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
-    "forward-on-model-device": "def forward_on_model_device(model: nn.Module, x: torch.Tensor) -> torch.Tensor:\n"
+    "forward-on-model-device": "def forward_on_model_device(model: nn.Module, x: torch.Tensor) -> "
+                               "torch.Tensor:\n"
                                '    """Call model on x where the model is."""\n',
-    "off-device": 'def off_device(module: nn.Module, device) -> list[str]:\n    """Name what is elsewhere."""\n',
+    "off-device": 'def off_device(module: nn.Module, device) -> list[str]:\n'
+                  '    """Name what is elsewhere."""\n',
     "check-same-device": "def check_same_device(*tensors: torch.Tensor) -> torch.device:\n"
                          '    """Return the shared device."""\n',
 }
@@ -121,7 +125,7 @@ for t in tensors:
 if len(seen) > 1:
     raise RuntimeError("Expected all tensors to be on the same device, but found: " + " and ".join(map(repr, seen)))
 return seen[0] if seen else torch.device("cpu")
-""",
+""",  # noqa: E501 (an answer's source, kept as written)
         "dict-fromkeys-and-is-cpu": """
 if not tensors:
     raise ValueError("check_same_device() needs at least one tensor")
@@ -138,7 +142,7 @@ counts = Counter(t.device for t in tensors if not (t.shape == torch.Size([]) and
 if len(counts) > 1:
     raise RuntimeError("device mismatch: " + ", ".join(f"{d} ({n} tensors)" for d, n in counts.items()))
 return next(iter(counts), torch.device("cpu"))
-""",
+""",  # noqa: E501 (an answer's source, kept as written)
         "isinstance-guard-and-sorted-names": """
 if not tensors:
     raise ValueError("no tensors")
@@ -189,17 +193,23 @@ return devices.pop()
 MISTAKES = {
     # forward_on_model_device
     ("forward-on-model-device", "moves-the-model", "forward-on-model-device-tests"): FORWARD_OK.replace(
-        "return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))", "model.to(x.device)\nreturn model(x)"),
-    ("forward-on-model-device", "converts-the-model-to-the-input-dtype", "forward-on-model-device-tests-dtype"):
-        FORWARD_OK.replace("return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))",
+        "return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))",
+        "model.to(x.device)\nreturn model(x)"),
+    ("forward-on-model-device", "converts-the-model-to-the-input-dtype",
+     "forward-on-model-device-tests-dtype"):
+        FORWARD_OK.replace("return model(x.to(first.device, first.dtype if x.is_floating_point() else "
+                           "x.dtype))",
                            "model.to(x.dtype)\nreturn model(x.to(first.device))"),
     ("forward-on-model-device", "device-only", "forward-on-model-device-tests-dtype"): FORWARD_OK.replace(
         "x.to(first.device, first.dtype if x.is_floating_point() else x.dtype)", "x.to(first.device)"),
     ("forward-on-model-device", "dtype-only", "forward-on-model-device-tests"): FORWARD_OK.replace(
         "x.to(first.device, first.dtype if x.is_floating_point() else x.dtype)", "x.to(first.dtype)"),
-    ("forward-on-model-device", "converts-only-when-the-device-differs", "forward-on-model-device-tests-dtype"):
-        FORWARD_OK.replace("return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))",
-                           "if x.device != first.device:\n    x = x.to(first.device, first.dtype)\nreturn model(x)"),
+    ("forward-on-model-device", "converts-only-when-the-device-differs",
+     "forward-on-model-device-tests-dtype"):
+        FORWARD_OK.replace("return model(x.to(first.device, first.dtype if x.is_floating_point() else "
+                           "x.dtype))",
+                           "if x.device != first.device:\n    x = x.to(first.device, first.dtype)\n"
+                           "return model(x)"),
     ("forward-on-model-device", "next-without-a-default", "forward-on-model-device-tests-no-params"): """
 first = next(model.parameters())
 return model(x.to(first.device, first.dtype))
@@ -213,7 +223,8 @@ if first is None:
     return model(x)
 return model(x.to(first.device, first.dtype))
 """,
-    ("forward-on-model-device", "returns-x-without-calling-the-model", "forward-on-model-device-tests-no-params"):
+    ("forward-on-model-device", "returns-x-without-calling-the-model",
+     "forward-on-model-device-tests-no-params"):
         FORWARD_OK.replace("if first is None:\n    return model(x)", "if first is None:\n    return x"),
     ("forward-on-model-device", "hard-codes-cuda", "forward-on-model-device-tests"): "return model(x.cuda())",
     ("forward-on-model-device", "casts-every-input", "forward-on-model-device-tests-dtype"): """
@@ -223,22 +234,28 @@ if first is None:
 return model(x.to(first.device, first.dtype))
 """,
     ("forward-on-model-device", "to-the-first-parameter-itself", "forward-on-model-device-tests-dtype"):
-        FORWARD_OK.replace("x.to(first.device, first.dtype if x.is_floating_point() else x.dtype)", "x.to(first)"),
-    ("forward-on-model-device", "casts-only-float32", "forward-on-model-device-tests-dtype"): FORWARD_OK.replace(
+        FORWARD_OK.replace("x.to(first.device, first.dtype if x.is_floating_point() else x.dtype)",
+                           "x.to(first)"),
+    ("forward-on-model-device", "casts-only-float32",
+     "forward-on-model-device-tests-dtype"): FORWARD_OK.replace(
         "x.is_floating_point()", "x.dtype == torch.float32"),
-    ("forward-on-model-device", "asks-the-parameter-if-it-is-floating", "forward-on-model-device-tests-dtype"):
+    ("forward-on-model-device", "asks-the-parameter-if-it-is-floating",
+     "forward-on-model-device-tests-dtype"):
         FORWARD_OK.replace("x.is_floating_point()", "first.is_floating_point()"),
     ("forward-on-model-device", "runs-under-no-grad", "forward-on-model-device-tests"): FORWARD_OK.replace(
         "return model(x.to(", "with torch.no_grad():\n    return model(x.to("),
-    ("forward-on-model-device", "runs-in-inference-mode", "forward-on-model-device-tests"): FORWARD_OK.replace(
+    ("forward-on-model-device", "runs-in-inference-mode",
+     "forward-on-model-device-tests"): FORWARD_OK.replace(
         "return model(x.to(", "with torch.inference_mode():\n    return model(x.to("),
     ("forward-on-model-device", "switches-to-eval", "forward-on-model-device-tests"): FORWARD_OK.replace(
         "first = next(", "model.eval()\nfirst = next("),
     ("forward-on-model-device", "detaches-the-input", "forward-on-model-device-tests"): FORWARD_OK.replace(
         "x.to(first.device,", "x.detach().to(first.device,"),
-    ("forward-on-model-device", "calls-forward-directly", "forward-on-model-device-tests"): FORWARD_OK.replace(
+    ("forward-on-model-device", "calls-forward-directly",
+     "forward-on-model-device-tests"): FORWARD_OK.replace(
         "return model(x.to(", "return model.forward(x.to("),
-    ("forward-on-model-device", "zeroes-the-gradients-first", "forward-on-model-device-tests"): FORWARD_OK.replace(
+    ("forward-on-model-device", "zeroes-the-gradients-first",
+     "forward-on-model-device-tests"): FORWARD_OK.replace(
         "first = next(", "model.zero_grad()\nfirst = next("),
     ("forward-on-model-device", "freezes-the-model", "forward-on-model-device-tests"): FORWARD_OK.replace(
         "first = next(", "model.requires_grad_(False)\nfirst = next("),
@@ -271,8 +288,10 @@ return sorted(set(walk(module, "")))
         "devices = {", 'if any(type(t) is not torch.Tensor for t in tensors):\n'
         '    raise TypeError("check_same_device takes plain tensors")\ndevices = {'),
     ("check-same-device", "empty-tensors-never-conflict", "check-same-device-tests-scalars"): SAME_OK.replace(
-        'if not (t.dim() == 0 and t.device.type == "cpu")', 'if t.numel() and not (t.dim() == 0 and t.device.type == "cpu")'),
-    ("check-same-device", "shape-unpacked-to-find-scalars", "check-same-device-tests-scalars"): SAME_OK.replace(
+        'if not (t.dim() == 0 and t.device.type == "cpu")',
+        'if t.numel() and not (t.dim() == 0 and t.device.type == "cpu")'),
+    ("check-same-device", "shape-unpacked-to-find-scalars",
+     "check-same-device-tests-scalars"): SAME_OK.replace(
         't.dim() == 0', 'len(t.shape) == 0 or t.shape[0] == 0'),
     # off_device
     ("off-device", "forgets-buffers", "off-device-tests-buffers"): OFF_OK.replace(
@@ -308,9 +327,11 @@ return sorted(names)
         'target = torch.device(device)\nif target.type == "cuda" and target.index is None:\n'
         '    target = torch.device("cuda", 0)'),
     ("off-device", "compares-with-the-raw-argument", "off-device-tests"): OFF_OK.replace(
-        "tensor.device != target and (target.index is not None or tensor.device.type != target.type)", "tensor.device != device"),
+        "tensor.device != target and (target.index is not None or tensor.device.type != target.type)",
+        "tensor.device != device"),
     ("off-device", "lists-what-is-on-the-device", "off-device-tests"): OFF_OK.replace(
-        "tensor.device != target and (target.index is not None or tensor.device.type != target.type)", "tensor.device == target"),
+        "tensor.device != target and (target.index is not None or tensor.device.type != target.type)",
+        "tensor.device == target"),
     ("off-device", "returns-a-set", "off-device-tests"): OFF_OK.replace(
         "return sorted(name for name, tensor in named\n",
         "return set(name for name, tensor in named\n"),
@@ -319,7 +340,8 @@ return sorted(names)
         'if not (t.dim() == 0 and t.device.type == "cpu")', ""),
     ("check-same-device", "exempts-every-0-dim-tensor", "check-same-device-tests-scalars"): SAME_OK.replace(
         'not (t.dim() == 0 and t.device.type == "cpu")', "t.dim() > 0"),
-    ("check-same-device", "one-element-counts-as-a-scalar", "check-same-device-tests-scalars"): SAME_OK.replace(
+    ("check-same-device", "one-element-counts-as-a-scalar",
+     "check-same-device-tests-scalars"): SAME_OK.replace(
         "t.dim() == 0", "t.numel() == 1"),
     ("check-same-device", "only-scalars-crash", "check-same-device-tests-scalars"): SAME_OK.replace(
         'if not devices:\n    return torch.device("cpu")\n', ""),
@@ -383,7 +405,8 @@ def test_mistake_loses_points(grade_id, source, cell):
 def test_failures_say_what_to_fix():
     results = results_for({
         "forward-on-model-device": answer("forward-on-model-device", FORWARD_OK.replace(
-            "return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))", "model.to(x.device)\nreturn model(x)")),
+            "return model(x.to(first.device, first.dtype if x.is_floating_point() else x.dtype))",
+            "model.to(x.device)\nreturn model(x)")),
         "off-device": answer("off-device", OFF_OK.replace(", *module.named_buffers()", "")),
         "check-same-device": answer("check-same-device", SAME_OK.replace(
             'if not (t.dim() == 0 and t.device.type == "cpu")', "")),

@@ -1,4 +1,5 @@
-"""ps04-async-timing: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
+"""ps04-async-timing: the solutions and other correct answers earn full marks; realistic mistakes lose points.
+"""
 
 import re
 from functools import partial
@@ -23,7 +24,8 @@ HEADS = {
     "measure": "def measure(fn, *, sync, clock=time.perf_counter, warmup: int = 1, repeats: int = 5)"
                ' -> float:\n    """Measure."""\n',
     "bandwidth-gbps": 'def bandwidth_gbps(nbytes: int, seconds: float) -> float:\n    """Rate."""\n',
-    "step-times-ms": 'def step_times_ms(step, n: int, new_event) -> list[float]:\n    """Time the steps."""\n',
+    "step-times-ms": 'def step_times_ms(step, n: int, new_event) -> list[float]:\n'
+                     '    """Time the steps."""\n',
 }
 
 
@@ -92,11 +94,12 @@ def test_imports_points_and_check_calls():
     for line in ("import time", "import torch", "from devicelab.exercises.ps04 import check, hint"):
         assert line in support.imports_cell(code).source.splitlines()
     assert support.points_by_cell(graded) == {
-        "measure-tests-basic": 2, "measure-tests-sync": 2, "measure-tests-warmup": 2, "measure-tests-median": 2,
-        "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1,
+        "measure-tests-basic": 2, "measure-tests-sync": 2, "measure-tests-warmup": 2,
+        "measure-tests-median": 2, "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1,
         "step-times-ms-tests-values": 2, "step-times-ms-tests-one-wait": 2}
     checks = [c.source for c in code if c.source.startswith("check(")]
-    assert checks == ['check("measure")  # instant feedback; hint("measure") gives a nudge, call it again for more',
+    assert checks == [('check("measure")  # instant feedback; hint("measure") gives a nudge, '
+                       'call it again for more'),
                       'check("bandwidth_gbps")  # instant feedback; hint("bandwidth_gbps") gives a nudge',
                       'check("step_times_ms")  # instant feedback; hint("step_times_ms") gives a nudge']
 
@@ -299,7 +302,7 @@ for _ in range(repeats):
 ordered = sorted(times)
 half = len(ordered) // 2
 return float(ordered[half]) if len(ordered) % 2 else (ordered[half] + ordered[min(half + 1, len(ordered) - 1)]) / 2
-"""),
+"""),  # noqa: E501 (an answer's source, kept as written)
     "trimmed-mean": measure_with(median="""
 ordered = sorted(times)
 inner = ordered[1:-1] if len(ordered) > 2 else ordered
@@ -397,12 +400,12 @@ def test_failures_say_what_to_fix():
 #
 # | mistake | what the student believed | caught by |
 # | --- | --- | --- |
-# | `end.synchronize()` after every step | each pair must be complete before the next | one-wait, values (launch gaps) |
+# | `end.synchronize()` per step | each pair must end before the next | one-wait, values (launch gaps) |
 # | `torch.cuda.synchronize()` inside the loop | events need a full sync per step | one-wait |
 # | `elapsed_time` read in the loop after a per-step sync | read each time as soon as it exists | one-wait |
 # | no wait at all | `record()` makes the host wait | one-wait (elapsed_time raises, as CUDA's does) |
 # | waits on the first event only | one event stands for all | one-wait (the last has not completed) |
-# | `end.wait()` instead of `synchronize()` | `wait()` makes the host wait | one-wait (a stream waits, not the host) |
+# | `end.wait()` instead of `synchronize()` | `wait()` makes the host wait | one-wait (only a stream waits) |
 # | one pair of events made once and re-recorded | an event keeps each time it was recorded | values |
 # | one start event before the loop | each end against the first start | values |
 # | divides by 1000 | elapsed_time is in seconds | values |
@@ -461,16 +464,18 @@ STEP_TIMES_MISTAKES = {
     "event-sync-every-step": steps_with(inside="end.synchronize()"),
     "device-sync-every-step": steps_with(inside="torch.cuda.synchronize()"),
     "reads-each-time-in-the-loop": steps_with(
-        start="times = []", keep="", inside="end.synchronize()\ntimes.append(start.elapsed_time(end))", wait="",
-        result="return times"),
+        start="times = []", keep="", inside="end.synchronize()\ntimes.append(start.elapsed_time(end))",
+        wait="", result="return times"),
     "no-wait": steps_with(wait=""),
     "waits-on-the-first-event": steps_with(wait="starts[0].synchronize()"),
     "event-wait-instead-of-synchronize": steps_with(wait="ends[-1].wait()"),
-    "one-pair-re-recorded": steps_with(start="starts, ends = [], []\nstart, end = new_event(), new_event()", make=""),
-    "one-start-for-all": steps_with(start="starts, ends = [], []\nfirst = new_event()\nfirst.record()", make="end = new_event()",
-                                    before="", keep="ends.append(end)",
+    "one-pair-re-recorded": steps_with(start="starts, ends = [], []\nstart, end = new_event(), new_event()",
+                                       make=""),
+    "one-start-for-all": steps_with(start="starts, ends = [], []\nfirst = new_event()\nfirst.record()",
+                                    make="end = new_event()", before="", keep="ends.append(end)",
                                     result="return [first.elapsed_time(end) for end in ends]"),
-    "seconds": steps_with(result="return [start.elapsed_time(end) / 1000 for start, end in zip(starts, ends)]"),
+    "seconds": steps_with(
+        result="return [start.elapsed_time(end) / 1000 for start, end in zip(starts, ends)]"),
     "host-clock-without-sync": support.function_cell(HEADS["step-times-ms"], """
 import time
 times = []

@@ -1,4 +1,6 @@
-"""ps05-pinned-memory: the solutions and other correct answers earn full marks; realistic mistakes lose points."""
+"""ps05-pinned-memory: the solutions and other correct answers earn full marks; realistic mistakes lose
+points.
+"""
 
 from functools import partial
 
@@ -16,7 +18,8 @@ CELLS_OF = {
     "make-loader": ("make-loader-tests-basic", "make-loader-tests-pinning"),
     "train-epoch": ("train-epoch-tests-result", "train-epoch-tests-training", "train-epoch-tests-device",
                     "train-epoch-tests-no-sync"),
-    "eval-accuracy": ("eval-accuracy-tests-values", "eval-accuracy-tests-no-sync", "eval-accuracy-tests-eval-mode"),
+    "eval-accuracy": ("eval-accuracy-tests-values", "eval-accuracy-tests-no-sync",
+                      "eval-accuracy-tests-eval-mode"),
 }
 POINTS_OF = {"make-loader": 4, "train-epoch": 6, "eval-accuracy": 5}
 TOTAL = sum(POINTS_OF.values())
@@ -28,7 +31,8 @@ HEADS = {
     "eval-accuracy": 'def eval_accuracy(model, loader, device) -> torch.Tensor:\n    """Evaluate."""\n',
 }
 STUB_HEADS = {"train-epoch": "def train_epoch(model, loader, loss_fn, optimizer, device)",
-              "eval-accuracy": "def eval_accuracy(model, loader, device) -> torch.Tensor:"}  # the stubs keep these signatures
+              # the stubs keep these signatures
+              "eval-accuracy": "def eval_accuracy(model, loader, device) -> torch.Tensor:"}
 
 
 results_for = partial(run_graded_cells, NOTEBOOK)  # results_for({grade_id: source}) grades with that answer
@@ -74,7 +78,8 @@ def test_imports_and_check_calls():
     code = support.code_cells(NOTEBOOK)
     assert "from devicelab.exercises.ps05 import check, hint" in support.imports_cell(code).source
     checks = [c.source for c in code if c.source.startswith("check(")]
-    assert [s.split(")")[0] for s in checks] == ['check("make_loader"', 'check("train_epoch"', 'check("eval_accuracy"']
+    assert [s.split(")")[0] for s in checks] == ['check("make_loader"', 'check("train_epoch"',
+                                                 'check("eval_accuracy"']
 
 
 class TestContract(support.AssignmentContract):
@@ -160,7 +165,8 @@ CORRECT_TRAIN_EPOCH = {
         add="total = total + loss.detach()", result="return total / (i + 1)"),
     "module-zero-grad-and-keyword-to": epoch_with(
         move="x = x.to(device=device, non_blocking=True)\ny = y.to(device=device, non_blocking=True)",
-        step="model.zero_grad(set_to_none=True)\nloss = loss_fn(model(x), y)\nloss.backward()\noptimizer.step()"),
+        step="model.zero_grad(set_to_none=True)\nloss = loss_fn(model(x), y)\nloss.backward()\n"
+             "optimizer.step()"),
     "zero-grad-after-step-and-len-loader": epoch_with(
         step="loss = loss_fn(model(x), y)\nloss.backward()\noptimizer.step()\noptimizer.zero_grad()",
         add="total += loss.detach()", result="return total / len(loader)"),
@@ -200,7 +206,8 @@ MAKE_LOADER_MISTAKES = {
     "ignores-num-workers": loader_with(workers="0"),
     "drops-the-last-batch": loader_with(extra="drop_last=True"),
     "positional-num-workers-lands-in-shuffle": loader_source(
-        'return DataLoader(dataset, batch_size, num_workers, pin_memory=torch.device(device).type == "cuda")'),
+        'return DataLoader(dataset, batch_size, num_workers, '
+        'pin_memory=torch.device(device).type == "cuda")'),
     "returns-the-batches": loader_source(
         'return list(DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, '
         'pin_memory=torch.device(device).type == "cuda"))'),
@@ -211,14 +218,16 @@ TRAIN_EPOCH_MISTAKES = {
                                 result="return torch.tensor(total / batches, device=device)"),
     "float-per-step": epoch_with(start="total = 0.0\nbatches = 0", add="total += float(loss)\nbatches += 1",
                                  result="return torch.tensor(total / batches, device=device)"),
-    "prints-the-loss-each-step": epoch_with(add='print(f"loss {loss}")\ntotal += loss.detach()\nbatches += 1'),
+    "prints-the-loss-each-step": epoch_with(
+        add='print(f"loss {loss}")\ntotal += loss.detach()\nbatches += 1'),
     "prints-item-each-step": epoch_with(add="print(loss.item())\ntotal += loss.detach()\nbatches += 1"),
     "logs-with-format-spec": epoch_with(add='print(f"{loss:.4f}")\ntotal += loss.detach()\nbatches += 1'),
     "collects-losses-on-the-cpu": epoch_with(start="losses = []", add="losses.append(loss.detach().cpu())",
                                              result="return torch.stack(losses).mean().to(device)"),
     "tolist-of-predictions": epoch_with(add="preds = model(x).detach().tolist()\ntotal += loss.detach()\n"
                                             "batches += 1"),
-    "early-stop-check-in-loop": epoch_with(add="if loss < 1e-9:\n    break\ntotal += loss.detach()\nbatches += 1"),
+    "early-stop-check-in-loop": epoch_with(add="if loss < 1e-9:\n    break\ntotal += loss.detach()\n"
+                                               "batches += 1"),
     "returns-a-python-float": epoch_with(result="return (total / batches).item()"),
     "loss-still-requires-grad": epoch_with(add="total += loss\nbatches += 1"),
     "stack-without-detach": epoch_with(start="losses = []", add="losses.append(loss)",
@@ -324,7 +333,7 @@ def test_check_and_the_graded_test_watch_the_same_syncs():
 # | --- | --- | --- |
 # | keeps `.item()` on the count | the mask was the only sync | no-sync (SyncSpy) |
 # | `int(...)` / `float(...)` instead of `.item()` | only `.item()` syncs | no-sync |
-# | keeps `pred[keep]`, counts as tensors | indexing is a GPU op, so it is asynchronous | no-sync (boolean index) |
+# | keeps `pred[keep]`, counts as tensors | indexing is a GPU op, so asynchronous | no-sync (boolean index) |
 # | `masked_select`, `nonzero`, `torch.where(keep)` | another function avoids the mask's sync | no-sync |
 # | `len(y[keep])` for the denominator | `len` reads a shape, not a value | no-sync |
 # | `if not keep.any(): continue` | a test on a tensor is free | no-sync (`__bool__`) |
@@ -408,7 +417,8 @@ EVAL_ACCURACY_MISTAKES = {
                                    count=SLOW + "correct += (pred == y).sum().item()\nlabelled += len(y)",
                                    result="return torch.tensor(correct / labelled, device=device)"),
     "int-instead-of-item": accuracy_with(
-        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += int(keep.sum())"),
+        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\n"
+              "labelled += int(keep.sum())"),
     "float-of-the-count": accuracy_with(
         start="correct, labelled = 0.0, 0.0",
         count="keep = y != -100\ncorrect += float(((model(x).argmax(dim=1) == y) & keep).sum())\n"
@@ -419,18 +429,22 @@ EVAL_ACCURACY_MISTAKES = {
         count="keep = y != -100\npred = torch.masked_select(model(x).argmax(dim=1), keep)\n"
               "correct += (pred == torch.masked_select(y, keep)).sum()\nlabelled += keep.sum()"),
     "nonzero-indices": accuracy_with(
-        count="index = (y != -100).nonzero().squeeze(1)\ncorrect += (model(x).argmax(dim=1)[index] == y[index]).sum()\n"
+        count="index = (y != -100).nonzero().squeeze(1)\n"
+              "correct += (model(x).argmax(dim=1)[index] == y[index]).sum()\n"
               "labelled += index.numel()"),
     "one-argument-where": accuracy_with(
-        count="(index,) = torch.where(y != -100)\ncorrect += (model(x).argmax(dim=1)[index] == y[index]).sum()\n"
+        count="(index,) = torch.where(y != -100)\n"
+              "correct += (model(x).argmax(dim=1)[index] == y[index]).sum()\n"
               "labelled += index.numel()"),
     "len-of-the-masked-labels": accuracy_with(
-        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += len(y[keep])"),
+        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\n"
+              "labelled += len(y[keep])"),
     "skips-batches-without-labels": accuracy_with(
         count="keep = y != -100\nif not keep.any():\n    continue\n"
               "correct += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += keep.sum()"),
     "prints-the-running-accuracy": accuracy_with(
-        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += keep.sum()\n"
+        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\n"
+              "labelled += keep.sum()\n"
               'print(f"running accuracy {correct / labelled:.3f}")'),
     "cpu-copy-for-a-log": accuracy_with(
         start="history = []\ncorrect = torch.zeros((), dtype=torch.long, device=device)\n"
@@ -441,7 +455,8 @@ EVAL_ACCURACY_MISTAKES = {
         start="rights, counts = [], []",
         count="keep = y != -100\nrights.append(((model(x).argmax(dim=1) == y) & keep).sum())\n"
               "counts.append(keep.sum())",
-        result="return torch.tensor(rights, device=device).sum() / torch.tensor(counts, device=device).sum()"),
+        result="return torch.tensor(rights, device=device).sum() / "
+               "torch.tensor(counts, device=device).sum()"),
     "blocking-moves": accuracy_with(move="x, y = x.to(device), y.to(device)"),
     "counts-on-the-cpu": accuracy_with(start="correct = torch.zeros((), dtype=torch.long)\n"
                                              "labelled = torch.zeros((), dtype=torch.long)"),
@@ -449,11 +464,13 @@ EVAL_ACCURACY_MISTAKES = {
     "returns-a-python-float": accuracy_with(result="return (correct / labelled).item()"),
     "mean-of-batch-accuracies": accuracy_with(
         start="accuracies = []",
-        count="keep = y != -100\naccuracies.append(((model(x).argmax(dim=1) == y) & keep).sum() / keep.sum())",
+        count="keep = y != -100\n"
+              "accuracies.append(((model(x).argmax(dim=1) == y) & keep).sum() / keep.sum())",
         result="return torch.stack(accuracies).mean()"),
     "padding-in-the-denominator": accuracy_with(
         start="correct = torch.zeros((), dtype=torch.long, device=device)\nlabelled = 0",
-        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\nlabelled += len(y)"),
+        count="keep = y != -100\ncorrect += ((model(x).argmax(dim=1) == y) & keep).sum()\n"
+              "labelled += len(y)"),
     "integer-division": accuracy_with(result="return correct // labelled"),
     "percentage": accuracy_with(result="return 100 * correct / labelled"),
     "forgets-eval-mode": accuracy_with(mode=""),
@@ -490,11 +507,13 @@ def test_the_sync_spy_names_each_kind_of_sync_and_leaves_torch_as_it_was():
 
     x, mask = torch.randn(6), torch.tensor([True, False] * 3)
     calls = {
-        "item": lambda: x.sum().item(), "float": lambda: float(x.sum()), "if": lambda: 1 if x.sum() > 0 else 0,
+        "item": lambda: x.sum().item(), "float": lambda: float(x.sum()),
+        "if": lambda: 1 if x.sum() > 0 else 0,
         "print": lambda: repr(x), "format": lambda: f"{x.sum():.2f}", "cpu": lambda: x.cpu(),
         "tolist": lambda: x.tolist(), "numpy": lambda: x.numpy(), "equal": lambda: torch.equal(x, x),
         "mask": lambda: x[mask], "mask-in-tuple": lambda: x.reshape(2, 3)[mask[:2], :],
-        "nonzero": lambda: mask.nonzero(), "where1": lambda: torch.where(mask), "unique": lambda: torch.unique(x),
+        "nonzero": lambda: mask.nonzero(), "where1": lambda: torch.where(mask),
+        "unique": lambda: torch.unique(x),
         "masked_select": lambda: x.masked_select(mask), "blocking-copy": lambda: x.to("meta"),
         "repeat": lambda: torch.repeat_interleave(x, torch.ones(6, dtype=torch.long)),
         "tensor-of-tensors": lambda: torch.tensor([x[0], x[1]]),
@@ -504,8 +523,9 @@ def test_the_sync_spy_names_each_kind_of_sync_and_leaves_torch_as_it_was():
             call()
         assert len(spy.syncs) == 1, (name, spy.syncs)
     quiet = {
-        "where3": lambda: torch.where(mask, x, 0.0), "sum": lambda: (x * mask).sum(), "shape": lambda: len(x[:3]),
-        "non-blocking": lambda: x.to("meta", non_blocking=True), "long-index": lambda: x[torch.tensor([0, 2])],
+        "where3": lambda: torch.where(mask, x, 0.0), "sum": lambda: (x * mask).sum(),
+        "shape": lambda: len(x[:3]), "non-blocking": lambda: x.to("meta", non_blocking=True),
+        "long-index": lambda: x[torch.tensor([0, 2])],
         "repeat-sized": lambda: torch.repeat_interleave(x, torch.ones(6, dtype=torch.long), output_size=6),
         "dtype": lambda: x.to(torch.float64), "same-device": lambda: x.to("cpu"),
     }

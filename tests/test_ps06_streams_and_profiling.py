@@ -1,4 +1,5 @@
-"""ps06-streams-and-profiling: the solutions and other correct answers earn full marks; realistic mistakes lose points.
+"""ps06-streams-and-profiling: the solutions and other correct answers earn full marks; realistic mistakes
+lose points.
 
 The mistakes came first, written down from how people read a trace for the first time (table below), then the
 hidden tests that catch them, then the other correct answers that must still get full marks.
@@ -18,10 +19,11 @@ from tests.harness import run_graded_cells
 NOTEBOOK = COURSE_ROOT / "source" / "ps06-streams-and-profiling" / "ps06-streams-and-profiling.ipynb"
 CELLS_OF = {
     "copy-totals": ("copy-totals-tests-basic", "copy-totals-tests-filtering"),
-    "overlap-fraction": ("overlap-fraction-tests-basic", "overlap-fraction-tests-once", "overlap-fraction-tests-devices",
-                         "overlap-fraction-tests-edges"),
+    "overlap-fraction": ("overlap-fraction-tests-basic", "overlap-fraction-tests-once",
+                         "overlap-fraction-tests-devices", "overlap-fraction-tests-edges"),
     "sync-ops": ("sync-ops-tests-basic", "sync-ops-tests-threads"),
-    "refill-pinned": ("refill-pinned-tests-order", "refill-pinned-tests-in-place", "refill-pinned-tests-shape"),
+    "refill-pinned": ("refill-pinned-tests-order", "refill-pinned-tests-in-place",
+                      "refill-pinned-tests-shape"),
     "copy-then-run": ("copy-then-run-tests-wait", "copy-then-run-tests-memory"),
 }
 POINTS_OF = {"copy-totals": 3, "overlap-fraction": 4, "sync-ops": 3, "refill-pinned": 4, "copy-then-run": 4}
@@ -31,7 +33,8 @@ HEADS = {
     "overlap-fraction": 'def overlap_fraction(trace: dict, direction: str = "h2d") -> float:\n'
                         '    """Overlap."""\n',
     "sync-ops": 'def sync_ops(trace: dict) -> list[str]:\n    """Sync ops."""\n',
-    "refill-pinned": 'def refill_pinned(buffer: torch.Tensor, data: torch.Tensor, copy_done) -> torch.Tensor:\n'
+    "refill-pinned": 'def refill_pinned(buffer: torch.Tensor, data: torch.Tensor, copy_done) -> '
+                     'torch.Tensor:\n'
                      '    """Refill."""\n',
     "copy-then-run": 'def copy_then_run(batch: torch.Tensor, device, side, step):\n'
                      '    """Copy, wait, record, run."""\n',
@@ -52,7 +55,8 @@ def totals_with(keep='event.get("ph") != "X" or event.get("cat") != "gpu_memcpy"
                 keys='(("HtoD", "h2d"), ("DtoH", "d2h"), ("DtoD", "d2d"))',
                 match='key in event.get("name", "")',
                 nbytes='event.get("args", {}).get("bytes", 0)', seconds='event["dur"] / 1e6',
-                start='{direction: {"count": 0, "bytes": 0, "seconds": 0.0} for direction in ("h2d", "d2h", "d2d")}',
+                start='{direction: {"count": 0, "bytes": 0, "seconds": 0.0} for direction in ("h2d", "d2h", '
+                      '"d2d")}',
                 result="totals") -> str:
     return cell("copy-totals", f"""
 totals = {start}
@@ -75,7 +79,8 @@ if direction not in names:
 
 
 def overlap_with(check=OVERLAP_CHECK, events='e.get("ph") == "X"',
-                 is_kernel='e.get("cat") == "kernel"', same_device='k.get("args", {}).get("device") == device',
+                 is_kernel='e.get("cat") == "kernel"',
+                 same_device='k.get("args", {}).get("device") == device',
                  empty="return 0.0", merge=True, total='sum(c["dur"] for c in copies)',
                  result="covered / total") -> str:
     if merge:
@@ -106,13 +111,14 @@ for c in copies:
     pieces = sorted((max(k["ts"], start), min(k["ts"] + k["dur"], end)) for k in kernels if {same_device})
 {add}
 return {result}
-""")
+""")  # noqa: E501 (an answer's source, kept as written)
 
 
 def sync_with(names='{"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"}',
               is_op='e.get("cat") == "cpu_op"', same='o["pid"] == call["pid"] and o["tid"] == call["tid"]',
               inside='o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"]',
-              pick='names.add(min(around, key=lambda o: o["dur"])["name"])', none="", result="sorted(names)") -> str:
+              pick='names.add(min(around, key=lambda o: o["dur"])["name"])', none="",
+              result="sorted(names)") -> str:
     return cell("sync-ops", f"""
 syncs = {names}
 events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
@@ -129,7 +135,8 @@ return {result}
 """)
 
 
-def refill_with(check="if data.shape != buffer.shape:\n    raise ValueError('shape')", wait="copy_done.synchronize()",
+def refill_with(check="if data.shape != buffer.shape:\n    raise ValueError('shape')",
+                wait="copy_done.synchronize()",
                 write="buffer.copy_(data)", result="return buffer", order=("check", "wait", "write")) -> str:
     pieces = {"check": check, "wait": wait, "write": write}
     return cell("refill-pinned", "\n".join(pieces[p] for p in order if pieces[p]) + "\n" + result)
@@ -139,7 +146,8 @@ def refill_with(check="if data.shape != buffer.shape:\n    raise ValueError('sha
 # The notebook itself
 
 
-def streams_with(current="current = torch.cuda.current_stream()", copy="copy = batch.to(device, non_blocking=True)",
+def streams_with(current="current = torch.cuda.current_stream()",
+                 copy="copy = batch.to(device, non_blocking=True)",
                  inside="", wait="current.wait_stream(side)", record="copy.record_stream(current)",
                  run="return step(copy)") -> str:
     """Return a copy_then_run cell: the copy (and `inside`) on side, then the wait, the record and the run."""
@@ -153,8 +161,8 @@ def test_imports_and_check_calls():
     imports = support.imports_cell(code).source
     assert "from devicelab.exercises.ps06 import" in imports and "check, " in imports
     checks = [c.source.split(")")[0] for c in code if c.source.startswith("check(")]
-    assert checks == ['check("copy_totals"', 'check("overlap_fraction"', 'check("sync_ops"', 'check("refill_pinned"',
-                      'check("copy_then_run"']
+    assert checks == ['check("copy_totals"', 'check("overlap_fraction"', 'check("sync_ops"',
+                      'check("refill_pinned"', 'check("copy_then_run"']
 
 
 class TestContract(support.AssignmentContract):
@@ -173,7 +181,8 @@ def test_feedback_checks_say_correct_for_the_solution_and_not_attempted_for_stub
     from devicelab.exercises import ps06
     from devicelab.feedback import Outcome, evaluate
 
-    sources = [c.source for c in support.code_cells(NOTEBOOK) if utils.is_solution(c) or grade_id(c) == "imports"]
+    sources = [c.source for c in support.code_cells(NOTEBOOK)
+               if utils.is_solution(c) or grade_id(c) == "imports"]
     namespace = _namespace(sources)
     for exercise in ps06._exercises.exercises.values():
         feedback = evaluate(exercise, namespace)
@@ -188,14 +197,16 @@ def test_feedback_checks_say_correct_for_the_solution_and_not_attempted_for_stub
     ("copy_totals", lambda: totals_with(start="{}"), "three keys"),
     ("overlap_fraction", lambda: overlap_with(merge=False), "counts once"),
     ("overlap_fraction", lambda: overlap_with(same_device="True"), "another GPU"),
-    ("sync_ops", lambda: sync_with(pick='names.add(max(around, key=lambda o: o["dur"])["name"])'), "innermost"),
+    ("sync_ops", lambda: sync_with(pick='names.add(max(around, key=lambda o: o["dur"])["name"])'),
+     "innermost"),
     ("sync_ops", lambda: sync_with(same="True"), "same pid and tid"),
     ("refill_pinned", lambda: refill_with(wait="torch.cuda.synchronize()"), "event only"),
     ("refill_pinned", lambda: refill_with(order=("check", "write", "wait")), "wait first"),
     ("refill_pinned", lambda: refill_with(write="buffer = data.clone()"), "in place"),
     ("copy_then_run", lambda: streams_with(wait=""), "wait_stream(side)"),
     ("copy_then_run", lambda: streams_with(record=""), "record_stream"),
-    ("copy_then_run", lambda: streams_with(current="current = torch.cuda.default_stream()"), "current_stream()"),
+    ("copy_then_run", lambda: streams_with(current="current = torch.cuda.default_stream()"),
+     "current_stream()"),
 ])
 def test_feedback_checks_catch_the_common_mistakes(name, source, words):
     from devicelab.exercises import ps06
@@ -229,7 +240,7 @@ for e in trace["traceEvents"]:
             seen[direction]["bytes"] += int((e.get("args") or {}).get("bytes", 0))
             seen[direction]["seconds"] += e["dur"] * 1e-6
 return {d: dict(seen[d]) for d in ("h2d", "d2h", "d2d")}
-""",
+""",  # noqa: E501 (an answer's source, kept as written)
         "sum-microseconds-then-convert": """
 result = {}
 copies = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_memcpy" and e.get("ph") == "X"]
@@ -363,7 +374,7 @@ for call in calls:
     if inner:
         names.add(inner[0]["name"])
 return sorted(names)
-""",
+""",  # noqa: E501 (an answer's source, kept as written)
         "earliest-end-then-latest-start": """
 names = set()
 xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
@@ -376,7 +387,7 @@ for call in xs:
         if around:  # the innermost ends first; among those ending together, it starts last
             names.add(min(around, key=lambda o: (o["ts"] + o["dur"], -o["ts"]))["name"])
 return sorted(names)
-""",
+""",  # noqa: E501 (an answer's source, kept as written)
         "deepest-by-nesting-count-and-dur-filter": """
 waits = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"}
 complete = [e for e in trace["traceEvents"] if "dur" in e and e.get("ph") == "X"]
@@ -394,7 +405,7 @@ for s in complete:
     if around:
         found.add(max(around, key=lambda o: (depth(o), -o["dur"]))["name"])
 return sorted(found)
-""",
+""",  # noqa: E501 (an answer's source, kept as written)
     },
     "refill-pinned": {
         "size-compare-and-slice-assign": """
@@ -486,7 +497,7 @@ def test_other_correct_answers_get_full_marks(exercise, source):
 # | copy_totals | direction from the "(X -> Y)" part of the name | a Device -> Device copy is a DtoD copy |
 # | overlap_fraction | every device's kernels | a kernel anywhere hides a copy |
 # | overlap_fraction | pieces added without merging | two kernels over one stretch hide it twice |
-# | overlap_fraction | whole copy if any kernel touches (closed) | overlap is a yes/no per copy, ends included |
+# | overlap_fraction | whole copy if any kernel touches (closed) | overlap is yes/no per copy, ends included |
 # | overlap_fraction | kernels must start inside the copy | a kernel that started earlier does not count |
 # | overlap_fraction | union of copies as the denominator | simultaneous copies count once |
 # | overlap_fraction | a percentage | 50 means half |
@@ -533,12 +544,14 @@ MISTAKES = {
     ("copy-totals", "any-event-by-name"): totals_with(keep='event.get("ph") != "X"'),
     ("copy-totals", "no-ph-check"): totals_with(keep='event.get("cat") != "gpu_memcpy"',
                                                 seconds='event.get("dur", 0) / 1e6'),
-    ("copy-totals", "course-words-in-name"): totals_with(keys='(("h2d", "h2d"), ("d2h", "d2h"), ("d2d", "d2d"))',
-                                                         match='key in event.get("name", "").lower()'),
+    ("copy-totals",
+     "course-words-in-name"): totals_with(keys='(("h2d", "h2d"), ("d2h", "d2h"), ("d2d", "d2d"))',
+                                          match='key in event.get("name", "").lower()'),
     ("copy-totals", "only-pinned-names"): totals_with(
         keys='(("Memcpy HtoD (Pinned -> Device)", "h2d"), ("Memcpy DtoH (Device -> Pinned)", "d2h"), '
              '("Memcpy DtoD (Device -> Device)", "d2d"))', match='key == event.get("name")'),
-    ("copy-totals", "directions-swapped"): totals_with(keys='(("HtoD", "d2h"), ("DtoH", "h2d"), ("DtoD", "d2d"))'),
+    ("copy-totals",
+     "directions-swapped"): totals_with(keys='(("HtoD", "d2h"), ("DtoH", "h2d"), ("DtoD", "d2d"))'),
     ("copy-totals", "integer-division"): totals_with(seconds='event["dur"] // 1e6'),
     ("copy-totals", "span-not-sum"): cell("copy-totals", """
 out = {}
@@ -547,7 +560,7 @@ for d, key in (("h2d", "HtoD"), ("d2h", "DtoH"), ("d2d", "DtoD")):
     span = (max(e["ts"] + e["dur"] for e in mine) - min(e["ts"] for e in mine)) / 1e6 if mine else 0.0
     out[d] = {"count": len(mine), "bytes": sum(e.get("args", {}).get("bytes", 0) for e in mine), "seconds": span}
 return out
-"""),
+"""),  # noqa: E501 (an answer's source, kept as written)
     ("overlap-fraction", "any-device"): overlap_with(same_device="True"),
     ("overlap-fraction", "double-counts"): overlap_with(merge=False),
     ("overlap-fraction", "whole-copy-if-touched-closed"): cell("overlap-fraction", """
@@ -575,7 +588,8 @@ return hit / total
     ("overlap-fraction", "percentage"): overlap_with(result="100 * covered / total"),
     ("overlap-fraction", "fraction-of-kernel-time"): overlap_with(
         result='covered / sum(k["dur"] for k in kernels) if kernels else 0.0'),
-    ("overlap-fraction", "copies-cover-too"): overlap_with(is_kernel='e.get("cat") in ("kernel", "gpu_memcpy")'),
+    ("overlap-fraction",
+     "copies-cover-too"): overlap_with(is_kernel='e.get("cat") in ("kernel", "gpu_memcpy")'),
     ("overlap-fraction", "no-value-error"): overlap_with(check="pass"),
     ("overlap-fraction", "zero-division"): overlap_with(empty="pass"),
     ("overlap-fraction", "instant-events-are-kernels"): overlap_with(
@@ -593,7 +607,8 @@ return hit / total
     ("sync-ops", "unsorted-with-duplicates"): sync_with(
         pick='found.append(min(around, key=lambda o: o["dur"])["name"])', result="found").replace(
         "names = set()", "names = set()\n    found = []"),
-    ("sync-ops", "outside-calls-as-themselves"): sync_with(none='if not around:\n        names.add(call["name"])'),
+    ("sync-ops",
+     "outside-calls-as-themselves"): sync_with(none='if not around:\n        names.add(call["name"])'),
     ("sync-ops", "returns-the-call-names"): sync_with(pick='names.add(call["name"])'),
     ("refill-pinned", "device-wide-synchronize"): refill_with(wait="torch.cuda.synchronize()"),
     ("refill-pinned", "stream-synchronize"): refill_with(wait="torch.cuda.current_stream().synchronize()"),
@@ -601,18 +616,23 @@ return hit / total
     ("refill-pinned", "write-then-wait"): refill_with(order=("check", "write", "wait")),
     ("refill-pinned", "query-once"): refill_with(wait="copy_done.query()"),
     ("refill-pinned", "no-wait"): refill_with(wait=""),
-    ("refill-pinned", "event-and-device-sync"): refill_with(wait="copy_done.synchronize()\ntorch.cuda.synchronize()"),
+    ("refill-pinned",
+     "event-and-device-sync"): refill_with(wait="copy_done.synchronize()\ntorch.cuda.synchronize()"),
     ("refill-pinned", "returns-a-clone"): refill_with(write="", result="return data.clone()"),
-    ("refill-pinned", "returns-data-in-buffer-dtype"): refill_with(write="", result="return data.to(buffer.dtype)"),
+    ("refill-pinned", "returns-data-in-buffer-dtype"): refill_with(write="",
+                                                                   result="return data.to(buffer.dtype)"),
     ("refill-pinned", "swaps-data"): refill_with(write="buffer.data = data.to(buffer.dtype)"),
     ("refill-pinned", "set-storage"): refill_with(write="buffer.set_(data.to(buffer.dtype))"),
     ("refill-pinned", "no-shape-check"): refill_with(check=""),
     ("refill-pinned", "numel-check-and-view"): refill_with(
-        check="if data.numel() != buffer.numel():\n    raise ValueError('size')", write="buffer.copy_(data.view_as(buffer))"),
-    ("refill-pinned", "len-check"): refill_with(check="if len(data) != len(buffer):\n    raise ValueError('len')"),
+        check="if data.numel() != buffer.numel():\n    raise ValueError('size')",
+        write="buffer.copy_(data.view_as(buffer))"),
+    ("refill-pinned",
+     "len-check"): refill_with(check="if len(data) != len(buffer):\n    raise ValueError('len')"),
     ("refill-pinned", "shape-check-after-writing"): refill_with(order=("wait", "write", "check")),
     ("refill-pinned", "dtype-must-match"): refill_with(
-        check="if data.shape != buffer.shape or data.dtype != buffer.dtype:\n    raise ValueError('shape or dtype')"),
+        check="if data.shape != buffer.shape or data.dtype != buffer.dtype:\n"
+              "    raise ValueError('shape or dtype')"),
     ("refill-pinned", "returns-none"): refill_with(result="return None"),
     ("copy-totals", "otherwise-d2d"): totals_with(
         keys='(("HtoD", "h2d"), ("DtoH", "d2h"), ("", "d2d"))',
@@ -638,7 +658,8 @@ return out
         inside='o["ts"] <= call["ts"]', pick='names.add(max(around, key=lambda o: o["ts"])["name"])'),
     ("sync-ops", "last-listed-containing-op"): sync_with(pick='names.add(around[-1]["name"])'),
     ("sync-ops", "stream-wait-event-is-a-sync"): sync_with(
-        names='{"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent"}'),
+        names='{"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", '
+              '"cudaStreamWaitEvent"}'),
     ("sync-ops", "latest-start-is-innermost"): sync_with(
         pick='names.add(max(around, key=lambda o: o["ts"])["name"])'),
     ("sync-ops", "starts-inside-is-enough"): sync_with(inside='o["ts"] <= call["ts"] < o["ts"] + o["dur"]'),
@@ -696,7 +717,9 @@ def test_fakes_do_not_leak_out_of_the_notebook():
 
 
 def test_the_simulated_example_trace_reads_as_the_lesson_says():
-    """The functions of the solution, on the trace the simulated GPU exports (pageable batches, .item() per step)."""
+    """The functions of the solution, on the trace the simulated GPU exports (pageable batches, .item() per
+    step).
+    """
     from devicelab.sim_trace import example_trace
 
     namespace = _namespace([c.source for c in support.code_cells(NOTEBOOK) if utils.is_solution(c)])

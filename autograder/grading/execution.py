@@ -39,7 +39,8 @@ from autograder.grading.tamper import CellRecords, ChannelReader, describe_chang
 from autograder.grading.verdict import REPLIES
 from autograder.safe_copy import Refusal, read_small
 
-MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory", "defaultcpuallocator")
+MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory",
+                      "defaultcpuallocator")
 NOT_RUN = "NotRunByGrader"
 UNCONFIRMED = "TestNotConfirmed"
 RECORD_WAIT = 5.0  # seconds to wait for the guard's record of a finished test cell
@@ -71,13 +72,15 @@ def _size(content: dict) -> int:
 class GraderExecute(Execute):
     """Execute with a notebook time budget, capped outputs, a progress file and cells to skip."""
 
-    budget = Float(300.0, help="wall-clock seconds for the whole notebook, kernel start included").tag(config=True)
+    budget = Float(300.0,
+                   help="wall-clock seconds for the whole notebook, kernel start included").tag(config=True)
     progress_file = Unicode("", help="JSON file rewritten as each cell starts").tag(config=True)
     skip = Dict({}, help="notebook name -> {cell index (str): why it is not run}").tag(config=True)
     cell_output_chars = Integer(100_000, help="output characters kept per cell").tag(config=True)
     notebook_output_chars = Integer(2_000_000, help="output characters kept per notebook").tag(config=True)
     guard_channel = Unicode("", help="FIFO the grading kernel reports to; empty: no guard").tag(config=True)
-    task_events = Unicode("", help="pids.events of the cgroup that caps processes; empty: none").tag(config=True)
+    task_events = Unicode("",
+                          help="pids.events of the cgroup that caps processes; empty: none").tag(config=True)
     work_folder = Unicode("", help="the kernel's working folder (made and filled before the first kernel); "
                                    "empty: nbgrader's folder, as plain nbgrader").tag(config=True)
     kernel_home = Unicode("", help="the kernel's HOME, whose start-up folders are emptied before each kernel "
@@ -89,7 +92,8 @@ class GraderExecute(Execute):
         self._started = time.monotonic()
         self._kept_total = 0
         # one progress file per attempt: the events of the attempt's earlier notebooks are kept
-        self._events: list[dict] = list(read_progress(self.progress_file).get("events", [])) if self.progress_file else []
+        self._events: list[dict] = (list(read_progress(self.progress_file).get("events", []))
+                                    if self.progress_file else [])
         self._cell = None
         self._channel: ChannelReader | None = None
         self._sent: dict[str, int] = {}  # execute request msg_id -> cell index
@@ -115,11 +119,13 @@ class GraderExecute(Execute):
     # --- the guard -----------------------------------------------------------------------------------
 
     async def async_start_new_kernel(self, **kwargs):
-        """Start the kernel in its own working folder, with the guard's channel open (it opens the other end)."""
+        """Start the kernel in its own working folder, with the guard's channel open (it opens the other end).
+        """
         if self.kernel_home:
             reset_kernel_home(Path(self.kernel_home))
         if self.work_folder:
-            fill_work_folder(Path(self.resources.get("metadata", {}).get("path") or "."), Path(self.work_folder))
+            fill_work_folder(Path(self.resources.get("metadata", {}).get("path") or "."),
+                             Path(self.work_folder))
             kwargs["cwd"] = self.work_folder
         if self.guard_channel:
             self._close_channel()
@@ -293,22 +299,25 @@ class GraderExecute(Execute):
         if self._is_test(cell_index):
             await self._read_waiting_replies()
         if self.task_events and refused_tasks(self.task_events) > refused:
-            self._event(EventKind.PROCESSES, cell_index, f"tried to start more than {MAX_TASKS} processes and threads; "
-                                                 "the rest were refused")
+            self._event(EventKind.PROCESSES, cell_index, f"tried to start more than {MAX_TASKS} processes "
+                                                 "and threads; the rest were refused")
         if self._dropped_cell:
             cell.outputs.insert(0, NotebookNode(  # first, so that nbgrader's LimitOutput keeps it
                 output_type="stream", name="stderr",
                 text=f"[grader: {self._dropped_cell:,} more characters of output were dropped; "
                      f"at most {self.cell_output_chars:,} are kept per cell]\n"))
-            self._event(EventKind.TRUNCATED, cell_index, f"{self._dropped_cell:,} characters of output dropped")
+            self._event(EventKind.TRUNCATED, cell_index,
+                        f"{self._dropped_cell:,} characters of output dropped")
         for output in cell.outputs:
             if output.get("output_type") != "error":
                 continue
             if is_memory_error(output):
                 evalue = str(output.get("evalue") or "").strip()
-                self._event(EventKind.MEMORY, cell_index, f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
+                self._event(EventKind.MEMORY, cell_index,
+                            f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
             elif "File too large" in str(output.get("evalue", "")) or output.get("ename") == "FileTooLarge":
-                self._event(EventKind.DISK, cell_index, f"wrote a file larger than the {MAX_FILE_MIB} MiB limit")
+                self._event(EventKind.DISK, cell_index,
+                            f"wrote a file larger than the {MAX_FILE_MIB} MiB limit")
             elif output.get("ename") == "SystemExit":
                 self._event(EventKind.SYS_EXIT, cell_index, "called sys.exit(); the grader carried on")
         return cell
@@ -324,7 +333,8 @@ class GraderExecute(Execute):
     # --- outputs -------------------------------------------------------------------------------------
 
     def output(self, outs, msg, display_id, cell_index):
-        """Keep an output while the cell's and the notebook's allowances last; always keep errors (trimmed)."""
+        """Keep an output while the cell's and the notebook's allowances last; always keep errors (trimmed).
+        """
         content = msg.get("content", {})
         size = _size(content)
         room = min(self.cell_output_chars - self._kept_cell, self.notebook_output_chars - self._kept_total)

@@ -12,11 +12,12 @@ tracing hook, and make later test cells pass without running them as written. Th
 2. *Block.* An audit hook (which Python never lets anyone remove) refuses what restoring cannot undo:
    changing a function's code or defaults in place; and, while a graded test cell runs, setting a tracing
    or profiling hook (one that could skip the test's lines).
-3. *Seal.* Only the audit hook holds the guard's state: the kernel's message handlers reach it by raising audit
-   events (checked to come from those handlers), so no closure, frame or global that student code can walk to
-   leads to it, and before it acts the hook puts the guard's own module, classes and the builtins it uses back.
-4. *Report.* After every cell it compares again and writes what changed to a channel that only the grader reads
-   (a FIFO opened before any student code and unlinked at once), each line signed with a key sent as the
+3. *Seal.* Only the audit hook holds the guard's state: the kernel's message handlers reach it by raising
+   audit events (checked to come from those handlers), so no closure, frame or global that student code can
+   walk to leads to it, and before it acts the hook puts the guard's own module, classes and the builtins it
+   uses back.
+4. *Report.* After every cell it compares again and writes what changed to a channel that only the grader
+   reads (a FIFO opened before any student code and unlinked at once), each line signed with a key sent as the
    first line; a look into the interpreter's internals by student code (the garbage collector, frames outside
    its own, ctypes, the process's memory) is written the moment it happens, before it can be used.
 5. *Trace tests.* While a graded test cell runs, a trace function reports student code that the test's lines
@@ -49,8 +50,9 @@ PATH_PACKAGES = ("IPython", "ipykernel", "jupyter_client", "comm", "traitlets", 
 # Results of running cells, not part of how cells run.
 RESULT_TYPES = ("ExecutionResult", "ExecutionInfo")
 SYS_HOOKS = ("excepthook", "displayhook", "breakpointhook", "unraisablehook", "stdout", "stderr", "stdin")
-ALWAYS_BLOCKED = types.MappingProxyType({"__code__": "changes a function's code in place", "__defaults__": "changes a function's defaults",
-                  "__kwdefaults__": "changes a function's defaults"})
+ALWAYS_BLOCKED = types.MappingProxyType({"__code__": "changes a function's code in place",
+                                         "__defaults__": "changes a function's defaults",
+                                         "__kwdefaults__": "changes a function's defaults"})
 BLOCKED_IN_TESTS = types.MappingProxyType({"sys.settrace": "sets a tracing hook (sys.settrace)",
                     "sys.setprofile": "sets a profiling hook (sys.setprofile)",
                     "sys.monitoring.register_callback": "registers a sys.monitoring callback"})
@@ -72,9 +74,10 @@ LIBRARY_CALLBACKS = ("matplotlib_inline", "matplotlib", "IPython", "ipykernel", 
 ALWAYS_RESTORED = HOOK_CONTAINERS | {"custom_exceptions", "user_ns", "user_module"}
 MAX_OBJECTS = 400
 # The builtins the guard's own code calls: put back before it runs, whatever student code did to them.
-GUARD_BUILTINS = ("len", "isinstance", "type", "id", "list", "tuple", "dict", "set", "frozenset", "str", "bool",
-                  "getattr", "callable", "any", "all", "sorted", "vars", "compile", "object", "super", "zip",
-                  "range", "hasattr", "iter", "next", "repr", "staticmethod", "classmethod", "property")
+GUARD_BUILTINS = ("len", "isinstance", "type", "id", "list", "tuple", "dict", "set", "frozenset", "str",
+                  "bool", "getattr", "callable", "any", "all", "sorted", "vars", "compile", "object", "super",
+                  "zip", "range", "hasattr", "iter", "next", "repr", "staticmethod", "classmethod",
+                  "property")
 _MISSING = object()
 
 
@@ -219,14 +222,15 @@ class Snapshot:
 
 
 def _transport_classes(known: dict) -> list[type]:
-    """Return the classes the message transport defines (zmq's sockets and streams): their code is path too."""
+    """Return the classes the message transport defines (zmq's sockets and streams): their code is path too.
+    """
     found = []
     for name, module in sorted(sys.modules.items()):
         if not (isinstance(module, types.ModuleType) and name.split(".", 1)[0] == "zmq"):
             continue
         for value in list(vars(module).values()):
-            if (isinstance(value, type) and id(value) not in known and getattr(value, "__module__", "") == name
-                    and value not in found):
+            if (isinstance(value, type) and id(value) not in known
+                    and getattr(value, "__module__", "") == name and value not in found):
                 found.append(value)
     return found
 
@@ -320,11 +324,13 @@ def _restore_slot(slot: _Slot, changes: list[Change], objects: frozenset) -> Non
 def _restore_contents(where: str, value, saved) -> list[Change]:
     """Put a hook list (or a dict of them) back as it was; return one change per key that differed."""
     if type(saved) is tuple:
-        return [Change(where, "changed", _library_code(added))] if (added := _put_back_list(value, saved)) else []
+        return ([Change(where, "changed", _library_code(added))]
+                if (added := _put_back_list(value, saved)) else [])
     changes = []
     for key in [k for k in value if k not in saved]:
         extra = value.pop(key)
-        changes.append(Change(f"{where}[{key!r}]", "added", _library_code(extra if type(extra) is list else [extra])))
+        changes.append(Change(f"{where}[{key!r}]", "added",
+                              _library_code(extra if type(extra) is list else [extra])))
     for key, old in saved.items():
         new = value.get(key, _MISSING)
         if type(old) is tuple and type(new) is list:
@@ -422,7 +428,8 @@ TRAMPOLINES = frozenset({"threading", "concurrent", "asyncio", "functools", "con
 # The kernel's event loop and message handling, which run callbacks student code scheduled (`call_soon`).
 EVENT_LOOP = frozenset({"tornado", "ipykernel", "zmq", "jupyter_client", "anyio", "IPython", "traitlets"})
 # What runs cells: student code called straight from here while a test runs was not called by the test.
-MACHINERY = ("IPython.core.interactiveshell", "ipykernel.zmqshell", "ipykernel.ipkernel", "ipykernel.kernelbase")
+MACHINERY = ("IPython.core.interactiveshell", "ipykernel.zmqshell", "ipykernel.ipkernel",
+             "ipykernel.kernelbase")
 MEMORY_FILES = re.compile(r"^/proc/(?:self|thread-self|\d+)/(?:mem|fd/\d+|task/\d+/mem)$")
 SENSITIVE_READS = types.MappingProxyType({"gc.get_objects": "walks the garbage collector (gc.get_objects)",
                    "gc.get_referrers": "walks the garbage collector (gc.get_referrers)",
@@ -431,7 +438,9 @@ SENSITIVE_READS = types.MappingProxyType({"gc.get_objects": "walks the garbage c
 
 
 def _test_names(source: str) -> tuple[frozenset, frozenset]:
-    """Return the names a test cell's code reads (as variables) and the attributes it reads, nested code included."""
+    """Return the names a test cell's code reads (as variables) and the attributes it reads, nested code
+    included.
+    """
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -455,7 +464,8 @@ def _allowed_codes(names: frozenset, ns: dict) -> frozenset:
         if isinstance(value, types.FunctionType):
             codes.add(value.__code__)
         elif value is not None and not isinstance(value, (type, types.ModuleType)):
-            for klass in type(value).__mro__:  # an instance the notebook made before the test: it may be called
+            # an instance the notebook made before the test: it may be called
+            for klass in type(value).__mro__:
                 call = vars(klass).get("__call__")
                 if isinstance(call, types.FunctionType):
                     codes.add(call.__code__)
@@ -471,8 +481,11 @@ def _allowed_codes(names: frozenset, ns: dict) -> frozenset:
 
 
 def library_roots() -> tuple:
-    """Return the folders whose code is a library's, not a student's: Python's, the venv's, editable installs'."""
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.abspath(__file__), "<grading-kernel>", "<frozen "}
+    """Return the folders whose code is a library's, not a student's: Python's, the venv's, editable
+    installs'.
+    """
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.abspath(__file__), "<grading-kernel>",
+             "<frozen "}
     for name, module in list(sys.modules.items()):
         mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
         if isinstance(mapping, dict):
@@ -494,19 +507,23 @@ def is_students(space: dict, ns, roots: tuple, kinds: dict) -> bool:
 
 
 def _namedtuple_space(space: dict) -> bool:
-    """Return True for the namespace `collections.namedtuple` makes its `__new__` in (no builtins, no other name)."""
-    return (set(space) <= {"_tuple_new", "__builtins__", "__name__"} and space.get("_tuple_new") is tuple.__new__
+    """Return True for the namespace `collections.namedtuple` makes its `__new__` in (no builtins, no other
+    name).
+    """
+    return (set(space) <= {"_tuple_new", "__builtins__", "__name__"}
+            and space.get("_tuple_new") is tuple.__new__
             and space.get("__builtins__") == {})
 
 
 def make_tracer(ns: dict, machinery: frozenset, test_file: list, methods: frozenset, allowed: frozenset,
                 roots: tuple = (), report=None):
-    """Return the global trace function of one graded test cell: it reports student code the test did not call.
+    """Return the global trace function of one graded test cell: it reports student code the test did not
+    call.
 
     Student code (from answer cells, or from a module of the student's own) that runs straight from the test's
-    own lines but is not named by them (an `__eq__`, a `__class__` property, a stand-in `torch.equal`, a shadowed
-    builtin), or straight from IPython's own machinery (a custom exception handler, a replaced `showtraceback`),
-    is reported.
+    own lines but is not named by them (an `__eq__`, a `__class__` property, a stand-in `torch.equal`, a
+    shadowed builtin), or straight from IPython's own machinery (a custom exception handler, a replaced
+    `showtraceback`), is reported.
     """
     report = report or functools.partial(sys.audit, TRACE_EVENT)
     kinds: dict = {}
@@ -521,7 +538,8 @@ def make_tracer(ns: dict, machinery: frozenset, test_file: list, methods: frozen
         if caller.f_globals is ns:
             if caller.f_code.co_filename != where or code.co_filename == where or code in allowed:
                 return
-            if code.co_name in methods and not code.co_name.startswith("__") and _on_students(frame, ns, roots, kinds):
+            if (code.co_name in methods and not code.co_name.startswith("__")
+                    and _on_students(frame, ns, roots, kinds)):
                 return
             report(f"the test called code from an answer cell that it does not name ({code.co_name})")
         elif id(caller.f_globals) in machinery and code.co_filename != where:
@@ -570,7 +588,8 @@ class Guard:
     # --- the audit hook --------------------------------------------------------------------------------
 
     def audit(self, event: str, args: tuple, caller=None) -> None:
-        """The audit hook: block in-place code changes always, tracing during tests; report the rest at once."""
+        """The audit hook: block in-place code changes always, tracing during tests; report the rest at once.
+        """
         if event == GUARD_EVENT:
             self._trigger(args, caller)
         elif event == TRACE_EVENT:
@@ -592,7 +611,8 @@ class Guard:
     def _sensitive(self, event: str, args: tuple, caller) -> None:
         """Report a look into the interpreter's internals made by student code, the moment it happens."""
         if event == "object.__getattr__":
-            if len(args) >= 2 and args[1] == "__code__" and getattr(args[0], "__code__", None) in self.triggers:
+            if (len(args) >= 2 and args[1] == "__code__"
+                    and getattr(args[0], "__code__", None) in self.triggers):
                 self._alarm("reads the code of the grader's own message handlers")
             return
         if event == "open":
@@ -615,8 +635,8 @@ class Guard:
     def _by_student(self, caller, passing: frozenset = TRAMPOLINES) -> bool:
         """Return True when the nearest caller that only passes calls along is student code, or there is none.
 
-        A chain of nothing but trampolines (a thread whose target is `gc.get_objects`, a callback the event loop
-        runs) was set up by student code: no library calls these for itself from there.
+        A chain of nothing but trampolines (a thread whose target is `gc.get_objects`, a callback the event
+        loop runs) was set up by student code: no library calls these for itself from there.
         """
         if caller is None:
             return True
@@ -629,7 +649,8 @@ class Guard:
         return frame is None or is_students(frame.f_globals, self.ns, self.roots, self.kinds)
 
     def _exec(self, args: tuple, caller) -> None:
-        """Note the file name of the test cell's code as IPython runs it (the tracer tells its lines by it)."""
+        """Note the file name of the test cell's code as IPython runs it (the tracer tells its lines by it).
+        """
         if (self.testing and self.test_file[0] is None and caller is not None and args
                 and id(caller.f_globals) in self.machinery and isinstance(args[0], types.CodeType)):
             self.test_file[0] = args[0].co_filename
@@ -639,7 +660,9 @@ class Guard:
             self.findings.append(finding)
 
     def _alarm(self, finding: str) -> None:
-        """Write a finding to the grader now (before the move it reports can be used), and keep it for the cell."""
+        """Write a finding to the grader now (before the move it reports can be used), and keep it for the
+        cell.
+        """
         if finding not in self.findings:
             self.channel.write({"msg_id": self.msg_id, "phase": "alarm", "finding": finding})
         self._note(finding)
@@ -798,7 +821,8 @@ def _class_repairer(classes: list):
                 for key in [k for k in space if k not in dict(items)]:
                     del_attr(klass, key)
                 for key, value in items:
-                    if key not in ("__dict__", "__weakref__", "__doc__") and space.get(key, _MISSING) is not value:
+                    if (key not in ("__dict__", "__weakref__", "__doc__")
+                            and space.get(key, _MISSING) is not value):
                         set_attr(klass, key, value)
                 repaired = True
         return repaired
@@ -826,7 +850,8 @@ async def guarded_execute_request(stream, ident, parent):
 
 
 def arm(channel_path: str | None):
-    """Install the guard's audit hook; return `install(kernel)`, which routes the kernel's messages through it.
+    """Install the guard's audit hook; return `install(kernel)`, which routes the kernel's messages through
+    it.
 
     The hook first puts the guard's own module, classes and `builtins` back, with functions bound here, so
     that nothing student code changed in them is used; only then does it run the guard's code.
@@ -863,11 +888,13 @@ def arm(channel_path: str | None):
     sys.addaudithook(hook)
 
     def install(kernel) -> None:
-        trigger_space.update({"__builtins__": {}, "__file__": "<grading-kernel>", "_audit": sys.audit, "_EVENT": GUARD_EVENT, "_first": [True],
+        trigger_space.update({"__builtins__": {}, "__file__": "<grading-kernel>", "_audit": sys.audit,
+                              "_EVENT": GUARD_EVENT, "_first": [True],
                               "_kernel": kernel, "_warm_up": warm_up, "_shell_main": kernel.shell_main,
                               "_execute_request": kernel.shell_handlers["execute_request"]})
         exec(compile(TRIGGERS, "<grading-kernel>", "exec"), trigger_space)  # noqa: S102  (our own source)
-        shell_main, execute_request = trigger_space["guarded_shell_main"], trigger_space["guarded_execute_request"]
+        shell_main, execute_request = (trigger_space["guarded_shell_main"],
+                                       trigger_space["guarded_execute_request"])
         guard.triggers = frozenset({shell_main.__code__, execute_request.__code__})
         repair_triggers[0] = _repairer([trigger_space])
         kernel.shell_main = shell_main

@@ -40,7 +40,8 @@ TICK = 0.25
 WATCH_EVERY = 0.5
 
 
-def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path: Path, cap: TaskCap | None) -> None:
+def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path: Path,
+                cap: TaskCap | None) -> None:
     """Body of a worker process: read jobs, grade, write reports, until the job pipe closes."""
     os.setsid()
     die_with_parent()
@@ -57,7 +58,8 @@ def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path:
     keep = sorted({0, 1, 2, job_fd, report_fd})
     for low, high in zip(keep, [*keep[1:], 65536], strict=True):
         os.closerange(low + 1, high)  # other workers' pipes and the grader's files stay the grader's
-    # Python's own streams may have written to a file just closed (a test runner's capture): point them at the log.
+    # Python's own streams may have written to a file just closed (a test runner's capture): point them
+    # at the log.
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)  # noqa: SIM115
     worker = Worker(settings, cap.events_file if cap is not None else "")
@@ -70,8 +72,8 @@ def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path:
         except Exception as exc:  # noqa: BLE001  (a bug here must not lose the student: report it)
             traceback.print_exc()
             text = str(exc).splitlines()[0] if str(exc) else ""
-            report = AttemptReport(Outcome.FAILED, Failure(FailureKind.GRADER_ERROR,
-                                                   f"the grader failed on it ({type(exc).__name__}: {text})"[:300]))
+            report = AttemptReport(Outcome.FAILED, Failure(
+                FailureKind.GRADER_ERROR, f"the grader failed on it ({type(exc).__name__}: {text})"[:300]))
         _kill_leftovers()
         reports.write(report.to_json() + "\n")
         reports.flush()
@@ -225,8 +227,8 @@ class Pool:
             if status is not None:
                 report = self._lost(worker, FailureKind.CRASHED, _death(status))
             elif time.monotonic() > worker.deadline:
-                report = self._lost(worker, FailureKind.TIMEOUT, "still running when the time limit ran out; stopped",
-                                    children_of)
+                report = self._lost(worker, FailureKind.TIMEOUT,
+                                    "still running when the time limit ran out; stopped", children_of)
             else:
                 why = self._over_a_cap(worker, children_of)
                 if why is None:
@@ -241,7 +243,8 @@ class Pool:
         used = self._used_mib(worker, children_of)
         worker.peak_mib = max(worker.peak_mib, used)
         if used > self.memory_mib:
-            return FailureKind.MEMORY, f"used more than the {self.memory_mib} MiB memory cap ({used:.0f} MiB); stopped"
+            return FailureKind.MEMORY, (f"used more than the {self.memory_mib} MiB memory cap ({used:.0f} "
+                                        "MiB); stopped")
         if worker.cap is None and (count := len(worker.watch.members(children_of))) > MAX_TASKS:
             return FailureKind.PROCESSES, f"started more than {MAX_TASKS} processes ({count}); stopped"
         if worker.job is None:

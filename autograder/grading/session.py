@@ -1,4 +1,5 @@
-"""One grading run: from an assignment and a folder (or .zip) of submissions to grades, feedback and gradebook.
+"""One grading run: from an assignment and a folder (or .zip) of submissions to grades, feedback and
+gradebook.
 
 The steps: find each student's notebooks; generate the assignment with nbgrader in a template course (and
 define it in the course gradebook); reuse the saved result of every student whose submission, assignment
@@ -102,7 +103,8 @@ class GradeOptions:
 
 @dataclass(frozen=True)
 class Assignment:
-    """The assignment as generated for this run: its template course, its notebooks' cells and their points."""
+    """The assignment as generated for this run: its template course, its notebooks' cells and their points.
+    """
 
     template: Path  # a course with the assignment generated: gradebook.db, source/, release/
     expected: dict[str, set[str]]  # notebook name -> grade_ids of its cells
@@ -156,8 +158,8 @@ def describe_failure(failure: Failure, multi: bool) -> str:
 
 
 # Events of a completed attempt the student's detail tells of (those with a status also change a `graded` one)
-REPORTED_EVENTS = (EventKind.TIMEOUT, EventKind.MEMORY, EventKind.PROCESSES, EventKind.DISK, EventKind.SYS_EXIT,
-                   EventKind.TRUNCATED)
+REPORTED_EVENTS = (EventKind.TIMEOUT, EventKind.MEMORY, EventKind.PROCESSES, EventKind.DISK,
+                   EventKind.SYS_EXIT, EventKind.TRUNCATED)
 
 
 def _event_detail(event: Event, where: str) -> str:
@@ -205,8 +207,9 @@ def combine(student: str, assignment: str, attempts: list[AttemptReport], notes:
             details.append(f"failed {len(failed)} of {len(tests)} tests: {shown}")
         waiting = [c for c in result.cells if c.needs_manual_grade]
         if waiting:
-            details.append(f"{len(waiting)} {'cell awaits' if len(waiting) == 1 else 'cells await'} manual grading: "
-                           + ", ".join(c.grade_id for c in waiting[:4]) + (", ..." if len(waiting) > 4 else ""))
+            details.append(f"{len(waiting)} {'cell awaits' if len(waiting) == 1 else 'cells await'} "
+                           "manual grading: " + ", ".join(c.grade_id for c in waiting[:4])
+                           + (", ..." if len(waiting) > 4 else ""))
     else:
         result.cells = zero_cells(max_points)
     details += final.notes + notes
@@ -224,11 +227,13 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
     Raises a GradingError subclass (errors.py) when the run cannot start or go on.
     """
     root = root.resolve()
-    if str(root) not in sys.path:  # as nbgrader does: plugins (late penalties, exporters) live beside the config
+    # as nbgrader does: plugins (late penalties, exporters) live beside the config
+    if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     source = root / "source" / assignment
     if not source.is_dir() or not any(source.glob("*.ipynb")):
-        have = sorted(p.name for p in (root / "source").iterdir() if p.is_dir()) if (root / "source").is_dir() else []
+        have = (sorted(p.name for p in (root / "source").iterdir() if p.is_dir())
+                if (root / "source").is_dir() else [])
         raise UnknownAssignment(
             f"no assignment {assignment!r} in {root / 'source'} (have: {', '.join(have) or 'none'})")
     problems = unsupported(root, assignment)
@@ -273,7 +278,8 @@ def unsupported(root: Path, assignment: str) -> list[str]:
     for path in sorted((root / "source" / assignment).glob("*.ipynb")):
         raw, _ = read_notebook_json(path)
         meta = (raw or {}).get("metadata", {})
-        language = (meta.get("kernelspec") or {}).get("language") or (meta.get("language_info") or {}).get("name")
+        language = ((meta.get("kernelspec") or {}).get("language")
+                    or (meta.get("language_info") or {}).get("name"))
         if language and str(language).lower() != "python":
             problems.append(f"{path.name} is a {language} notebook (the grading kernel runs Python only)")
     return problems
@@ -304,7 +310,9 @@ def prepare(root: Path, assignment: str, out: Path, run_root: Path) -> Assignmen
 
 
 def isolate(sandbox: str, hide: list[Path], echo: Callable[[str], object]) -> Isolation:
-    """Pick the sandbox: hide the given folders (course, submissions, output...); show Python and its packages."""
+    """Pick the sandbox: hide the given folders (course, submissions, output...); show Python and its
+    packages.
+    """
     packages = [Path(spec.origin).parent for name in STUDENT_PACKAGES
                 if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
     try:
@@ -354,14 +362,16 @@ class ClassRun:
         self.echo(f"{self.assignment}: {len(subs)} students in {self.submissions}"
                   + (f" ({len(self.reused)} unchanged since the last run)" if self.reused else ""))
         if ignored:
-            self.echo(f"ignored (not student folders): {', '.join(ignored[:8])}{' ...' if len(ignored) > 8 else ''}")
+            self.echo("ignored (not student folders): "
+                      f"{', '.join(ignored[:8])}{' ...' if len(ignored) > 8 else ''}")
         self.echo(f"isolation: {self.isolation.description}")
         if todo:
-            self.echo(f"{len(todo)} to grade with {min(options.workers, len(todo))} workers, {options.timeout:g} s "
-                      f"per notebook, {options.memory_mib} MiB each")
+            self.echo(f"{len(todo)} to grade with {min(options.workers, len(todo))} workers, "
+                      f"{options.timeout:g} s per notebook, {options.memory_mib} MiB each")
         workers = min(options.workers, max(1, len(todo)))
-        settings = WorkerSettings(self.root, self.assignment, self.prepared.template, self.run_root, self.isolation,
-                                  options.timeout, options.memory_mib, max(1, default_jobs() // workers))
+        settings = WorkerSettings(self.root, self.assignment, self.prepared.template, self.run_root,
+                                  self.isolation, options.timeout, options.memory_mib,
+                                  max(1, default_jobs() // workers))
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not options.progress)
@@ -395,17 +405,18 @@ class ClassRun:
                 sub.status, sub.detail = Status.INVALID, f"a file cannot be read ({_why(exc)})"
             self.prints[sub.student] = fingerprint(digest, files, float(self.options.timeout),
                                                    int(self.options.memory_mib), self.isolation.mode)
-            cached = None if self.options.force else _cached(self.out, self.root, self.assignment, sub.student,
-                                                 self.prints[sub.student])
+            cached = None if self.options.force else _cached(self.out, self.root, self.assignment,
+                                                             sub.student, self.prints[sub.student])
             if cached is not None:
-                if cached.status == Status.MISSING or not gbook.has_submission(self.db_url, self.course, self.assignment,
-                                                                         sub.student):
+                if cached.status == Status.MISSING or not gbook.has_submission(self.db_url, self.course,
+                                                                               self.assignment, sub.student):
                     gbook.record(self.db_url, self.course, self.assignment, cached)  # e.g. graded elsewhere
                 self.results[sub.student] = cached
                 self.reused.add(sub.student)
             elif sub.status is not None:
                 self.finish(sub, StudentResult(sub.student, self.assignment, sub.status,
-                                               "; ".join([sub.detail, *sub.notes]), zero_cells(self.max_points)))
+                                               "; ".join([sub.detail, *sub.notes]),
+                                               zero_cells(self.max_points)))
             else:
                 todo.append(Job(index, sub.student, {k: str(v) for k, v in sub.notebooks.items()},
                                 str(sub.folder), sub.timestamp))
@@ -437,7 +448,8 @@ class ClassRun:
             history[:] = [r for r in history if r.blamed not in cleared]
             return [retry]
         sub = self.subs[job.student]
-        result = combine(sub.student, self.assignment, history, sub.notes, self.max_points, self.prepared.multi)
+        result = combine(sub.student, self.assignment, history, sub.notes, self.max_points,
+                         self.prepared.multi)
         self.finish(sub, result, Path(report.scratch) if report.scratch else None)
         for old in history:
             _drop(old)
@@ -452,7 +464,8 @@ class ClassRun:
             self.on_result(self.results[sub.student])
 
     def settle(self, sub: Submission, result: StudentResult, scratch: Path | None = None) -> None:
-        """Record a student, install their files and feedback, save the result; a failure makes them invalid."""
+        """Record a student, install their files and feedback, save the result; a failure makes them invalid.
+        """
         try:
             self.record(sub, result, scratch)
         except GradingError:
@@ -480,7 +493,8 @@ class ClassRun:
             gbook.record(self.db_url, self.course, self.assignment, result)
         except SQLAlchemyError as exc:
             raise RecordFailed(
-                f"cannot record {sub.student} in the gradebook ({type(exc).__name__}: {str(exc).splitlines()[0]}). "
+                f"cannot record {sub.student} in the gradebook ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0]}). "
                 + ("Student code may have changed it: without bubblewrap it can write your files. "
                    if self.isolation.mode != "bwrap" else "")
                 + (f"The gradebook as it was before this run is in {self.backup}" if self.backup.exists()
@@ -503,7 +517,8 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _matched(folder: Path, expected: dict[str, set[str]], assignment: str, others: frozenset[str]) -> Submission:
+def _matched(folder: Path, expected: dict[str, set[str]], assignment: str,
+             others: frozenset[str]) -> Submission:
     """Match one student's files; whatever goes wrong makes that student invalid, not the run fail."""
     try:
         return match_submission(folder.name, folder, expected, assignment, others)

@@ -13,8 +13,8 @@ A scratch course (one attempt) is laid out so that the sandbox can write only `k
                  channel/ (the guard's FIFO, made afresh for each kernel); each bound on its own, so that
                  student code can change what is in them but cannot swap the folders themselves for links
 
-With `--sandbox bwrap` nothing the grader writes or reads lies in `kernel/`, so links student code plants there
-lead nowhere. With `unshare` or `none` student code can write whatever the grader can anyway.
+With `--sandbox bwrap` nothing the grader writes or reads lies in `kernel/`, so links student code plants
+there lead nowhere. With `unshare` or `none` student code can write whatever the grader can anyway.
 """
 
 import json
@@ -104,14 +104,17 @@ def repair_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def _skipped_extra(rel: str) -> bool:
-    """Return True for what a submission's folder holds besides its extra files (notebooks, timestamp, clutter)."""
+    """Return True for what a submission's folder holds besides its extra files (notebooks, timestamp,
+    clutter).
+    """
     name = rel.rsplit("/", 1)[-1]
     return (name.endswith(".ipynb") or name == "timestamp.txt" or name.startswith(".")
             or name in ("__MACOSX", "__pycache__"))
 
 
 def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
-    """Copy a student's other files (data, modules) into the new folder `dest`: regular files only, bounded."""
+    """Copy a student's other files (data, modules) into the new folder `dest`: regular files only, bounded.
+    """
     limits = Limits(file_bytes=MAX_EXTRA_FILE_BYTES, total_bytes=MAX_EXTRA_TOTAL_BYTES,
                     entries=MAX_EXTRA_ENTRIES, depth=MAX_EXTRA_DEPTH)
     try:
@@ -134,7 +137,8 @@ def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, CellKind]:
         if utils.is_task(cell):
             kinds[cell.metadata.nbgrader.grade_id] = CellKind.TASK
         elif utils.is_grade(cell):
-            kinds[cell.metadata.nbgrader.grade_id] = CellKind.ANSWER if utils.is_solution(cell) else CellKind.TEST
+            kinds[cell.metadata.nbgrader.grade_id] = (CellKind.ANSWER if utils.is_solution(cell)
+                                                      else CellKind.TEST)
     return kinds
 
 
@@ -185,7 +189,8 @@ class Worker:
                 continue
             (submitted / name).write_text(nbformat.v4.writes(nb), encoding="utf-8")  # validated just above
         kernel = KernelFolders.of(scratch, s.assignment)
-        for folder in (scratch / "rt", scratch / "grader" / "tmp", scratch / "jupyter" / "kernels" / "python3",
+        for folder in (scratch / "rt", scratch / "grader" / "tmp",
+                       scratch / "jupyter" / "kernels" / "python3",
                        kernel.home / "tmp", kernel.runtime, kernel.channel):
             folder.mkdir(parents=True)
         return notes, unreadable
@@ -199,7 +204,8 @@ class Worker:
         threads = str(self.settings.threads)
         env.update({
             "PATH": with_venv_on_path()["PATH"], "HOME": str(home), "TMPDIR": str(home / "tmp"),
-            "IPYTHONDIR": str(home / ".ipython"), "MPLCONFIGDIR": str(home / ".matplotlib"), "MPLBACKEND": "Agg",
+            "IPYTHONDIR": str(home / ".ipython"), "MPLCONFIGDIR": str(home / ".matplotlib"),
+            "MPLBACKEND": "Agg",
             "JUPYTER_PATH": str(scratch / "jupyter"), "JUPYTER_RUNTIME_DIR": str(runtime),
             "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "JUPYTER_DATA_DIR": str(home / ".jupyter-data"),
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": threads,
@@ -210,8 +216,8 @@ class Worker:
 
     def grader_environment(self, scratch: Path) -> dict[str, str]:
         """Return the grader's own environment while it drives nbgrader and renders feedback: set once per
-        attempt, its HOME and Jupyter folders in grader/ and rt/ (out of the sandbox's reach), nothing from the
-        kernel or the caller but PATH and locale."""
+        attempt, its HOME and Jupyter folders in grader/ and rt/ (out of the sandbox's reach), nothing from
+        the kernel or the caller but PATH and locale."""
         return self.environment(scratch, scratch / "grader", scratch / "rt")
 
     def config(self, job: Job, scratch: Path):
@@ -229,7 +235,8 @@ class Worker:
         config.OverwriteCells.add_missing_cells = True
         config.RestoreCells.release_folder = str(s.template / "release" / s.assignment)
         config.RestoreCells.notes_file = str(scratch / RESTORE_NOTES)
-        ours = {Execute: GraderExecute, SaveAutoGrades: SaveVerdicts}  # our run, and our verdict on test cells
+        # our run, and our verdict on test cells
+        ours = {Execute: GraderExecute, SaveAutoGrades: SaveVerdicts}
         config.Autograde.autograde_preprocessors = [
             ours.get(p, p) for p in defaults["autograde_preprocessors"].default()]
         config.GraderExecute.budget = float(s.timeout)
@@ -239,7 +246,8 @@ class Worker:
             skip.setdefault(cell.notebook, {})[str(cell.cell)] = cell.why
         config.GraderExecute.skip = skip
         config.GraderExecute.shutdown_kernel = "immediate"
-        config.GraderExecute.guard_channel = str(KernelFolders.of(scratch, s.assignment).channel / GUARD_CHANNEL)
+        config.GraderExecute.guard_channel = str(KernelFolders.of(scratch, s.assignment).channel
+                                                 / GUARD_CHANNEL)
         config.GraderExecute.task_events = self.task_events
         config.GraderExecute.work_folder = str(KernelFolders.of(scratch, s.assignment).work)
         config.GraderExecute.kernel_home = str(KernelFolders.of(scratch, s.assignment).home)
@@ -249,7 +257,8 @@ class Worker:
         return config
 
     def write_kernelspec(self, job: Job, scratch: Path) -> None:
-        """Make `python3` mean: the grading kernel, with the limits, inside the sandbox, in its own folders."""
+        """Make `python3` mean: the grading kernel, with the limits, inside the sandbox, in its own folders.
+        """
         s = self.settings
         kernel = KernelFolders.of(scratch, s.assignment)
         program = scratch / "rt" / GUARD_SCRIPT
@@ -260,7 +269,8 @@ class Worker:
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
                 "interrupt_mode": "message", "metadata": {"debugger": False},
                 "env": self.environment(scratch, kernel.home, kernel.runtime)}
-        (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+        (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec),
+                                                                                 encoding="utf-8")
 
     def attempt(self, job: Job) -> AttemptReport:
         """Grade one attempt at one student; return its report (session.py combines a student's reports)."""
@@ -322,7 +332,8 @@ class Worker:
         """Say why nbgrader could not finish: a dead or hung kernel (with the cell), or a broken notebook."""
         for event in reversed(progress_events(progress)):
             if event.kind in (FailureKind.KERNEL_DIED, FailureKind.UNRESPONSIVE):
-                return Failure(FailureKind(event.kind), event.message, event.notebook, event.cell, event.grade_id)
+                return Failure(FailureKind(event.kind), event.message, event.notebook, event.cell,
+                               event.grade_id)
         text = (result.get("error") or "") + "\n" + (result.get("log") or "")
         message = error_line(text, "nbgrader could not grade the notebook")
         if progress.get("state") == "running" and progress.get("cell") is not None:
@@ -347,7 +358,8 @@ class Worker:
                 kinds = cell_kinds(self.instructor.get(nb_name))
                 report.cells += [CellScore(nb_name, grade.name, float(grade.auto_score or 0),
                                            float(grade.max_score or 0), bool(grade.needs_manual_grade),
-                                           errors.get((nb_name, grade.name), ""), kinds.get(grade.name, CellKind.TEST))
+                                           errors.get((nb_name, grade.name), ""),
+                                           kinds.get(grade.name, CellKind.TEST))
                                  for grade in notebook.grades]
 
     @staticmethod

@@ -32,7 +32,8 @@ def _measure(measure) -> None:
     assert not _close(got, 5 * (0.010 + launch)), (
         "That is the total of the 5 timed calls: return the time of one call (the median).")
     assert _close(got, 0.010 + launch), (
-        f"A 10 ms kernel (plus a 5 us launch) should measure 0.010005 s on the simulator; you returned {got!r}.")
+        "A 10 ms kernel (plus a 5 us launch) should measure 0.010005 s on the simulator; you returned "
+        f"{got!r}.")
 
     gpu = SimulatedGPU(initialized=True)
     fn = _kernels(gpu, [0.010] * 5)
@@ -56,8 +57,8 @@ def _measure(measure) -> None:
     fn = _kernels(gpu, [0.01, 0.05, 0.01, 0.30, 0.02])
     got = measure(fn, sync=gpu.synchronize, clock=gpu.clock, warmup=0, repeats=5)
     assert _close(got, 0.02 + launch), (
-        f"Calls of 10, 50, 10, 300 and 20 ms have a median of 20 ms (plus the launch); you returned {got:.4g} s. "
-        "Return the median of the per-call times, not the mean, the minimum or the total.")
+        "Calls of 10, 50, 10, 300 and 20 ms have a median of 20 ms (plus the launch); you returned "
+        f"{got:.4g} s. Return the median of the per-call times, not the mean, the minimum or the total.")
 
 
 def _bandwidth_gbps(bandwidth_gbps) -> None:
@@ -66,7 +67,8 @@ def _bandwidth_gbps(bandwidth_gbps) -> None:
     assert math.isclose(got, 12.4), f"12.4e9 bytes in 1 s is 12.4 GB/s; you returned {got!r}."
     got = bandwidth_gbps(1 << 30, 0.5)
     assert math.isclose(got, 2 * (1 << 30) / 1e9), (
-        f"GB/s counts 10**9 bytes per second, not 2**30: 2**30 bytes in 0.5 s is 2.147 GB/s; you returned {got!r}.")
+        "GB/s counts 10**9 bytes per second, not 2**30: 2**30 bytes in 0.5 s is 2.147 GB/s; you returned "
+        f"{got!r}.")
     try:
         got = bandwidth_gbps(0, 1.0)
     except ValueError as error:
@@ -105,9 +107,9 @@ class _WatchedEvent(SimEvent):
 
 
 class EventTimedGPU(SimulatedGPU):
-    """The simulated GPU `step_times_ms` is graded on: `step()` queues the next of `durations` (seconds) as one
-    kernel, and every host wait asked for (`synchronize()` of the GPU, a stream or an event) is logged in `waits`
-    with the number of steps queued by then. `cuda_on(gpu)` makes torch.cuda's calls reach it."""
+    """The simulated GPU `step_times_ms` is graded on: `step()` queues the next of `durations` (seconds) as
+    one kernel, and every host wait asked for (`synchronize()` of the GPU, a stream or an event) is logged in
+    `waits` with the number of steps queued by then. `cuda_on(gpu)` makes torch.cuda's calls reach it."""
 
     def __init__(self, durations: list[float]) -> None:
         self.waits: list[tuple[str, int]] = []
@@ -154,8 +156,8 @@ def _step_times_ms(step_times_ms) -> None:
     with cuda_on(gpu):
         got = step_times_ms(gpu.step, 4, gpu.event)
     assert not gpu.waits_inside(), (
-        f"The host waited inside the loop ({gpu.waits_inside()[0]}): record the events, and wait only once, after "
-        "the last step is queued (for example on the last event).")
+        f"The host waited inside the loop ({gpu.waits_inside()[0]}): record the events, and wait only once, "
+        "after the last step is queued (for example on the last event).")
     assert isinstance(got, list) and len(got) == 4, f"Return a list of 4 times (one per call), not {got!r}."
     expected = [d * 1e3 for d in durations]
     assert all(abs(g - e) < 0.01 for g, e in zip(got, expected, strict=True)), (
@@ -164,15 +166,16 @@ def _step_times_ms(step_times_ms) -> None:
 
 
 _MEASURE_HINTS = (
-    ("Start from what a clock read means. fn() returns as soon as its work is queued: when you read clock() right "
-     "after it, what has the GPU finished? And when you read clock() before fn(), what may still be running from "
-     "earlier (a warm-up call, someone else's work)? Experiments 1 and 3 above show both."),
-    ("sync() is your one way to empty the queue. An interval holds exactly one call's work when the queue is empty "
-     "at both of its ends: at the start, so that earlier work stays out; at the stop, so that this call's work is "
-     "in. Place sync() so that every clock() read happens on an empty queue."),
-    ("First calls pay one-off costs (CUDA context creation, cold caches, autotuning) that are not the speed of the "
-     "operation: run them, don't time them. Keep each timed call's seconds, then summarise with the median: one "
-     "slow call (another process, a page fault) drags the mean, and the minimum reports a lucky run."),
+    ("Start from what a clock read means. fn() returns as soon as its work is queued: when you read clock() "
+     "right after it, what has the GPU finished? And when you read clock() before fn(), what may still be "
+     "running from earlier (a warm-up call, someone else's work)? Experiments 1 and 3 above show both."),
+    ("sync() is your one way to empty the queue. An interval holds exactly one call's work when the queue is "
+     "empty at both of its ends: at the start, so that earlier work stays out; at the stop, so that this "
+     "call's work is in. Place sync() so that every clock() read happens on an empty queue."),
+    ("First calls pay one-off costs (CUDA context creation, cold caches, autotuning) that are not the speed "
+     "of the operation: run them, don't time them. Keep each timed call's seconds, then summarise with the "
+     "median: one slow call (another process, a page fault) drags the mean, and the minimum reports a lucky "
+     "run."),
 )
 _BANDWIDTH_HINTS = (
     "GB/s = bytes / seconds / 1e9 (GB/s counts 10**9 bytes per second, not 2**30).",
@@ -183,10 +186,10 @@ _exercises = checker(
     Exercise("measure", _measure, hints=_MEASURE_HINTS),
     Exercise("bandwidth_gbps", _bandwidth_gbps, hints=_BANDWIDTH_HINTS),
     Exercise("step_times_ms", _step_times_ms, hints=(
-        ("The sync in the slow loop is torch.cuda.synchronize(): twice per step. Events let the GPU write the times "
-         "down itself: record one before and one after each step(), keep them in two lists."),
-        ("After the loop, make the host wait once: ends[-1].synchronize() (the earlier events come before it on the "
-         "same stream). elapsed_time raises if an event has not completed yet."),
+        ("The sync in the slow loop is torch.cuda.synchronize(): twice per step. Events let the GPU write "
+         "the times down itself: record one before and one after each step(), keep them in two lists."),
+        ("After the loop, make the host wait once: ends[-1].synchronize() (the earlier events come before it "
+         "on the same stream). elapsed_time raises if an event has not completed yet."),
         "Return [start.elapsed_time(end) for start, end in zip(starts, ends)]: already milliseconds.",
     )),
 )

@@ -1,4 +1,5 @@
-"""Checks and hints for ps05-pinned-memory, and the watchers its graded tests use (`LoopWatcher`, `SyncSpy`)."""
+"""Checks and hints for ps05-pinned-memory, and the watchers its graded tests use (`LoopWatcher`, `SyncSpy`).
+"""
 
 import contextlib
 import copy
@@ -18,16 +19,20 @@ SYNCS = ("item", "cpu", "tolist", "numpy", "__float__", "__int__", "__bool__", "
 def _make_loader(make_loader) -> None:
     dataset = TensorDataset(torch.arange(10.0).reshape(10, 1), torch.arange(10))
     loader = make_loader(dataset, "cpu", batch_size=4)
-    assert isinstance(loader, DataLoader), f"make_loader should return a DataLoader, not {type(loader).__name__}."
+    assert isinstance(loader, DataLoader), (
+        f"make_loader should return a DataLoader, not {type(loader).__name__}.")
     assert loader.batch_size == 4, f"make_loader(..., batch_size=4) gave batch_size {loader.batch_size!r}."
     order = [int(v) for _, y in loader for v in y]
     assert order == list(range(10)), (
-        f"The samples should come in dataset order, every one of them (no shuffling, no drop_last); got {order}.")
-    assert make_loader(dataset, "cpu", num_workers=2).num_workers == 2, "Pass num_workers on to the DataLoader."
+        "The samples should come in dataset order, every one of them (no shuffling, no drop_last); got "
+        f"{order}.")
+    assert make_loader(dataset, "cpu", num_workers=2).num_workers == 2, (
+        "Pass num_workers on to the DataLoader.")
     assert not make_loader(dataset, "cpu").pin_memory, "A loader for 'cpu' should not pin memory."
     for device in ("cuda", "cuda:1", torch.device("cuda")):
         assert make_loader(dataset, device).pin_memory, (
-            f"A loader for {device!r} should pin memory (pin_memory=True), whether or not this machine has a GPU.")
+            f"A loader for {device!r} should pin memory (pin_memory=True), whether or not this machine has a "
+            "GPU.")
 
 
 class LoopWatcher:
@@ -90,14 +95,17 @@ class LoopWatcher:
 # On a GPU each of these makes the host wait for the device, by the name `__torch_function__` gives the call:
 # reading values into Python (and printing or formatting a tensor, which reads it) ...
 _READS = {"item": ".item()", "tolist": ".tolist()", "numpy": ".numpy()", "cpu": ".cpu()",
-          "__float__": "float(tensor)", "__int__": "int(tensor)", "__index__": "a tensor used as a Python index",
-          "__complex__": "complex(tensor)", "__bool__": "bool(tensor) (an `if`, `while`, `and` or `max()` on a tensor)",
+          "__float__": "float(tensor)", "__int__": "int(tensor)",
+          "__index__": "a tensor used as a Python index", "__complex__": "complex(tensor)",
+          "__bool__": "bool(tensor) (an `if`, `while`, `and` or `max()` on a tensor)",
           "__repr__": "printing a tensor", "__format__": "formatting a tensor (f-string)",
           "equal": "torch.equal (a Python bool)", "allclose": "torch.allclose (a Python bool)",
           "is_nonzero": "torch.is_nonzero"}
-# ... and operations whose output shape depends on the values, so the host must read them to allocate the result.
+# ... and operations whose output shape depends on the values, so the host must read them to allocate the
+# result.
 _SHAPE_FROM_VALUES = {"nonzero": "nonzero()", "argwhere": "argwhere()", "masked_select": "masked_select()",
-                      "unique": "unique()", "unique_consecutive": "unique_consecutive()", "bincount": "bincount()"}
+                      "unique": "unique()", "unique_consecutive": "unique_consecutive()",
+                      "bincount": "bincount()"}
 
 
 def _flat(index) -> list:
@@ -115,17 +123,20 @@ def _device_of(args: tuple, kwargs: dict) -> torch.device | None:
 
 
 def sync_reason(func, args: tuple, kwargs: dict) -> str | None:
-    """Return why `func(*args, **kwargs)` would make the host wait for a GPU holding these tensors, or None."""
+    """Return why `func(*args, **kwargs)` would make the host wait for a GPU holding these tensors, or None.
+    """
     name = getattr(func, "__name__", "")
     if name in _READS:
         return _READS[name]
     if name in _SHAPE_FROM_VALUES:
         return f"{_SHAPE_FROM_VALUES[name]} (its output shape depends on the values)"
     if name == "where" and len(args) + len(kwargs) == 1:
-        return "torch.where(condition) with one argument (a nonzero(): its output shape depends on the values)"
+        return ("torch.where(condition) with one argument (a nonzero(): its output shape depends on the "
+                "values)")
     if name == "repeat_interleave" and isinstance(kwargs.get("repeats", args[1] if len(args) > 1 else None),
                                                    torch.Tensor) and kwargs.get("output_size") is None:
-        return "repeat_interleave with tensor repeats and no output_size (its output shape depends on the values)"
+        return ("repeat_interleave with tensor repeats and no output_size (its output shape depends on the "
+                "values)")
     if name == "__getitem__" and len(args) == 2 and any(
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in _flat(args[1])):
         return "boolean-mask indexing, tensor[mask] (its output shape depends on the values)"
@@ -144,8 +155,9 @@ def sync_reason(func, args: tuple, kwargs: dict) -> str | None:
 
 
 class SyncSpy(TorchFunctionMode):
-    """Inside `with SyncSpy() as spy:`, record in `spy.syncs` every PyTorch call that would make the host wait for a
-    GPU holding the tensors (see `sync_reason`); work done while `spy.paused` (a loader making a batch) is not watched.
+    """Inside `with SyncSpy() as spy:`, record in `spy.syncs` every PyTorch call that would make the host wait
+    for a GPU holding the tensors (see `sync_reason`); work done while `spy.paused` (a loader making a batch)
+    is not watched.
 
     Use `spy.watch(loader)` in place of `loader` to watch only the loop's body, not the loader's own work.
     """
@@ -232,8 +244,8 @@ def expected_accuracy(batches: list) -> float:
 
 
 def accuracy_syncs(eval_accuracy, batches: list, device="meta") -> tuple[list[str], object]:
-    """Run eval_accuracy on `device` (meta by default: no values, like a GPU seen from the host) under a SyncSpy;
-    return (the syncs its loop made, its result or the exception it raised)."""
+    """Run eval_accuracy on `device` (meta by default: no values, like a GPU seen from the host) under a
+    SyncSpy; return (the syncs its loop made, its result or the exception it raised)."""
     model = Recorder().to(device)
     with SyncSpy() as spy:
         try:
@@ -256,8 +268,8 @@ def _train_epoch(train_epoch) -> None:
     with watcher.patched():
         result = train_epoch(model, watcher, nn.MSELoss(), torch.optim.SGD(model.parameters(), lr=0.1), "cpu")
     assert not watcher.syncs, (
-        f"Inside the loop your code called {sorted(set(watcher.syncs))}: on a GPU each makes the host wait at every "
-        "step. Keep the running total as a tensor.")
+        f"Inside the loop your code called {sorted(set(watcher.syncs))}: on a GPU each makes the host wait "
+        "at every step. Keep the running total as a tensor.")
     assert isinstance(result, torch.Tensor), (
         f"Return the mean loss as a tensor, not {type(result).__name__} (no .item() or float()).")
     assert result.dim() == 0, f"The mean loss should be a 0-dim tensor, not shape {tuple(result.shape)}."
@@ -274,20 +286,21 @@ def _train_epoch(train_epoch) -> None:
     assert abs(float(result) - expected) < 1e-5, (
         f"The mean of the 3 batch losses is {expected:.5f}; you returned {float(result):.5f}.")
     assert torch.allclose(model.weight, twin.weight, atol=1e-6), (
-        "After the epoch the weights differ from a reference run: for every batch zero the gradients, compute the "
-        "loss, call backward(), then step().")
+        "After the epoch the weights differ from a reference run: for every batch zero the gradients, "
+        "compute the loss, call backward(), then step().")
 
 
 def _eval_accuracy(eval_accuracy) -> None:
     batches = labelled_batches(0, [5, 3, 6])
     syncs, result = accuracy_syncs(eval_accuracy, batches)
     assert not syncs, (
-        f"Inside the loop your code made the host wait: {syncs[0]}. Keep the counts as tensors on the device: "
-        "add up ((pred == y) & keep).sum() and keep.sum() instead of indexing with the mask or reading values.")
+        f"Inside the loop your code made the host wait: {syncs[0]}. Keep the counts as tensors on the "
+        "device: add up ((pred == y) & keep).sum() and keep.sum() instead of indexing with the mask or "
+        "reading values.")
     if isinstance(result, Exception):
         raise AssertionError(  # noqa: TRY004  (a failed check, not a type error)
-            f"On 'meta' (a device whose values the host cannot read) your function raised {result!r}: keep every "
-            "tensor on `device`.") from result
+            f"On 'meta' (a device whose values the host cannot read) your function raised {result!r}: keep "
+            "every tensor on `device`.") from result
     assert isinstance(result, torch.Tensor) and result.dim() == 0 and result.device.type == "meta", (
         f"Return a 0-dim tensor on `device`, not {result!r}.")
     model = Recorder()
@@ -298,14 +311,16 @@ def _eval_accuracy(eval_accuracy) -> None:
     assert isinstance(got, torch.Tensor) and got.is_floating_point(), (
         f"Return the accuracy as a floating-point tensor, not {got!r}.")
     assert abs(float(got) - expected) < 1e-6, (
-        f"14 samples, {sum(int((y != IGNORE).sum()) for _, y in batches)} labelled: the accuracy is {expected:.4f}, "
-        f"you returned {float(got):.4f}. Count only labelled samples (label != -100), over all batches together.")
+        f"14 samples, {sum(int((y != IGNORE).sum()) for _, y in batches)} labelled: the accuracy is "
+        f"{expected:.4f}, you returned {float(got):.4f}. Count only labelled samples (label != -100), over "
+        "all batches together.")
 
 
 _exercises = checker(
     Exercise("make_loader", _make_loader, hints=(
         "Everything is an argument of DataLoader(...): batch_size, shuffle, num_workers, pin_memory.",
-        "torch.device(device) accepts both strings and devices; its .type is 'cuda' for 'cuda', 'cuda:1', ...",
+        ("torch.device(device) accepts both strings and devices; its .type is 'cuda' for 'cuda', 'cuda:1', "
+         "..."),
         "Decide pin_memory from the device you were given, not from torch.cuda.is_available().",
     )),
     Exercise("train_epoch", _train_epoch, hints=(
@@ -316,12 +331,13 @@ _exercises = checker(
         "Return total / number_of_batches: still a tensor on the device, and detached, so no grad.",
     )),
     Exercise("eval_accuracy", _eval_accuracy, hints=(
-        ("Find the three places where the slow loop makes the host wait: the blocking copies, the mask used as an "
-         "index (pred[keep]: its length depends on the values) and .item()."),
-        ("Instead of dropping padded samples, count with the mask: ((pred == y) & keep).sum() is the number right "
-         "among the labelled ones, keep.sum() the number labelled. Both stay tensors on the device."),
-        ("Start both totals with torch.zeros((), dtype=torch.long, device=device), add to them in the loop, and "
-         "return correct / labelled (a float tensor) after it; model.eval() and torch.no_grad() around the loop."),
+        ("Find the three places where the slow loop makes the host wait: the blocking copies, the mask used "
+         "as an index (pred[keep]: its length depends on the values) and .item()."),
+        ("Instead of dropping padded samples, count with the mask: ((pred == y) & keep).sum() is the number "
+         "right among the labelled ones, keep.sum() the number labelled. Both stay tensors on the device."),
+        ("Start both totals with torch.zeros((), dtype=torch.long, device=device), add to them in the loop, "
+         "and return correct / labelled (a float tensor) after it; model.eval() and torch.no_grad() around "
+         "the loop."),
     )),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution

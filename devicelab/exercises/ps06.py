@@ -1,7 +1,7 @@
 """Checks and hints for ps06-streams-and-profiling, and the small builders its tests make traces with.
 
-A trace here is what `json.load` gives for `torch.profiler.profile(...).export_chrome_trace(path)`: a dict with a
-`"traceEvents"` list of complete events (`"ph": "X"`, `"ts"` and `"dur"` in microseconds).
+A trace here is what `json.load` gives for `torch.profiler.profile(...).export_chrome_trace(path)`: a dict
+with a `"traceEvents"` list of complete events (`"ph": "X"`, `"ts"` and `"dur"` in microseconds).
 """
 
 import contextlib
@@ -147,7 +147,8 @@ class FakeStream:
 
 
 class FakeCudaEvent:
-    """Stands in for torch.cuda.Event: a mark after the work queued so far on the stream it was recorded on."""
+    """Stands in for torch.cuda.Event: a mark after the work queued so far on the stream it was recorded on.
+    """
 
     def __init__(self, cuda: "FakeCuda", *args: object, **kwargs: object) -> None:
         self.cuda = cuda
@@ -178,9 +179,11 @@ class FakeCuda:
         self.host_syncs: list[str] = []
         self.default = FakeStream(self, "default")
         self.stack: list[FakeStream] = [self.default]
-        self.copies: dict[int, tuple[str, int, bool]] = {}  # id(copy) -> (stream, its position there, non_blocking)
+        # id(copy) -> (stream, its position there, non_blocking)
+        self.copies: dict[int, tuple[str, int, bool]] = {}
         self.recorded: dict[int, list[str]] = {}  # id(tensor) -> the streams given to its record_stream
-        self.uses: list[tuple[int, str, dict[str, int]]] = []  # (id(tensor), stream, what that stream waited for)
+        # (id(tensor), stream, what that stream waited for)
+        self.uses: list[tuple[int, str, dict[str, int]]] = []
 
     @property
     def current(self) -> FakeStream:
@@ -224,26 +227,31 @@ class FakeCuda:
             return [(f"the host waited ({', '.join(self.host_syncs)}): the copy no longer overlaps anything; "
                      "make the current stream wait on the GPU with wait_stream, not the host")]
         if len(self.uses) != 1:
-            return [f"call step(copy) exactly once, on the current stream; it was called {len(self.uses)} times"]
+            return [(f"call step(copy) exactly once, on the current stream; it was called {len(self.uses)} "
+                     "times")]
         used, where, waited = self.uses[0]
         if used not in self.copies:
-            return ["step was not given the tensor copied to the device (batch.to(device, non_blocking=True))"]
+            return [("step was not given the tensor copied to the device "
+                     "(batch.to(device, non_blocking=True))")]
         stream, position, non_blocking = self.copies[used]
         found = []
         if stream == consumer.name:
-            found.append("the copy ran on the current stream: queue it on side (with torch.cuda.stream(side):)")
+            found.append("the copy ran on the current stream: queue it on side (with "
+                         "torch.cuda.stream(side):)")
         elif not non_blocking:
-            found.append("the copy was blocking: the host waited for it; use non_blocking=True (batch is pinned)")
+            found.append("the copy was blocking: the host waited for it; use non_blocking=True (batch is "
+                         "pinned)")
         if stream != consumer.name and where == consumer.name and waited.get(stream, 0) < position:
             said = "; ".join(self.log)
-            found.append(f"step used the copy before the current stream waited for side (your calls: {said}): "
-                         "after queuing the copy and before step, torch.cuda.current_stream().wait_stream(side)")
+            found.append("step used the copy before the current stream waited for side (your calls: "
+                         f"{said}): after queuing the copy and before step, "
+                         "torch.cuda.current_stream().wait_stream(side)")
         if where != consumer.name:
             found.append(f"step ran on {where}, not on the stream that was current when you were called")
         if stream != consumer.name and consumer.name not in self.recorded.get(used, []):
             given = self.recorded.get(used)
-            found.append("the copy was made on side and used on the current stream, so tell the caching allocator: "
-                         "copy.record_stream(torch.cuda.current_stream())"
+            found.append("the copy was made on side and used on the current stream, so tell the caching "
+                         "allocator: copy.record_stream(torch.cuda.current_stream())"
                          + (f" (you recorded {given}, the wrong stream)" if given else ""))
         if result != f"step's result on {consumer.name}":
             found.append(f"return what step returned, not {result!r}")
@@ -252,7 +260,9 @@ class FakeCuda:
 
 @contextlib.contextmanager
 def fake_cuda():
-    """Fake torch.cuda's streams, events and syncs, and copies to `meta`, the stand-in GPU; yield the FakeCuda."""
+    """Fake torch.cuda's streams, events and syncs, and copies to `meta`, the stand-in GPU; yield the
+    FakeCuda.
+    """
     cuda = FakeCuda()
     to, copy_ = torch.Tensor.to, torch.Tensor.copy_
 
@@ -278,7 +288,8 @@ def fake_cuda():
     def fake_event(*args, **kwargs):
         return FakeCudaEvent(cuda)
 
-    patches = [mock.patch.object(torch.Tensor, "to", fake_to), mock.patch.object(torch.Tensor, "copy_", fake_copy_),
+    patches = [mock.patch.object(torch.Tensor, "to", fake_to),
+               mock.patch.object(torch.Tensor, "copy_", fake_copy_),
                mock.patch.object(torch.Tensor, "cuda", fake_cuda_call),
                mock.patch.object(torch.Tensor, "record_stream", fake_record_stream),
                mock.patch("torch.cuda.Stream", cuda.Stream), mock.patch("torch.cuda.Event", fake_event),
@@ -310,13 +321,14 @@ def _close(a: float, b: float) -> bool:
 
 
 def _copy_totals(copy_totals) -> None:
-    t = trace(memcpy("h2d", 100.0, 50.0, 4096), memcpy("h2d", 200.0, 30.0, 1024), memcpy("d2h", 300.0, 20.0, 512),
-              kernel(150.0, 40.0), runtime("cudaMemcpyAsync", 95.0, 5.0))
+    t = trace(memcpy("h2d", 100.0, 50.0, 4096), memcpy("h2d", 200.0, 30.0, 1024),
+              memcpy("d2h", 300.0, 20.0, 512), kernel(150.0, 40.0), runtime("cudaMemcpyAsync", 95.0, 5.0))
     got = copy_totals(t)
     assert isinstance(got, dict), f"copy_totals should return a dict, not {type(got).__name__}."
     assert set(got) == {"h2d", "d2h", "d2d"}, (
         f"Always return the three keys 'h2d', 'd2h' and 'd2d' (d2d even with no copies); got {sorted(got)}.")
-    assert got["h2d"]["count"] == 2 and got["h2d"]["bytes"] == 5120, f"h2d: 2 copies, 5120 bytes; got {got['h2d']}."
+    assert got["h2d"]["count"] == 2 and got["h2d"]["bytes"] == 5120, (
+        f"h2d: 2 copies, 5120 bytes; got {got['h2d']}.")
     assert _close(got["h2d"]["seconds"], 80e-6), (
         f"h2d seconds: 50 us + 30 us = 8e-05 s (dur is in microseconds); got {got['h2d']['seconds']!r}.")
     assert got["d2d"] == {"count": 0, "bytes": 0, "seconds": 0.0}, f"No d2d copies: got {got['d2d']}."
@@ -326,7 +338,8 @@ def _copy_totals(copy_totals) -> None:
 
 def _overlap_fraction(overlap_fraction) -> None:
     t = trace(memcpy("h2d", 0.0, 100.0), kernel(50.0, 100.0))
-    assert _close(overlap_fraction(t), 0.5), f"Half the copy runs beside a kernel: 0.5, not {overlap_fraction(t)!r}."
+    assert _close(overlap_fraction(t), 0.5), (
+        f"Half the copy runs beside a kernel: 0.5, not {overlap_fraction(t)!r}.")
     t = trace(memcpy("h2d", 0.0, 100.0), kernel(10.0, 40.0), kernel(30.0, 40.0))
     assert _close(overlap_fraction(t), 0.6), (
         f"Two kernels cover 10..70 us of a 100 us copy (20 us covered by both counts once): 0.6, "
@@ -347,8 +360,8 @@ def _sync_ops(sync_ops) -> None:
               runtime("cudaDeviceSynchronize", 200.0, 10.0))
     got = sync_ops(t)
     assert got == ["aten::_local_scalar_dense"], (
-        f"The innermost operator around the cudaStreamSynchronize is aten::_local_scalar_dense, and a sync call "
-        f"outside any operator is left out; got {got!r}.")
+        "The innermost operator around the cudaStreamSynchronize is aten::_local_scalar_dense, and a sync "
+        f"call outside any operator is left out; got {got!r}.")
     t = trace(op("aten::to", 0.0, 50.0), runtime("cudaStreamSynchronize", 10.0, 40.0),
               op("aten::copy_", 100.0, 10.0, tid=THREAD + 1), runtime("cudaEventSynchronize", 102.0, 5.0))
     got = sync_ops(t)
@@ -363,16 +376,20 @@ def _refill_pinned(refill_pinned) -> None:
     with device_wide_syncs() as syncs:
         result = refill_pinned(buffer, data, event)
     assert not syncs, f"Wait for the event only, not the whole device: your code called {syncs}."
-    assert event.done, "Wait for copy_done first (copy_done.synchronize()): the copy may still be reading buffer."
-    assert not event.written_too_early, "You wrote into buffer before its copy had finished: wait first, then write."
+    assert event.done, (
+        "Wait for copy_done first (copy_done.synchronize()): the copy may still be reading buffer.")
+    assert not event.written_too_early, (
+        "You wrote into buffer before its copy had finished: wait first, then write.")
     assert result is buffer and buffer.data_ptr() == ptr, (
-        "Write into buffer in place (buffer.copy_(data)) and return buffer itself: a new tensor is not pinned.")
+        "Write into buffer in place (buffer.copy_(data)) and return buffer itself: a new tensor is not "
+        "pinned.")
     assert torch.equal(buffer, data), "buffer should hold data's values afterwards."
     buffer = torch.zeros(2, 3)
     with contextlib.suppress(ValueError):
         refill_pinned(buffer, torch.ones(3), FakeEvent(buffer))
         raise AssertionError("data of shape (3,) for a buffer of shape (2, 3) should raise ValueError.")
-    assert torch.equal(buffer, torch.zeros(2, 3)), "After the ValueError nothing should be written: check first."
+    assert torch.equal(buffer, torch.zeros(2, 3)), (
+        "After the ValueError nothing should be written: check first.")
 
 
 def _copy_then_run(copy_then_run) -> None:
@@ -386,35 +403,36 @@ def _copy_then_run(copy_then_run) -> None:
 _exercises = checker(
     Exercise("copy_totals", _copy_totals, hints=(
         "Start from {d: {'count': 0, 'bytes': 0, 'seconds': 0.0} for d in ('h2d', 'd2h', 'd2d')}.",
-        ("Keep the events with e.get('ph') == 'X' and e.get('cat') == 'gpu_memcpy'; the direction is in the name: "
-         "'HtoD', 'DtoH' or 'DtoD'."),
+        ("Keep the events with e.get('ph') == 'X' and e.get('cat') == 'gpu_memcpy'; the direction is in the "
+         "name: 'HtoD', 'DtoH' or 'DtoD'."),
         "e.get('args', {}).get('bytes', 0) for the bytes; e['dur'] is in microseconds: divide by 1e6.",
     )),
     Exercise("overlap_fraction", _overlap_fraction, hints=(
-        ("For each copy of the direction, cut every kernel of the same args['device'] to the copy's interval: "
-         "[max(starts), min(ends)). Keep the pieces that are not empty."),
+        ("For each copy of the direction, cut every kernel of the same args['device'] to the copy's "
+         "interval: [max(starts), min(ends)). Keep the pieces that are not empty."),
         "Pieces can overlap each other: sort them and merge, so that a stretch covered twice counts once.",
-        "Add up the merged lengths over all copies, divide by the sum of the copies' durations; 0.0 without copies.",
+        ("Add up the merged lengths over all copies, divide by the sum of the copies' durations; 0.0 without "
+         "copies."),
     )),
     Exercise("sync_ops", _sync_ops, hints=(
-        ("First the sync calls: cat 'cuda_runtime' and a name among cudaStreamSynchronize, cudaDeviceSynchronize, "
-         "cudaEventSynchronize."),
+        ("First the sync calls: cat 'cuda_runtime' and a name among cudaStreamSynchronize, "
+         "cudaDeviceSynchronize, cudaEventSynchronize."),
         ("For each, the cpu_op events on the same pid and tid with op['ts'] <= s['ts'] and "
          "s['ts'] + s['dur'] <= op['ts'] + op['dur']."),
         "The innermost of those is the shortest one. Collect the names in a set; return sorted(names).",
     )),
     Exercise("copy_then_run", _copy_then_run, hints=(
-        ("Four lines: the copy inside `with torch.cuda.stream(side):`, then the current stream waits for side, "
-         "then record_stream, then return step(copy)."),
-        ("Read the current stream with torch.cuda.current_stream() *outside* the `with` block (inside it, the "
-         "current stream is side); the copy is batch.to(device, non_blocking=True)."),
+        ("Four lines: the copy inside `with torch.cuda.stream(side):`, then the current stream waits for "
+         "side, then record_stream, then return step(copy)."),
+        ("Read the current stream with torch.cuda.current_stream() *outside* the `with` block (inside it, "
+         "the current stream is side); the copy is batch.to(device, non_blocking=True)."),
         ("torch.cuda.current_stream().wait_stream(side) makes the GPU wait, not the host; "
          "copy.record_stream(torch.cuda.current_stream()) keeps its memory from being reused too early."),
     )),
     Exercise("refill_pinned", _refill_pinned, hints=(
         "Three steps: check the shape (raise ValueError), wait on copy_done, write in place.",
-        ("copy_done.synchronize() makes the host wait for that event only; torch.cuda.synchronize() waits for "
-         "everything, and copy_done.wait() makes a GPU stream wait, not the host."),
+        ("copy_done.synchronize() makes the host wait for that event only; torch.cuda.synchronize() waits "
+         "for everything, and copy_done.wait() makes a GPU stream wait, not the host."),
         "buffer.copy_(data) writes in place (and converts the dtype); return buffer.",
     )),
 )
