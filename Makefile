@@ -48,7 +48,7 @@ lab-instructor: $(STAMP)  ## Open the course in JupyterLab with nbgrader's instr
 
 test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks and browser included)
 	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) -m "not bench and not browser"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) -m "not bench and not browser" --durations=25
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p no:xdist -m browser
 
 test-fast: $(STAMP)  ## Run the tests that do not execute notebooks

@@ -269,20 +269,26 @@ def hand_in(server: HubAPI, assignment: str, notebook: nbformat.NotebookNode, fe
             name: str | None = None) -> None:
     """Fetch the assignment (first time), save the notebook as the student's answer and submit it.
 
-    With `name`, the answer is saved under that file name instead (a student's renamed copy), and the fetched
-    notebook is deleted.
+    With `name`, the student saves the answer in their copy of that name: the fetched notebook is renamed to
+    it first (File > Rename) if it is still there.
     """
+    folder = f"{COURSE}/{assignment}"
     if fetch:
         fetched = server.call("POST", "/assignments/fetch",
                               {"course_id": COURSE, "assignment_id": assignment})
         assert fetched.status == 200 and fetched.body["success"], fetched
-    path = f"{COURSE}/{assignment}/{urllib.parse.quote(name or assignment + '.ipynb')}"
+    if name and server.call("GET", f"/api/contents/{folder}/{assignment}.ipynb?content=0").status == 200:
+        moved = server.call("PATCH", f"/api/contents/{folder}/{assignment}.ipynb",
+                            {"path": f"{folder}/{name}"})
+        assert moved.status == 200, moved
+    path = f"{folder}/{urllib.parse.quote(name or assignment + '.ipynb')}"
     saved = server.call("PUT", f"/api/contents/{path}", {"type": "notebook", "format": "json",
                                                           "content": json.loads(nbformat.writes(notebook))})
-    assert saved.status == 200, saved
+    assert saved.status == 200, saved  # the file was there: fetched, or renamed just above
     if name:
-        gone = server.call("DELETE", f"/api/contents/{COURSE}/{assignment}/{assignment}.ipynb")
-        assert gone.status in (204, 404), gone
+        listed = server.call("GET", f"/api/contents/{folder}")
+        names = sorted(item["name"] for item in listed.body["content"])
+        assert name in names and f"{assignment}.ipynb" not in names, names
     submitted = server.call("POST", "/assignments/submit", {"course_id": COURSE, "assignment_id": assignment})
     assert submitted.status == 200 and submitted.body["success"], submitted
 

@@ -459,7 +459,8 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
     # autograding is off, then go as one batch; the two quick ones are recorded, the hostile one still runs.
     hub.cli("autograde", "off", assignment)
     for member, kind in (("ann", "right"), ("bob", "wrong"), ("cat", "hostile")):
-        hand_in(servers[member], assignment, notebooks[kind], fetch=False)
+        hand_in(servers[member], assignment, notebooks[kind], fetch=False,
+                name=renamed if member == "bob" else None)
     results = Path(hub.settings.paths.course) / "autograde" / "graded" / assignment / "results"
     hub.cli("autograde", "on", assignment)
     deadline = time.monotonic() + 180
