@@ -239,7 +239,7 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
     problems = unsupported(root, assignment)
     if problems:
         raise UnsupportedCourse("this course cannot be graded here: " + "; ".join(problems)
-                           + ". Use plain `nbgrader autograde` for it (README, 'Grading a class').")
+                                + ". Use plain `nbgrader autograde` for it (README, 'Grading a class').")
     for left in scratch.remove_stale():
         echo(f"removed {left}, the scratch of a grading run that was killed")
     run_root = scratch.make_run_root()
