@@ -28,7 +28,7 @@ from autograder.hub.autograde_queue import MAX_TRIES, AutogradeSetting, Entry, H
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.safe_copy import Refusal, read_small
 
-POLL_S = 0.25  # listing the inbound costs a few milliseconds; a submission waits at most this long
+POLL_S = 1.0  # a submission waits at most this long (nbgrader copies a submission in place: see README)
 # a batch holds at most this many students per core (a later submission waits at most that)
 BATCH_PER_CORE = 4
 QUEUE_FILE = "queue.sqlite"
