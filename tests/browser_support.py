@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,20 @@ def browser_or_skip() -> str:
             pytest.fail(f"CI must run the browser tests: {message}")
         pytest.skip(message)
     return found
+
+
+@contextlib.contextmanager
+def launched_chromium(executable: str | None = None) -> Iterator:
+    """Launch headless Chromium (Debian's, with the closed-network flags) for the block; close it after."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable or browser_or_skip(), headless=True,
+                                              args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
 
 
 def _free_port() -> int:

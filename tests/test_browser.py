@@ -6,10 +6,10 @@ import re
 import pytest
 
 from tests.browser_support import (
-    CHROMIUM_ARGS,
     browser_or_skip,
     cell_index,
     cell_text,
+    launched_chromium,
     open_notebook,
     run_all,
     running_lab,
@@ -38,15 +38,9 @@ def lab(tmp_path_factory):
 @pytest.fixture
 def page(lab):
     """A fresh headless Chromium page."""
-    from playwright.sync_api import sync_playwright
-
     _, executable = lab
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield browser.new_page(viewport={"width": 1400, "height": 1000})
-        finally:
-            browser.close()
+    with launched_chromium(executable) as browser:
+        yield browser.new_page(viewport={"width": 1400, "height": 1000})
 
 
 def test_student_fills_an_exercise_and_check_says_correct(lab, page):

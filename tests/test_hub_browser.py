@@ -16,7 +16,7 @@ import pytest
 
 from autograder.grading.demo import MARKER
 from autograder.hub import accounts
-from tests.browser_support import CHROMIUM_ARGS, browser_or_skip, screenshot
+from tests.browser_support import launched_chromium, screenshot
 from tests.hub_support import Hub, class_hub, hub_tests_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,15 +49,8 @@ def hub(tmp_path: Path):
 
 @pytest.fixture
 def browser(hub):
-    from playwright.sync_api import sync_playwright
-
-    executable = browser_or_skip()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 def log_in(browser, hub: Hub, member: str):

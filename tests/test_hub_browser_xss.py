@@ -25,7 +25,7 @@ import nbformat
 import pytest
 
 from autograder.hub.api import HubAPI
-from tests.browser_support import CHROMIUM_ARGS, browser_or_skip, screenshot
+from tests.browser_support import launched_chromium, screenshot
 from tests.hub_support import (
     Hub,
     answers,
@@ -185,15 +185,8 @@ def graded(hub: Hub, canary: Canary) -> str:
 
 @pytest.fixture(scope="module")
 def browser(hub: Hub):
-    from playwright.sync_api import sync_playwright
-
-    executable = browser_or_skip()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with launched_chromium() as chromium:
+        yield chromium
 
 
 @contextlib.contextmanager
