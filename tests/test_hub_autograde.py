@@ -299,6 +299,36 @@ def test_the_services_grades_csv_and_summary_cover_every_student_graded_so_far(t
     assert f">{scratch.student}<" in summary and ">nobody<" in summary
 
 
+def test_a_release_that_failed_when_announced_is_retried_as_graded_and_reused_results_are_not(monkeypatch):
+    """A student announced by the grader counts as graded by this run even when their first release failed."""
+    from autograder.grading.results import Status, StudentResult
+    from autograder.hub import autograde_service
+
+    released = []
+
+    def release_result(place, queue, entry, result, staged, graded):
+        if entry.student == "bob" and not released:
+            raise OSError("the exchange was busy")
+        released.append((entry.student, graded))
+
+    monkeypatch.setattr(autograde_service, "release_result", release_result)
+    entries = [_entry(name) for name in ("ann", "bob", "cat")]
+    releaser = autograde_service.BatchReleaser(None, None, entries, None)
+    results = {name: StudentResult(name, "tiny", Status.GRADED) for name in ("ann", "bob", "cat")}
+    releaser.on_result(results["bob"])  # fails: stays pending
+    releaser.on_result(results["ann"])
+    assert released == [("ann", True)] and set(releaser.pending) == {"bob", "cat"}
+    releaser.settle(results)  # cat's result was saved before a restart: reused, not graded now
+    assert sorted(released) == [("ann", True), ("bob", True), ("cat", False)] and not releaser.pending
+
+
+def _entry(student: str):
+    from autograder.hub.autograde_queue import Entry
+
+    return Entry(student, "tiny", "2026-11-25 10:00:00.000000 UTC", f"{student}+tiny+x", "secret",
+                 State.GRADING, 0.0, 0.0, None, None, 1, 0, "", None, None, "")
+
+
 @pytest.mark.notebook
 def test_a_renamed_notebooks_feedback_is_found_by_nbgraders_fetch_feedback(tmp_path: Path) -> None:
     """Graded as the assignment's notebook, fed back under the student's own file name (what fetch looks up).

@@ -208,12 +208,14 @@ class BatchReleaser:
     def __init__(self, place: Place, queue: Queue, batch: list[Entry], staged: Staged) -> None:
         self.place, self.queue, self.staged = place, queue, staged
         self.pending = {e.student: e for e in batch}
+        self.graded: set[str] = set()  # announced by this run (not results saved before a restart)
 
     def on_result(self, result: StudentResult) -> None:
         """Release one student's feedback (a failure is logged; the student is settled after the run)."""
         entry = self.pending.get(result.student)
         if entry is None:
             return
+        self.graded.add(result.student)
         try:
             release_result(self.place, self.queue, entry, result, self.staged, graded=True)
         except Exception:
@@ -222,10 +224,12 @@ class BatchReleaser:
         del self.pending[result.student]
 
     def settle(self, results: dict[str, StudentResult]) -> None:
-        """After the run: release results saved before a restart (reused as they were); fail the rest."""
+        """After the run: release what is still pending (results saved before a restart, reused as they were,
+        or a release that failed in on_result and is tried again); fail students the grader did not find."""
         for student, entry in list(self.pending.items()):
             if student in results:
-                release_result(self.place, self.queue, entry, results[student], self.staged, graded=False)
+                release_result(self.place, self.queue, entry, results[student], self.staged,
+                               graded=student in self.graded)
             else:
                 self.queue.record_outcome(entry, state=State.FAILED, graded=False, status=Status.INVALID,
                                           score=None, max_score=None,

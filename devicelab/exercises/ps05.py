@@ -39,7 +39,8 @@ class LoopWatcher:
     """Wrap a DataLoader; while the training loop's body runs (not while the DataLoader makes a batch), record
     every tensor method in SYNCS that is called, and every .to() call on a batch tensor.
 
-    The one watcher of ps05: `check("train_epoch")` and the graded test cells both use it.
+    `check("train_epoch")` and train_epoch's graded test cells use it; eval_accuracy's use `SyncSpy`, which
+    watches every PyTorch call rather than tensor methods (merging the two is left to a later change).
     """
 
     def __init__(self, loader):
