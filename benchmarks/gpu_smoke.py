@@ -13,7 +13,11 @@ devicelab` is dropped and `%%requires_cuda` cells run as ordinary code (a GPU is
 cell tagged `gpu-output` (id `<cell id>-gpu-output`) that shows either the output a GPU printed, with the
 device, the torch version and the date, or says that no GPU has run the cell yet. `CLAIMS` lists what a
 recorded output must still show for the lesson's text to stay true; an output that breaks its claim is
-reported and not written. Without a GPU, `record` says so and changes nothing.
+reported and not written, and so is an output that ends in an exception the cell did not catch.
+`STAND_INS` are cells replaced while recording (the capstone's section 7 profiles a fixed copy of the
+script, so the recording runs the course's reference fix there, and the notes say so); `KEPT` are files
+a lesson's GPU cells write that the recording keeps for readers without a GPU (a real profiler trace).
+Without a GPU, `record` says so and changes nothing.
 """
 
 import contextlib
@@ -22,6 +26,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import time
 import traceback
@@ -35,6 +40,18 @@ NOT_YET = ("*Not yet run on a GPU: no output has been recorded for the cell abov
            "machine with a GPU records it here.*")
 RECORDED = "**Output recorded on a GPU** ({device}, torch {torch}, {date}):"
 MAX_OUTPUT = 3000  # characters of a cell's output kept in the notebook (the end, where the result is)
+UNCAUGHT = "Traceback (most recent call last)"  # what run_lesson prints when a cell raises
+CAPSTONE = "08-capstone-fix-a-slow-training-script"
+# Cells run from a file instead of the lesson's own source while recording: lesson -> cell id -> file.
+STAND_INS: dict[str, dict[str, Path]] = {
+    CAPSTONE: {"my-script": ROOT / "benchmarks" / "stand_ins" / "capstone_fixed.py"},
+}
+STAND_IN_NOTE = ("*Recorded with the course's reference fix in place of the `{cell}` cell, as a finished "
+                 "capstone has it; your copy prints its own.*")
+# Files a lesson's GPU cells write, kept under another name after a recording: lesson -> (written, kept).
+KEPT: dict[str, tuple[tuple[str, str], ...]] = {
+    "07-streams-events-and-profiling": (("traces/my-gpu-step.json", "traces/recorded-gpu-step.json"),),
+}
 
 
 def _blocking_copy_waited(output: str) -> bool:
@@ -49,10 +66,59 @@ def _graph_replay_faster(output: str) -> bool:
     return len(times) == 2 and float(times["graph replay"]) < float(times["eager"])
 
 
+def _only_pinned_returns_at_once(output: str) -> bool:
+    """Lesson 05, non_blocking case by case: behind 5 ms or more of queued work, only the copies whose host
+    side is pinned (and the pageable upload, held for staging) return early; blocking ones and a pageable
+    download wait for the queue."""
+    held = {name.strip(): float(ms) for name, ms in re.findall(r"^(\S.*?)\s+host held\s+([\d.]+) ms$", output,
+                                                               flags=re.MULTILINE)}
+    busy = re.search(r"\(the busy work alone\)\s+([\d.]+) ms", output)
+    if not busy or len(held) < 9 or float(busy.group(1)) < 5:
+        return False
+    waits = ("x.to(device)", "x_pinned.to(device)", "y.cpu()", "buf.copy_(y, non_blocking=True)")
+    early = ("x.to(device, non_blocking=True)", "x_pinned.to(device, non_blocking=True)",
+             "buf_pinned.copy_(y, non_blocking=True)")
+    limit = float(busy.group(1)) / 2
+    return all(held[n] > limit for n in waits) and all(held[n] < limit for n in early)
+
+
+def _cache_keeps_freed_memory(output: str) -> bool:
+    """Lesson 07, section 6: del lowers allocated by 256 MiB, not reserved; empty_cache lowers reserved."""
+    rows = re.findall(r"allocated ([\d.]+) (MiB|GiB), reserved ([\d.]+) (MiB|GiB)", output)
+    if len(rows) != 3:
+        return False
+    mib = [(float(a) * (1024 if au == "GiB" else 1), float(r) * (1024 if ru == "GiB" else 1))
+           for a, au, r, ru in rows]
+    (alloc0, res0), (alloc1, res1), (_, res2) = mib
+    return abs(alloc0 - alloc1 - 256) < 1 and res1 == res0 and res2 < res1
+
+
+def _capstone_trace_clean(output: str) -> bool:
+    """Lesson 08, section 7: the fixed copy's trace: no host wait inside an operator; pinned uploads."""
+    waits = re.search(r"^host waits .*inside \{(.*)\}$", output, flags=re.MULTILINE)
+    inside = re.findall(r"'([^']+)': \d+", waits.group(1)) if waits else ["(no summary)"]
+    return all(op == "(no operator)" for op in inside) and "Pinned -> Device" in output and \
+        "Pageable" not in output
+
+
+def _capstone_faster(output: str) -> bool:
+    """Lesson 08, section 7: the fixed copy's epoch is faster than the script's."""
+    found = re.search(r"^([\d.]+)x faster on", output, flags=re.MULTILINE)
+    return found is not None and float(found.group(1)) > 1
+
+
 # What a recorded output must show for the lesson's text to stay true: lesson -> cell id -> claims, each a
 # regular expression the output must match or a function of the output that must return True.
 CLAIMS: dict[str, dict[str, tuple[str | Callable[[str], bool], ...]]] = {
+    "05-async-and-timing": {
+        "non-blocking-cases-gpu": (_only_pinned_returns_at_once,),
+    },
+    CAPSTONE: {
+        "be5b748b": (_capstone_trace_clean,),
+        "12d95338": (_capstone_faster,),
+    },
     "07-streams-events-and-profiling": {
+        "allocator-gpu": (_cache_keeps_freed_memory,),
         "sync-point-gpu": (_blocking_copy_waited,),
         "d2h-gpu": (r"^True 1999998\.0$",),
         "streams-gpu": (r"^True$",),
@@ -139,14 +205,18 @@ def gpu_cells(nb) -> list:
     return [c for c in nb.cells if c.cell_type == "code" and "requires-cuda" in c.metadata.get("tags", [])]
 
 
-def note_text(output: str | None, machine: Machine | None) -> str:
-    """Return the markdown shown under a GPU cell: its recorded output, or that none exists yet."""
+def note_text(output: str | None, machine: Machine | None, stand_ins: Iterable[str] = ()) -> str:
+    """Return the markdown shown under a GPU cell: its recorded output, or that none exists yet.
+
+    `stand_ins` names the cells that ran from STAND_INS before this one: the note says so.
+    """
     if output is None or machine is None:
         return NOT_YET
     shown = output.rstrip()[-MAX_OUTPUT:] or "(the cell printed nothing)"
     fence = "```" if "```" not in shown else "~~~~"
+    remarks = "".join(f"\n\n{STAND_IN_NOTE.format(cell=cell)}" for cell in stand_ins)
     return (f"{RECORDED.format(device=machine.device, torch=machine.torch, date=machine.date)}\n\n"
-            f"{fence}text\n{shown}\n{fence}")
+            f"{fence}text\n{shown}\n{fence}{remarks}")
 
 
 def note_of(nb, cell):
@@ -181,8 +251,11 @@ def broken_claims(lesson: str, cell_id: str, output: str) -> list[str]:
     def holds(claim: str | Callable[[str], bool]) -> bool:
         return claim(output) if callable(claim) else re.search(claim, output, flags=re.MULTILINE) is not None
 
-    return [getattr(claim, "__doc__", None) or str(claim) for claim in CLAIMS.get(lesson, {}).get(cell_id, ())
-            if not holds(claim)]
+    broken = [getattr(claim, "__doc__", None) or str(claim)
+              for claim in CLAIMS.get(lesson, {}).get(cell_id, ()) if not holds(claim)]
+    if UNCAUGHT in output:
+        broken.append("the cell ran to its end without an uncaught exception")
+    return broken
 
 
 def run_lesson(path: Path) -> dict[str, str]:
@@ -197,13 +270,15 @@ def run_lesson(path: Path) -> dict[str, str]:
     here = Path.cwd()
     os.chdir(path.parent)  # lessons read and write paths relative to their folder (traces/...)
     try:
+        stand_ins = STAND_INS.get(path.stem, {})
         for cell in nb.cells:
             if cell.cell_type != "code" or "colab-setup" in cell.metadata.get("tags", []):
                 continue
+            source = stand_ins[cell.id].read_text() if cell.id in stand_ins else cell.source
             out = io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 try:
-                    exec(compile(_python(cell.source), f"{path.stem}[{cell.id}]", "exec"), namespace)  # noqa: S102
+                    exec(compile(_python(source), f"{path.stem}[{cell.id}]", "exec"), namespace)  # noqa: S102
                 except Exception:  # noqa: BLE001  (a failing cell is recorded as it failed)
                     traceback.print_exc(limit=2)
             if "requires-cuda" in cell.metadata.get("tags", []):
@@ -221,7 +296,7 @@ def record(paths: Iterable[Path], machine: Machine | None,
     """
     import nbformat
 
-    report: dict = {"written": [], "unchanged": [], "broken": {}, "missing": []}
+    report: dict = {"written": [], "unchanged": [], "broken": {}, "missing": [], "kept": []}
     if machine is None:
         return report
     for path in paths:
@@ -229,7 +304,11 @@ def record(paths: Iterable[Path], machine: Machine | None,
         cells = gpu_cells(nb)
         if not cells:
             continue
+        started = time.time()
         outputs = runner(path)
+        report["kept"] += keep_files(path, since=started)
+        ids = [c.id for c in nb.cells]
+        stood_in = [i for i in STAND_INS.get(path.stem, {}) if i in ids]
         changed = False
         for cell in cells:
             if cell.id not in outputs:
@@ -238,14 +317,27 @@ def record(paths: Iterable[Path], machine: Machine | None,
             broken = broken_claims(path.stem, cell.id, outputs[cell.id])
             if broken:
                 report["broken"][f"{path.stem}:{cell.id}"] = broken
+                report.setdefault("broken_outputs", {})[f"{path.stem}:{cell.id}"] = outputs[cell.id][-2000:]
                 continue
-            changed |= set_note(nb, cell, note_text(outputs[cell.id], machine))
+            before = [i for i in stood_in if ids.index(i) < ids.index(cell.id)]
+            changed |= set_note(nb, cell, note_text(outputs[cell.id], machine, before))
         if changed:
             nbformat.write(nb, path)
             report["written"].append(path.name)
         else:
             report["unchanged"].append(path.name)
     return report
+
+
+def keep_files(lesson: Path, *, since: float) -> list[str]:
+    """Copy the files of KEPT that the lesson's run wrote (modified since `since`); return the kept paths."""
+    kept = []
+    for written, name in KEPT.get(lesson.stem, ()):
+        source = lesson.parent / written
+        if source.is_file() and source.stat().st_mtime >= since:
+            shutil.copyfile(source, lesson.parent / name)
+            kept.append(name)
+    return kept
 
 
 def main_record(argv: list[str]) -> int:

@@ -1,6 +1,6 @@
 """Drive the live widgets' GPU paths on a machine with a GPU but no Jupyter, and print what they measured.
 
-    python benchmarks/gpu_widgets.py [--json FILE]
+    python benchmarks/gpu_widgets.py [--json FILE] [--figures DIR]
 
 The transfer lab runs on a real asyncio event loop with its own scheduler, as in a kernel: Run, a sweep that
 grows the plot size by size, a Stop clicked halfway through a long sweep. The timing-lies widget and the
@@ -43,8 +43,11 @@ async def _sweep(lab, *, stop_after: int | None = None, limit_s: float = 300.0) 
                          "share_of_link": r.share_of_link} for r in run.results]}
 
 
-async def transfer_lab_report() -> dict:
-    """Run the transfer lab the way a student would, on its real event-loop scheduler."""
+async def transfer_lab_report(figures: Path | None = None) -> dict:
+    """Run the transfer lab the way a student would, on its real event-loop scheduler.
+
+    With `figures`, the plot of the three full sweeps is written there as `transfer-lab-gpu.png`.
+    """
     from devicelab.transfer_lab_widget import TransferLabWidget
     from devicelab.units import MiB
 
@@ -59,6 +62,10 @@ async def transfer_lab_report() -> dict:
     report["h2d_pageable"] = await _sweep(lab)
     lab.direction.value, lab.host.value = "d2h", "pinned"
     report["d2h_pinned"] = await _sweep(lab)
+    if figures is not None:
+        from devicelab.transfer_lab import render_png
+
+        (figures / "transfer-lab-gpu.png").write_bytes(render_png(lab.state.runs, figsize=(8, 4.5), dpi=110))
     lab.repeats.value = max(lab.repeats.options)
     report["stopped"] = await _sweep(lab, stop_after=4)
     report["runs_on_plot"] = [run.label for run in lab.state.runs]
@@ -79,12 +86,14 @@ def timing_lies_report() -> dict:
                      for result in widget.results or []]}
 
 
-def overlap_report() -> dict:
-    """Measure the overlap timeline's modes with CUDA events."""
+def overlap_report(figures: Path | None = None) -> dict:
+    """Measure the overlap timeline's modes with CUDA events (its figure to `figures`/overlap-gpu.png)."""
     from devicelab.overlap import compare, plot_overlap
 
     runs = compare(steps=4)
-    plot_overlap(runs)
+    figure = plot_overlap(runs)
+    if figures is not None:
+        figure.savefig(figures / "overlap-gpu.png", dpi=110)
     return {run.mode: {"source": run.source, "total_ms": round(run.total_s * 1e3, 2),
                        "overlap_ms": round(run.overlap_s() * 1e3, 2)} for run in runs}
 
@@ -127,6 +136,8 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the report to this file")
+    parser.add_argument("--figures", type=Path, help="write the transfer lab's and the overlap timeline's "
+                        "figures into this folder (PNG)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("This check needs a CUDA GPU; the test suite covers these widgets on CPU.", file=sys.stderr)
@@ -135,8 +146,8 @@ def main() -> int:
 
     report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "ipywidgets": ipywidgets.__version__,
-              "transfer_lab": asyncio.run(transfer_lab_report()), "timing_lies": timing_lies_report(),
-              "overlap": overlap_report()}
+              "transfer_lab": asyncio.run(transfer_lab_report(args.figures)),
+              "timing_lies": timing_lies_report(), "overlap": overlap_report(args.figures)}
     report["problems"] = problems(report)
     text = json.dumps(report, indent=1, default=str)
     print(text)

@@ -529,25 +529,38 @@ class TraceSummary:
     gpu_busy_s: float  # time with a kernel or a copy running on the GPU
 
 
+# The host's rows for getting batches: the simulated GPU's, and torch.profiler's around each next() of a
+# DataLoader iterator (`enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__`).
+LOADER_ROWS = ("DataLoader", "enumerate(DataLoader)")
+
+
 def summarize(trace: dict) -> TraceSummary:
     """Return the TraceSummary of a chrome trace (real or simulated)."""
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
     ops = sorted((e for e in events if e["cat"] == "cpu_op"), key=lambda e: e["dur"])
     syncs = [e for e in events if e["cat"] == "cuda_runtime" and e["name"].endswith("Synchronize")]
+    copies_ = [e for e in events if e["cat"] == "gpu_memcpy"]
+    # A real trace links each call to its copy (args.correlation): only a copy from or to pageable memory
+    # holds the host; a long call for a pinned one is the host being slow, not a wait for the GPU.
+    copy_names = {c["args"]["correlation"]: c["name"] for c in copies_ if "correlation" in c.get("args", {})}
     held = [e for e in events if e["cat"] == "cuda_runtime" and e["name"] == "cudaMemcpyAsync"
-            and e["dur"] > 50]
+            and e["dur"] > 50 and "Pinned" not in copy_names.get(e.get("args", {}).get("correlation"), "")]
 
-    def innermost(call: dict) -> str:
-        return next((o["name"] for o in ops if o["pid"] == call["pid"] and o["tid"] == call["tid"]
-                     and o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"]),
-                    "(no operator)")
+    def innermost(call: dict) -> dict | None:
+        return next((o for o in ops if o["pid"] == call["pid"] and o["tid"] == call["tid"]
+                     and o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"]), None)
+
+    def name(op: dict | None) -> str:
+        return "(no operator)" if op is None else op["name"]
 
     sync_starts = {(e["pid"], e["tid"], e["ts"]) for e in syncs}
-    alone = [e for e in held if (e["pid"], e["tid"], round(e["ts"] + e["dur"], 3)) not in sync_starts]
+    synced_ops = {id(op) for op in map(innermost, syncs) if op is not None}
+    # a held copy followed by its stream sync (in the same operator) is one wait
+    alone = [e for e in held if (e["pid"], e["tid"], round(e["ts"] + e["dur"], 3)) not in sync_starts
+             and (innermost(e) is None or id(innermost(e)) not in synced_ops)]
     waits: dict[str, int] = {}
-    for call in syncs + alone:  # a held copy followed by its stream sync is one wait
-        waits[innermost(call)] = waits.get(innermost(call), 0) + 1
-    copies_ = [e for e in events if e["cat"] == "gpu_memcpy"]
+    for call in syncs + alone:
+        waits[name(innermost(call))] = waits.get(name(innermost(call)), 0) + 1
     kernels = [e for e in events if e["cat"] == "kernel"]
     h2d = [c for c in copies_ if "HtoD" in c["name"]]
     covered = sum(_covered(c, kernels) for c in h2d)
@@ -560,7 +573,7 @@ def summarize(trace: dict) -> TraceSummary:
         copy_s=sum(c["dur"] for c in copies_) / 1e6, kernel_s=sum(k["dur"] for k in kernels) / 1e6,
         overlap=covered / sum(c["dur"] for c in h2d) if h2d and sum(c["dur"] for c in h2d) else 0.0,
         loader_s=sum(e["dur"] for e in events if e["cat"] == "user_annotation" and
-                     e["name"].startswith("DataLoader")) / 1e6,
+                     e["name"].startswith(LOADER_ROWS)) / 1e6,
         span_s=span / 1e6, gpu_busy_s=_union(copies_ + kernels) / 1e6)
 
 

@@ -42,6 +42,12 @@ def lesson(tmp_path):
     return path
 
 
+def notes_of(path) -> dict[str, str]:
+    """Return the note under each GPU cell of a lesson, by cell id."""
+    nb = nbformat.read(path, as_version=4)
+    return {c.id: gpu_smoke.note_of(nb, c).source for c in gpu_smoke.gpu_cells(nb)}
+
+
 def fake_runner(outputs: dict[str, str]):
     calls = []
 
@@ -59,6 +65,9 @@ def good_outputs(path) -> dict[str, str]:
     outputs.update({"sync-point-gpu": "non_blocking=False: 19.512 ms in .to()\n"
                                       "non_blocking=True: 0.021 ms in .to()\n",
                     "d2h-gpu": "True 1999998.0\n", "streams-gpu": "True\n",
+                    "allocator-gpu": " after torch.empty: allocated 393.0 MiB, reserved 1.0 GiB\n"
+                                     "       after del x: allocated 137.0 MiB, reserved 1.0 GiB\n"
+                                     " after empty_cache: allocated 137.0 MiB, reserved 166 MiB\n",
                     "launch-bound-gpu": "eager: 498 us per step\ngraph replay: 212 us per step\n",
                     "async-errors-gpu": "CUDA_LAUNCH_BLOCKING=0:\n  line 6\nCUDA_LAUNCH_BLOCKING=1:\n"
                     "  line 4\n"})
@@ -94,12 +103,13 @@ def test_an_output_that_breaks_a_claim_is_reported_and_not_written(lesson):
     outputs["sync-point-gpu"] = ("non_blocking=False: 0.030 ms in .to()\n"
                                  "non_blocking=True: 0.021 ms in .to()\n")
     outputs["streams-gpu"] = "False\n"
+    before = notes_of(lesson)
     report = gpu_smoke.record([lesson], MACHINE, runner=fake_runner(outputs))
     assert set(report["broken"]) == {f"{lesson.stem}:sync-point-gpu", f"{lesson.stem}:streams-gpu"}
-    nb = nbformat.read(lesson, as_version=4)
-    notes = {c.id: gpu_smoke.note_of(nb, c).source for c in gpu_smoke.gpu_cells(nb)}
-    assert notes["sync-point-gpu"] == gpu_smoke.NOT_YET and notes["streams-gpu"] == gpu_smoke.NOT_YET
-    assert RECORDED.match(notes["d2h-gpu"])
+    notes = notes_of(lesson)
+    for kept in ("sync-point-gpu", "streams-gpu"):
+        assert notes[kept] == before[kept], f"{kept}: a broken output replaced the note"
+    assert MACHINE.device in notes["d2h-gpu"], "the outputs that keep their claims are written"
 
 
 def test_a_cell_the_run_did_not_reach_is_reported_missing(lesson):
@@ -138,3 +148,94 @@ def test_the_command_without_a_gpu_says_so_and_exits_2(lesson):
                          timeout=120)
     assert run.returncode == 2 and "no CUDA GPU" in run.stderr and "nothing" in run.stderr
     assert lesson.read_text() == before
+
+
+def test_an_output_that_ends_in_an_uncaught_exception_is_reported_and_not_written(lesson):
+    outputs = good_outputs(lesson)
+    outputs["staging-gpu"] = ("Traceback (most recent call last):\n  File \"x\", line 1\n"
+                                "RuntimeError: CUDA error: out of memory\n")
+    before = notes_of(lesson)["staging-gpu"]
+    report = gpu_smoke.record([lesson], MACHINE, runner=fake_runner(outputs))
+    assert report["broken"] == {f"{lesson.stem}:staging-gpu": [
+        "the cell ran to its end without an uncaught exception"]}
+    assert "out of memory" in report["broken_outputs"][f"{lesson.stem}:staging-gpu"]
+    assert notes_of(lesson)["staging-gpu"] == before
+
+
+def test_a_caught_error_the_cell_prints_is_an_output_like_any_other(lesson):
+    outputs = good_outputs(lesson)
+    outputs["staging-gpu"] = "RuntimeError: Expected all tensors to be on the same device\n"
+    report = gpu_smoke.record([lesson], MACHINE, runner=fake_runner(outputs))
+    assert not report["broken"] and report["written"] == [lesson.name]
+
+
+def test_the_capstone_records_with_the_reference_fix_and_its_notes_say_so(tmp_path, monkeypatch):
+    path = tmp_path / f"{gpu_smoke.CAPSTONE}.ipynb"
+    shutil.copy(COURSE_ROOT / "notebooks" / path.name, path)
+    ran = {}
+
+    def runner(lesson):
+        nb = nbformat.read(lesson, as_version=4)
+        ran.update({c.id: c.source for c in nb.cells})
+        return {"582034e8": "RuntimeError: Expected all tensors to be on the same device\n",
+                "be5b748b": "host waits           1,    0.02 ms, inside {'(no operator)': 1}\n"
+                            "copies 16: {'Memcpy HtoD (Pinned -> Device)': 16}\n",
+                "12d95338": "1.40x faster on NVIDIA Fake\n"}
+
+    report = gpu_smoke.record([path], MACHINE, runner=runner)
+    assert report["written"] == [path.name] and not report["broken"]
+    nb = nbformat.read(path, as_version=4)
+    notes = {c.id: gpu_smoke.note_of(nb, c).source for c in gpu_smoke.gpu_cells(nb)}
+    remark = gpu_smoke.STAND_IN_NOTE.format(cell="my-script")
+    assert remark not in notes["582034e8"], "the crash is recorded before the script is replaced"
+    assert remark in notes["be5b748b"] and remark in notes["12d95338"]
+    assert RECORDED.match(notes["12d95338"])
+
+
+@pytest.mark.parametrize(("output", "claim"), [
+    ("2.10x faster on NVIDIA Fake\n", True),
+    ("0.65x faster on NVIDIA Fake\n", False),
+])
+def test_the_capstone_claims_the_fix_is_faster(output, claim):
+    assert (gpu_smoke.broken_claims(gpu_smoke.CAPSTONE, "12d95338", output) == []) is claim
+
+
+@pytest.mark.parametrize(("summary", "clean"), [
+    ("host waits 2, 0.04 ms, inside {'(no operator)': 2}\n{'Memcpy HtoD (Pinned -> Device)': 16}", True),
+    ("host waits 3, 0.1 ms, inside {'aten::copy_': 1, '(no operator)': 2}\n(Pinned -> Device)", False),
+    ("host waits 0, 0.0 ms, inside {}\n{'Memcpy HtoD (Pageable -> Device)': 16}", False),
+])
+def test_the_capstone_claims_the_fixed_trace_is_clean(summary, clean):
+    assert (gpu_smoke.broken_claims(gpu_smoke.CAPSTONE, "be5b748b", summary) == []) is clean
+
+
+def test_the_stand_in_runs_as_the_cell_it_replaces(tmp_path):
+    """The reference fix is exec'd in the lesson's namespace: it must define what `my-script` defines."""
+    source = gpu_smoke.STAND_INS[gpu_smoke.CAPSTONE]["my-script"].read_text()
+    namespace: dict = {}
+    exec(source, namespace)
+    assert {"Net", "build_loader", "run_epoch"} <= set(namespace)
+
+
+def test_a_trace_the_gpu_cells_wrote_is_kept_and_an_old_one_is_not(tmp_path):
+    lesson = tmp_path / "07-streams-events-and-profiling.ipynb"
+    (tmp_path / "traces").mkdir()
+    written = tmp_path / "traces" / "my-gpu-step.json"
+    written.write_text("{}")
+    assert gpu_smoke.keep_files(lesson, since=0.0) == ["traces/recorded-gpu-step.json"]
+    assert (tmp_path / "traces" / "recorded-gpu-step.json").read_text() == "{}"
+    assert gpu_smoke.keep_files(lesson, since=written.stat().st_mtime + 60) == []
+
+
+def test_the_kept_real_trace_shows_what_lesson_07_says_about_it():
+    """Lesson 07, section 7: the pageable copy holds the host inside aten::copy_, .item() waits inside
+    aten::_local_scalar_dense; read from the trace a GPU recorded."""
+    import json
+
+    from devicelab.capstone import summarize
+
+    trace = json.loads((COURSE_ROOT / "notebooks" / "traces" / "recorded-gpu-step.json").read_text())
+    assert "simulated" not in json.dumps(trace.get("traceName", "")) and trace["deviceProperties"]
+    summary = summarize(trace)
+    assert summary.waits.get("aten::copy_") == 3 and summary.waits.get("aten::_local_scalar_dense") == 3
+    assert summary.copies.get("Memcpy HtoD (Pageable -> Device)") == 3

@@ -296,3 +296,49 @@ def time_it(fn, sync, clock, warmup=1, repeats=5):
 """)
     assert all(evaluate(e, stubs).outcome is Outcome.NOT_ATTEMPTED for e in EXERCISES.values())
     assert EXERCISES["run_epoch"].solution is None and EXERCISES["run_epoch"].withheld
+
+
+def test_the_reference_fix_gpu_record_runs_is_clean_on_the_simulated_gpu():
+    """benchmarks/stand_ins/capstone_fixed.py (what `make gpu-record` runs in place of `my-script`)."""
+    from autograder import COURSE_ROOT
+
+    ns = namespace_of((COURSE_ROOT / "benchmarks" / "stand_ins" / "capstone_fixed.py").read_text())
+    outcome = evaluate(EXERCISES["run_epoch"], ns)
+    assert outcome.outcome is Outcome.CORRECT, outcome.message
+    loader = ns["build_loader"](capstone.Images(), "cuda")
+    assert loader.persistent_workers, "workers started once, not every epoch"
+
+
+def _event(cat, name, ts, dur, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+
+def test_a_real_trace_s_loader_rows_count_as_time_in_the_loader():
+    """torch.profiler names them enumerate(DataLoader)#..., the simulated GPU DataLoader: ..."""
+    trace = {"traceEvents": [
+        _event("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 0, 3000),
+        _event("user_annotation", "Optimizer.step#SGD.step", 3000, 500),
+        _event("kernel", "gemm", 3100, 100, tid=7)]}
+    assert capstone.summarize(trace).loader_s == pytest.approx(3e-3)
+
+
+def test_a_real_trace_s_slow_call_for_a_pinned_copy_is_not_a_host_wait():
+    """Real traces link a call to its copy (correlation): only pageable copies hold the host."""
+    trace = {"traceEvents": [
+        _event("cpu_op", "aten::copy_", 0, 1000),
+        _event("cuda_runtime", "cudaMemcpyAsync", 10, 200, correlation=1),
+        _event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 50, 60, tid=7, correlation=1),
+        _event("cpu_op", "aten::copy_", 2000, 1000),
+        _event("cuda_runtime", "cudaMemcpyAsync", 2010, 800, correlation=2),
+        _event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 2050, 700, tid=7, correlation=2)]}
+    assert capstone.summarize(trace).waits == {"aten::copy_": 1}
+
+
+def test_a_held_copy_and_its_stream_sync_in_one_operator_are_one_wait():
+    """A blocking pageable .to() on a GPU: cudaMemcpyAsync, then cudaStreamSynchronize a few us later."""
+    trace = {"traceEvents": [
+        _event("cpu_op", "aten::copy_", 0, 1000),
+        _event("cuda_runtime", "cudaMemcpyAsync", 10, 800, correlation=1),
+        _event("cuda_runtime", "cudaStreamSynchronize", 815, 20),
+        _event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 50, 700, tid=7, correlation=1)]}
+    assert capstone.summarize(trace).waits == {"aten::copy_": 1}
