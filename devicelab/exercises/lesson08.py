@@ -165,7 +165,7 @@ _exercises = checker(
          "the line of your loop that calls it."),
         ("Lessons 07 and 06: a blocking .to() and .item() are sync points; a pageable batch is staged by the "
          "driver; DataLoader(num_workers=..., pin_memory=...) moves loading and pinning off the loop's "
-         "thread."),
+         "thread, and persistent_workers=True keeps the workers from one epoch to the next."),
         ("Copies under compute need the copy on another stream than the kernels: torch.cuda.Stream(), "
          "wait_stream, record_stream (lesson 07, section 5; ps06's copy_then_run)."),
     ), withheld="No worked solution: the capstone is yours. The hints point at the lessons that have each "
