@@ -149,6 +149,25 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
         assert float(exported[hub.user(member)]["score"]) == float(grades[hub.user(member)]["score"])
         assert exported[hub.user(member)]["duedate"].startswith("2099-12-31 22:00:00")  # set by release --due
         assert float(exported[hub.user(member)]["late_submission_penalty"]) == 0
+    # The same grades per question, and as Canvas's gradebook import reads them.
+    by_question = Path(hub.settings.root) / "by-question.csv"
+    hub.cli("export", "--by-question", "--to", str(by_question))
+    with by_question.open() as handle:
+        table = {row["student_id"]: row for row in csv.DictReader(handle)}
+    questions = [c for c in next(iter(table.values())) if c.startswith(f"{assignment} ") and "(max " in c]
+    assert questions, table
+    for member in plan:
+        row = table[hub.user(member)]
+        total = float(row[f"{assignment} (max {top:g})"])
+        assert total == float(grades[hub.user(member)]["score"])
+        assert sum(float(row[q]) for q in questions) == pytest.approx(total), row
+    canvas = Path(hub.settings.root) / "canvas.csv"
+    hub.cli("export", "--format", "canvas", "--to", str(canvas))
+    header, points, *students = list(csv.reader(canvas.open()))
+    assert header[:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"] and assignment in header
+    assert points[0].strip() == "Points Possible" and float(points[header.index(assignment)]) == top
+    assert {r[3]: float(r[header.index(assignment)]) for r in students} == {
+        hub.user(m): float(grades[hub.user(m)]["score"]) for m in plan}
 
     # Each student fetches their feedback and reads the score they were given.
     for member in plan:

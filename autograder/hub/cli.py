@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from autograder.hub.autograde_queue import HiddenTests
+from autograder.hub.grade_export import ExportFormat
 from autograder.hub.settings import AUTHENTICATORS, DEFAULT_ROOT, HubError, HubSettings
 
 ROOT_ENV = "DEVICELAB_HUB_ROOT"
@@ -81,6 +82,13 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                                 "instructor's messages only (protected, the default), or everything (shown)")
     export = action("export", "write the gradebook's grades as CSV")
     export.add_argument("--to", default="grades.csv", help="CSV file to write (default: grades.csv)")
+    export.add_argument("--by-question", action="store_true",
+                        help="a column per graded cell and task (with its points) beside each assignment's "
+                             "total")
+    export.add_argument("--format", choices=list(ExportFormat), default=None, dest="layout",
+                        help="a row per student: table (the default with --by-question), or the CSV that "
+                             "Canvas's or Moodle's gradebook import reads; without it and --by-question, "
+                             "nbgrader export's own layout")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,7 +159,10 @@ def _run(args: argparse.Namespace) -> int:
                               args.hidden_tests)
         print("\n".join(printable(line) for line in said.splitlines()))
     elif args.action == "export":
-        print(f"wrote {loop.export(settings, Path(args.to).resolve())}")
+        layout = ExportFormat(args.layout) if args.layout else None
+        if layout is None and args.by_question:
+            layout = ExportFormat.TABLE
+        print(f"wrote {loop.export(settings, Path(args.to).resolve(), layout, args.by_question)}")
     return 0
 
 

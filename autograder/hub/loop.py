@@ -11,6 +11,7 @@ from nbgrader.utils import parse_utc
 
 from autograder.hub import accounts, exchange
 from autograder.hub.exchange import BadName, CollectReport, Exchange
+from autograder.hub.grade_export import ExportFormat, read_table, write_csv
 from autograder.hub.install import grader_env, nbgrader, secure_exchange
 from autograder.hub.roster import read_roster
 from autograder.hub.settings import HubError, HubSettings
@@ -158,8 +159,15 @@ def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None =
     return done.stdout
 
 
-def export(s: HubSettings, to: Path) -> Path:
-    """Write the course gradebook's grades (every assignment) as CSV with `nbgrader export`."""
-    nbgrader(s, "export", "--to", "grades-export.csv")
-    shutil.copyfile(s.paths.course / "grades-export.csv", to)
+def export(s: HubSettings, to: Path, layout: ExportFormat | None = None, by_question: bool = False) -> Path:
+    """Write the course gradebook's grades (every assignment) as CSV.
+
+    Without a layout, `nbgrader export`'s own (a row per student and assignment); with one, a row per student
+    in that layout (grade_export.py), with a column per graded cell and task when `by_question`.
+    """
+    if layout is None:
+        nbgrader(s, "export", "--to", "grades-export.csv")
+        shutil.copyfile(s.paths.course / "grades-export.csv", to)
+        return to
+    to.write_text(write_csv(read_table(s.paths.course, s.course_id, by_question), layout), encoding="utf-8")
     return to
