@@ -282,6 +282,35 @@ def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arr
 
 
 @pytest.mark.notebook
+def test_an_extension_moves_the_deadline_the_late_penalty_counts_from(tmp_path: Path) -> None:
+    """`hub extend`: a student with an extension submits after the class's due date but before their own:
+    no penalty, and their feedback page says which due date applied; taken back, the next submission is late.
+    """
+    from autograder.hub.extensions import give
+
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    scratch = ScratchClass(tmp_path)
+    scratch.due(now - datetime.timedelta(hours=1))
+    db_url = f"sqlite:///{scratch.course / 'gradebook.db'}"
+    with Gradebook(db_url, COURSE) as gb:
+        gb.update_or_create_student(scratch.student)
+    give(scratch.course, "tiny", scratch.student, hours=3)
+    stamp = scratch.submit(now)
+    log = scratch.serve_once()
+    entry = scratch.graded(stamp)
+    assert (entry.state, entry.score, entry.max_score) == (State.DONE, 3, 3), log
+    assert scratch.penalty() == 0
+    page = (scratch.place.graded("tiny") / "feedback" / scratch.student / "tiny.html").read_text()
+    assert "your extension of 3 h" in page and "on time" in page, page[:3000]
+
+    give(scratch.course, "tiny", scratch.student)  # taken back: the class's due date applies again
+    late = scratch.submit(now + datetime.timedelta(seconds=1))
+    log = scratch.serve_once()
+    assert (scratch.graded(late).state, scratch.graded(late).score) == (State.DONE, 0), log
+    assert scratch.penalty() == 3
+
+
+@pytest.mark.notebook
 def test_the_services_grades_csv_and_summary_cover_every_student_graded_so_far(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("a submission made by a second account needs root to change its owner")

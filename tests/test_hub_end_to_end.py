@@ -106,6 +106,14 @@ def test_a_class_on_the_hub(hub: Hub) -> None:
     # The instructor releases; each student fetches, answers and submits through their own server.
     said = hub.cli("release", assignment, "--due", "2099-12-31T17:00:00-05:00").stdout
     assert "due 2099-12-31 22:00:00 UTC" in said, said
+    # An extension for one student (roster id or account name), listed, and one for nobody refused.
+    said = hub.cli("extend", assignment, "bob", "--by", "24").stdout
+    assert f"{hub.user('bob')}: {assignment} due 2100-01-01 22:00:00 UTC, an extension of 24 h" in said, said
+    assert hub.user("bob") in hub.cli("extend", assignment).stdout
+    refused_extension = subprocess.run([sys.executable, "-m", "autograder", "hub", "extend", "--root",
+                                        hub.settings.root, assignment, "nobody", "--by", "1"], cwd=ROOT,
+                                       capture_output=True, text=True, timeout=300, check=False)
+    assert refused_extension.returncode == 2 and "no student" in refused_extension.stderr, refused_extension
     servers = {}
     for member, kind in plan.items():
         servers[member] = server = start_server(hub, member, hub.token(member))

@@ -94,6 +94,7 @@ class Job:
     timestamp: str | None = None
     attempt: int = 1
     skip: tuple[Skip, ...] = ()
+    extension_s: float | None = None  # the student's extension of the due date (hub extend), in seconds
 
     @property
     def scratch_name(self) -> str:
@@ -208,7 +209,7 @@ def next_attempt(job: Job, report: AttemptReport, max_attempts: int = MAX_ATTEMP
     keep = tuple(s for s in job.skip if not (s.notebook == failure.notebook and s.cell > failure.cell))
     why = f"not run: in an earlier attempt this cell {failure.kind.reason}"
     return Job(job.index, job.student, job.notebooks, job.folder, job.timestamp, job.attempt + 1,
-               (*keep, Skip(failure.notebook, failure.cell, why)))
+               (*keep, Skip(failure.notebook, failure.cell, why)), job.extension_s)
 
 
 def wrongly_blamed(before: Job, after: Job) -> set[tuple[str | None, int]]:

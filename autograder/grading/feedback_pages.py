@@ -6,6 +6,7 @@ own, for all its students. What the student wrote is made inert (autograder.safe
 sanitiser, our preprocessor, and a Content-Security-Policy in each page that forbids every script.
 """
 
+from html import escape
 from pathlib import Path
 
 from autograder.safe_html import exporter_config, with_csp
@@ -33,16 +34,44 @@ class FeedbackWriter:
         # as generate_feedback (its CSS step is off)
         self.exporter.register_preprocessor(GetGrades, enabled=True)
 
-    def write(self, autograded: Path, dest: Path, student: str, assignment: str, db_url: str) -> list[Path]:
+    def write(self, autograded: Path, dest: Path, student: str, assignment: str, db_url: str,
+              course_id: str = "") -> list[Path]:
         """Write <notebook>.html for every autograded notebook of one student into `dest`."""
         dest.mkdir(parents=True, exist_ok=True)
         written = []
+        due = due_line(db_url, course_id, assignment, student) if course_id else None
         for path in sorted(autograded.glob("*.ipynb")):
             resources = {"nbgrader": {"student": student, "assignment": assignment, "notebook": path.stem,
                                       "db_url": db_url},
                          "metadata": {"name": path.stem, "path": str(path.parent)}, "unique_key": path.stem}
             html, _ = self.exporter.from_filename(str(path), resources=resources)
+            if due:  # under the page's heading (the template's, before any of the student's content)
+                html = html.replace("</h4>", f'</h4>\n        <p class="due-date">{escape(due)}</p>', 1)
             page = dest / f"{path.stem}.html"
             page.write_text(with_csp(html), encoding="utf-8")
             written.append(page)
         return written
+
+
+def due_line(db_url: str, course_id: str, assignment: str, student: str) -> str | None:
+    """Return the line that tells a student which due date applied to them (their extension, if any) and
+    whether their submission made it; None when the assignment has no due date."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url, course_id) as gb:
+        try:
+            submission = gb.find_submission(assignment, student)
+        except MissingEntry:
+            return None
+        due, own, submitted = submission.assignment.duedate, submission.duedate, submission.timestamp
+        if own is None:
+            return None
+        text = f"Due {own:%Y-%m-%d %H:%M:%S} UTC"
+        if submission.extension:
+            hours = submission.extension.total_seconds() / 3600
+            text += f" (your extension of {hours:g} h; the class's due date: {due:%Y-%m-%d %H:%M:%S} UTC)"
+        if submitted is not None:
+            late = submission.total_seconds_late
+            text += f". Submitted {submitted:%Y-%m-%d %H:%M:%S} UTC: " + (
+                f"{late / 3600:.2f} h late." if late > 0 else "on time.")
+        return text

@@ -8,6 +8,7 @@ silently keeping the old total.
 """
 
 import contextlib
+import datetime
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -164,15 +165,44 @@ def record(db_url: str, course: str, assignment: str, result: StudentResult) -> 
 
 
 def has_submission(db_url: str, course: str, assignment: str, student: str) -> bool:
-    """Return True when the gradebook already holds this student's submission of the assignment."""
+    """Return True when the gradebook already holds this student's submission of the assignment (a row made
+    only to hold an extension, with no time and no score, is none)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(db_url, course) as gb:
         try:
-            gb.find_submission(assignment, student)
+            submission = gb.find_submission(assignment, student)
         except MissingEntry:
             return False
-        return True
+        return submission.timestamp is not None or any(
+            grade.auto_score is not None or grade.manual_score is not None
+            for notebook in submission.notebooks for grade in notebook.grades)
+
+
+def extensions(db_url: str, course: str, assignment: str) -> dict[str, float]:
+    """Return each student's extension of the assignment's due date, in seconds (students with one only)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url, course) as gb:
+        try:
+            found = gb.find_assignment(assignment)
+        except MissingEntry:
+            return {}
+        return {s.student.id: s.extension.total_seconds() for s in found.submissions if s.extension}
+
+
+def set_extension(db_url: str, course: str, assignment: str, student: str, seconds: float | None) -> None:
+    """Give a student an extension of the due date (None: take it back), where nbgrader keeps extensions: on
+    the student's submission of the assignment, made (with no time and no score) when there is none yet."""
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    with Gradebook(db_url, course) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission trips SQLAlchemy 2's autoflush
+        gb.update_or_create_student(student)
+        submission = gb.update_or_create_submission(assignment, student)
+        submission.extension = datetime.timedelta(seconds=seconds) if seconds else None
+        gb.db.commit()
 
 
 def install(root: Path, assignment: str, student: str, scratch: Path, keep_submitted: bool) -> None:

@@ -396,6 +396,7 @@ class ClassRun:
                            self.root / "source" / self.assignment)
         self.reused = set()
         todo = []
+        extended = gbook.extensions(self.db_url, self.course, self.assignment)
         for index, sub in enumerate(subs):
             self.subs[sub.student] = sub
             try:
@@ -404,7 +405,9 @@ class ClassRun:
                 files = ""
                 sub.status, sub.detail = Status.INVALID, f"a file cannot be read ({_why(exc)})"
             self.prints[sub.student] = fingerprint(digest, files, float(self.options.timeout),
-                                                   int(self.options.memory_mib), self.isolation.mode)
+                                                   int(self.options.memory_mib), self.isolation.mode,
+                                                   *([extended[sub.student]] if sub.student in extended
+                                                     else []))
             cached = None if self.options.force else _cached(self.out, self.root, self.assignment,
                                                              sub.student, self.prints[sub.student])
             if cached is not None:
@@ -419,7 +422,7 @@ class ClassRun:
                                                zero_cells(self.max_points)))
             else:
                 todo.append(Job(index, sub.student, {k: str(v) for k, v in sub.notebooks.items()},
-                                str(sub.folder), sub.timestamp))
+                                str(sub.folder), sub.timestamp, extension_s=extended.get(sub.student)))
         return todo
 
     def on_report(self, job: Job, report: AttemptReport) -> list[Job]:

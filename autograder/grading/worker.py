@@ -33,6 +33,7 @@ from autograder.grading import guard_kernel
 from autograder.grading.attempt import AttemptReport, Failure, FailureKind, Job, Outcome, progress_events
 from autograder.grading.execution import NOT_RUN, GraderExecute, read_progress
 from autograder.grading.feedback_pages import FeedbackWriter
+from autograder.grading.gradebook import set_extension
 from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellKind, CellScore
 from autograder.grading.sandbox import Isolation, kernel_command
@@ -164,6 +165,9 @@ class Worker:
         (scratch / "source").mkdir(parents=True)
         shutil.copytree(s.template / "source" / s.assignment, scratch / "source" / s.assignment)
         shutil.copyfile(s.template / "gradebook.db", scratch / "gradebook.db")
+        if job.extension_s:  # before nbgrader reads the due date, so that its late penalty counts it
+            course = course_directory(s.root, scratch)
+            set_extension(course.db_url, course.course_id, s.assignment, job.student, job.extension_s)
         submitted = scratch / "submitted" / job.student / s.assignment
         submitted.parent.mkdir(parents=True)
         notes: list[str] = []
@@ -314,8 +318,9 @@ class Worker:
         try:
             if self.feedback is None:
                 self.feedback = FeedbackWriter(course_config(s.root))
+            course = course_directory(s.root, scratch)
             self.feedback.write(scratch / "autograded" / job.student / s.assignment, dest, job.student,
-                                s.assignment, course_config(s.root, scratch).CourseDirectory.db_url)
+                                s.assignment, course.db_url, course.course_id)
         except Exception:  # noqa: BLE001  (fall back to nbgrader's own, slower, generate_feedback)
             traceback.print_exc()
             try:

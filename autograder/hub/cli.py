@@ -70,6 +70,16 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
             parser.add_argument("--jobs", default=None, help="students at the same time (default: CPU cores)")
             parser.add_argument("--sandbox", default=None, choices=["auto", "bwrap", "unshare", "none"])
             parser.add_argument("--force", action="store_true", help="grade every student again")
+    extend = action("extend", "give one student more time for an assignment (nbgrader's extension: late "
+                              "penalties count from their own due date); without --until/--by/--remove, "
+                              "list the assignment's extensions")
+    extend.add_argument("assignment")
+    extend.add_argument("student", nargs="?", help="the student's id (with or without the account prefix)")
+    how = extend.add_mutually_exclusive_group()
+    how.add_argument("--until", metavar="WHEN", help="their own due date, e.g. '2026-12-03 17:00:00 UTC'")
+    how.add_argument("--by", type=float, metavar="HOURS", dest="hours",
+                     help="hours after the assignment's due date")
+    how.add_argument("--remove", action="store_true", help="take the extension back")
     autograde = action("autograde", "grade each submission of an assignment as it arrives (the autograde "
                                     "service), or stop; status lists its queue")
     autograde.add_argument("mode", choices=["on", "off", "status"])
@@ -158,6 +168,15 @@ def _run(args: argparse.Namespace) -> int:
         said = loop.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout,
                               args.hidden_tests)
         print("\n".join(printable(line) for line in said.splitlines()))
+    elif args.action == "extend":
+        if args.student is None:
+            for found in loop.extensions(settings, args.assignment):
+                print(printable(found.line()))
+        elif args.until is None and args.hours is None and not args.remove:
+            raise HubError("say --until WHEN, --by HOURS or --remove (or leave the student out to list)")
+        else:
+            found = loop.extend(settings, args.assignment, args.student, args.until, args.hours)
+            print(printable(found.line()))
     elif args.action == "export":
         layout = ExportFormat(args.layout) if args.layout else None
         if layout is None and args.by_question:

@@ -11,6 +11,7 @@ from nbgrader.utils import parse_utc
 
 from autograder.hub import accounts, exchange
 from autograder.hub.exchange import BadName, CollectReport, Exchange
+from autograder.hub.extensions import Extension
 from autograder.hub.grade_export import ExportFormat, read_table, write_csv
 from autograder.hub.install import grader_env, nbgrader, secure_exchange
 from autograder.hub.roster import read_roster
@@ -108,6 +109,32 @@ def _as_grader(s: HubSettings, action: str, assignment: str) -> str:
                             str(s.paths.course), "--exchange", str(s.paths.exchange), "--course-id",
                             s.course_id], cwd=s.paths.course, env=grader_env(s), timeout=None)
     return done.stdout.strip().splitlines()[-1]
+
+
+def _extensions_as_grader(s: HubSettings, assignment: str, *args: str) -> object:
+    """Run extensions.py as the grader account (the gradebook is the grader's); return what it printed."""
+    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.extensions", assignment, *args,
+                                      "--course", str(s.paths.course), "--course-id", s.course_id],
+                           cwd=s.paths.course, env=grader_env(s), timeout=120)
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    if isinstance(said, dict) and "error" in said:
+        raise HubError(said["error"])
+    return said
+
+
+def extend(s: HubSettings, assignment: str, student: str, until: str | None = None,
+           hours: float | None = None) -> Extension:
+    """Give a student an extension until a date or by some hours (neither: take it back)."""
+    _known(s, assignment)
+    account = student if student.startswith(s.prefix) else f"{s.prefix}{student}"
+    how = ["--until", until] if until else ["--by", f"{hours}"] if hours else ["--remove"]
+    return Extension(**_extensions_as_grader(s, assignment, account, *how))
+
+
+def extensions(s: HubSettings, assignment: str) -> list[Extension]:
+    """Return every extension of an assignment."""
+    _known(s, assignment)
+    return [Extension(**e) for e in _extensions_as_grader(s, assignment)]
 
 
 def collect(s: HubSettings, assignment: str) -> CollectReport:
