@@ -181,8 +181,9 @@ def stop_proxy(pid_file: Path) -> None:
 
 
 @contextlib.contextmanager
-def class_hub(tmp_path: Path, roster_text: str) -> Iterator["Hub"]:
-    """Make the roster's accounts (a unique prefix), set the hub up and start it on free loopback ports.
+def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()) -> Iterator["Hub"]:
+    """Make the roster's accounts (a unique prefix), set the hub up (with `setup_args` added) and start it on
+    free loopback ports.
 
     Afterwards stop it and remove every trace (accounts, homes, group, ACL entries, the hub's folder), even
     when the block failed.
@@ -202,7 +203,7 @@ def class_hub(tmp_path: Path, roster_text: str) -> Iterator["Hub"]:
             setup = subprocess.run(
                 [sys.executable, "-m", "autograder", "hub", "setup", "--roster", str(roster), "--root",
                  str(root / "hub-root"), "--prefix", prefix, "--extra-group", group,
-                 *(f"--{k}={v}" for k, v in ports.items())],
+                 *(f"--{k}={v}" for k, v in ports.items()), *setup_args],
                 cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
             assert setup.returncode == 0, setup.stdout + setup.stderr
             settings = HubSettings.load(root / "hub-root")
@@ -263,6 +264,62 @@ def start_server(hub: Hub, member: str, token: str) -> HubAPI:
             return hub.as_user(token, f"/user/{hub.user(member)}")
         time.sleep(1)
     pytest.fail(f"{member}'s server did not start:\n{hub.log.read_text()[-3000:]}")
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """What running code in a kernel through its server's websocket gave."""
+
+    output: str  # stream output
+    reply: str | None  # the execute_reply's status; None when the kernel died first
+    states: tuple[str, ...]  # the kernel's execution states seen (busy, idle, restarting, dead)
+
+
+def run_in_kernel(hub: Hub, member: str, token: str, code: str, timeout: float = 120) -> KernelRun:
+    """Start a kernel in the member's running server and run `code` in it, as JupyterLab does."""
+    import asyncio
+    import uuid
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    server = hub.as_user(token, f"/user/{hub.user(member)}")
+    reply = server.call("POST", "/api/kernels", {"name": "python3"})
+    assert reply.status == 201, reply
+    url = f"ws://127.0.0.1:{hub.settings.port}/user/{hub.user(member)}/api/kernels/{reply.body['id']}/channels"
+
+    async def run() -> KernelRun:
+        ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))
+        msg_id, output, states = uuid.uuid4().hex, [], []
+        ws.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "username": member, "session": uuid.uuid4().hex,
+                       "msg_type": "execute_request", "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "channel": "shell",
+            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True}}))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                raw = await asyncio.wait_for(ws.read_message(), max(0.1, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+            if raw is None:  # the server closed the channel
+                break
+            msg = json.loads(raw)
+            kind = msg["header"]["msg_type"]
+            if kind == "stream":
+                output.append(msg["content"]["text"])
+            elif kind == "status":
+                states.append(msg["content"]["execution_state"])
+                if states[-1] in ("restarting", "dead"):
+                    break
+            elif kind == "execute_reply" and msg["parent_header"].get("msg_id") == msg_id:
+                ws.close()
+                return KernelRun("".join(output), msg["content"]["status"], tuple(states))
+        ws.close()
+        return KernelRun("".join(output), None, tuple(states))
+
+    return asyncio.run(run())
 
 
 def hand_in(server: HubAPI, assignment: str, notebook: nbformat.NotebookNode, fetch: bool = True,

@@ -44,12 +44,29 @@ def test_the_hub_config_loads_and_uses_pam_by_default(tmp_path: Path) -> None:
     s = written(tmp_path)
     c = load(s.paths.config)
     assert c.JupyterHub.authenticator_class == "pam"
-    assert c.JupyterHub.spawner_class == "localprocess"
+    assert c.JupyterHub.spawner_class == "autograder.hub.spawner.LimitedSpawner"
+    assert (c.Spawner.mem_limit, c.Spawner.cpu_limit) == (2048 * 2**20, 1.0)  # the defaults, enforced
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8000/"
     assert c.Authenticator.allowed_users == ["dl-ann", "dl-bob", "dl-gil", "dl-grader", "dl-ivy"]
     assert c.Authenticator.admin_users == ["dl-ivy"]
     assert c.Spawner.environment["JUPYTER_CONFIG_PATH"] == str(s.paths.student_etc)
     assert s.paths.config.stat().st_mode & 0o777 == 0o600
+
+
+def test_server_limits_are_the_setup_s_and_zero_means_none(tmp_path: Path) -> None:
+    c = load(written(tmp_path, mem_limit_mib=512, cpu_limit=0.5).paths.config)
+    assert (c.Spawner.mem_limit, c.Spawner.cpu_limit) == (512 * 2**20, 0.5)
+    c = load(written(tmp_path / "none", mem_limit_mib=0, cpu_limit=0).paths.config)
+    assert (c.Spawner.mem_limit, c.Spawner.cpu_limit) == (None, None)
+
+
+def test_the_spawner_the_config_names_is_importable_from_the_course_the_config_adds():
+    """The hub runs the config; it puts the course repository on sys.path for the spawner."""
+    from jupyterhub.spawner import LocalProcessSpawner
+
+    from autograder.hub.spawner import LimitedSpawner
+
+    assert issubclass(LimitedSpawner, LocalProcessSpawner)
 
 
 def test_groups_and_roles_follow_nbgrader(tmp_path: Path) -> None:

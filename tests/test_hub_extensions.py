@@ -75,3 +75,14 @@ def test_the_command_the_hub_runs_as_the_grader_prints_json(db_url, capsys, tmp_
     main(["ps01", "--course", str(tmp_path), "--course-id", COURSE_ID])
     assert [(e["student"], e["extended_due"]) for e in json.loads(capsys.readouterr().out)] == [
         ("ann", "2026-12-02 17:00:00")]
+
+
+def test_hidden_tests_stay_hidden_until_the_student_s_own_due_date(db_url, tmp_path):
+    """The autograde service protects hidden tests until the due date: with an extension, until theirs."""
+    from autograder.grading.redact import due_date
+
+    extend(db_url, COURSE_ID, "ps01", "ann", hours=48)
+    assert due_date(tmp_path, "ps01") == DUE
+    assert due_date(tmp_path, "ps01", "ann") == DUE + datetime.timedelta(hours=48)
+    assert due_date(tmp_path, "ps01", "bob") == DUE, "no extension: the class's due date"
+    assert due_date(tmp_path, "ps02", "ann") is None

@@ -179,6 +179,24 @@ def has_submission(db_url: str, course: str, assignment: str, student: str) -> b
             for notebook in submission.notebooks for grade in notebook.grades)
 
 
+def student_due_date(db_url: str, assignment: str, student: str | None = None) -> datetime.datetime | None:
+    """Return the assignment's due date (naive UTC, as nbgrader keeps it), or None; with a student, their
+    own: the due date plus their extension, if any."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url) as gb:
+        try:
+            due = gb.find_assignment(assignment).duedate
+        except MissingEntry:
+            return None
+        if student is None or due is None:
+            return due
+        try:
+            return gb.find_submission(assignment, student).duedate
+        except MissingEntry:
+            return due
+
+
 def extensions(db_url: str, course: str, assignment: str) -> dict[str, float]:
     """Return each student's extension of the assignment's due date, in seconds (students with one only)."""
     from nbgrader.api import Gradebook, MissingEntry

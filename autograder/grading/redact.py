@@ -260,14 +260,9 @@ def student_feedback_pages(course: Path, assignment: str, student: str, dest: Pa
     return {p.stem: p.read_text(encoding="utf-8") for p in written}
 
 
-def due_date(course: Path, assignment: str) -> datetime | None:
-    """Return the assignment's due date in the course gradebook (naive UTC, as nbgrader keeps it), or None."""
-    from nbgrader.api import Gradebook, MissingEntry
+def due_date(course: Path, assignment: str, student: str | None = None) -> datetime | None:
+    """Return the assignment's due date in the course gradebook (naive UTC, as nbgrader keeps it), or None;
+    with a student, their own (the due date plus their extension, `hub extend`)."""
+    from autograder.grading.gradebook import course_db_url, student_due_date
 
-    from autograder.grading.gradebook import course_db_url
-
-    with Gradebook(course_db_url(Path(course))) as gradebook:
-        try:
-            return gradebook.find_assignment(assignment).duedate
-        except MissingEntry:
-            return None
+    return student_due_date(course_db_url(Path(course)), assignment, student)

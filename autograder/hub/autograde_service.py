@@ -145,15 +145,16 @@ def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path
                    setting: AutogradeSetting) -> dict[str, str]:
     """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not.
 
-    Until the due date (unless the instructor shows them) the pages keep the hidden tests hidden; they never
-    fall back to the full pages.
+    Until the student's due date (unless the instructor shows them) the pages keep the hidden tests hidden;
+    they never fall back to the full pages.
     """
     from autograder.grading.redact import due_date, student_feedback_pages
 
     pages: dict[str, str] = {}
     if result.ran:
         now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-        if setting.protects_hidden_tests(due_date(place.course, entry.assignment), now):
+        # a student's own due date: an extension keeps their hidden tests hidden until it has passed
+        if setting.protects_hidden_tests(due_date(place.course, entry.assignment, entry.student), now):
             pages = student_feedback_pages(place.course, entry.assignment, entry.student,
                                            place.graded(
                                                entry.assignment) / "feedback-on-submit" / entry.student)

@@ -44,6 +44,10 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                        help="the Python environment every server runs (default: this one); every account "
                             "must be able to run it")
     setup.add_argument("--extra-group", default="", help="an existing Unix group every account joins")
+    setup.add_argument("--mem-limit", type=int, default=2048, metavar="MIB",
+                       help="memory of each server, its kernels included, in MiB (default: 2048; 0: none)")
+    setup.add_argument("--cpu-limit", type=float, default=1.0, metavar="CPUS",
+                       help="CPUs each server may use (default: 1; 0: none)")
     setup.add_argument("--course", default=str(course_root),
                        help="the course to install (default: this repo)")
     add = action("add-user", "add one person to the hub (account, roster, gradebook, running hub)")
@@ -122,7 +126,8 @@ def _run(args: argparse.Namespace) -> int:
             prefix=args.prefix,
             authenticator=args.authenticator, ip=args.ip, port=args.port, hub_port=args.hub_port,
             proxy_api_port=args.proxy_api_port, service_port=args.service_port, cull_idle_s=args.cull_idle,
-            python=args.python, extra_group=args.extra_group,
+            python=args.python, extra_group=args.extra_group, mem_limit_mib=args.mem_limit,
+            cpu_limit=args.cpu_limit,
             proxy=args.proxy or install.find_proxy(Path(args.course)))
         report = install.setup(settings, Path(args.roster))
         s = report.settings

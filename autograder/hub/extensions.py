@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nbgrader.utils import parse_utc
 
-from autograder.grading.gradebook import extensions, set_extension
+from autograder.grading.gradebook import extensions, set_extension, student_due_date
 
 
 class ExtensionError(Exception):
@@ -44,17 +44,6 @@ class Extension:
                 f"{self.hours:g} h (everyone else: {self.due} UTC)")
 
 
-def due_date(db_url: str, course_id: str, assignment: str) -> datetime.datetime | None:
-    """Return the assignment's due date (naive UTC, as nbgrader keeps it), or None."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    with Gradebook(db_url, course_id) as gb:
-        try:
-            return gb.find_assignment(assignment).duedate
-        except MissingEntry:
-            return None
-
-
 def students(db_url: str, course_id: str) -> set[str]:
     """Return the gradebook's students."""
     from nbgrader.api import Gradebook
@@ -76,7 +65,7 @@ def seconds_of(db_url: str, course_id: str, assignment: str, student: str, *, un
     """Return the extension asked for, in seconds (None: take it back), or say why it cannot be given."""
     if student not in students(db_url, course_id):
         raise ExtensionError(f"no student {student!r} in the gradebook (add them with `hub add-user`)")
-    due = due_date(db_url, course_id, assignment)
+    due = student_due_date(db_url, assignment)
     if until is not None:
         if due is None:
             raise ExtensionError(f"{assignment} has no due date to extend: set one with `hub release --due`, "
@@ -101,7 +90,7 @@ def extend(db_url: str, course_id: str, assignment: str, student: str, *, until:
     """Give `student` an extension until a date or by some hours (neither: take it back); return it."""
     seconds = seconds_of(db_url, course_id, assignment, student, until=until, hours=hours)
     set_extension(db_url, course_id, assignment, student, seconds)
-    return describe(student, assignment, due_date(db_url, course_id, assignment), seconds)
+    return describe(student, assignment, student_due_date(db_url, assignment), seconds)
 
 
 def give(course: Path, assignment: str, student: str, *, until: str | None = None,
@@ -135,7 +124,7 @@ def give(course: Path, assignment: str, student: str, *, until: str | None = Non
 
 def listed(db_url: str, course_id: str, assignment: str) -> list[Extension]:
     """Return every extension of the assignment."""
-    due = due_date(db_url, course_id, assignment)
+    due = student_due_date(db_url, assignment)
     return [describe(s, assignment, due, seconds)
             for s, seconds in sorted(extensions(db_url, course_id, assignment).items())]
 

@@ -35,6 +35,8 @@ class HubSettings:
     proxy: str = ""  # configurable-http-proxy's executable; empty: the one on PATH
     dummy_password: str = ""
     extra_group: str = ""  # a Unix group every account joins (e.g. one that may read a shared data folder)
+    mem_limit_mib: int = 2048  # each student's server, its kernels included (0: no limit)
+    cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
 
     @property
     def paths(self) -> "HubPaths":
