@@ -86,3 +86,11 @@ def test_hidden_tests_stay_hidden_until_the_student_s_own_due_date(db_url, tmp_p
     assert due_date(tmp_path, "ps01", "ann") == DUE + datetime.timedelta(hours=48)
     assert due_date(tmp_path, "ps01", "bob") == DUE, "no extension: the class's due date"
     assert due_date(tmp_path, "ps02", "ann") is None
+
+
+def test_a_name_that_looks_like_an_option_is_a_name_after_the_separator(db_url, capsys, tmp_path):
+    """The hub passes ids after `--` (loop._extensions_as_grader): `-h` is a student to look up, not help."""
+    import json
+
+    main(["--course", str(tmp_path), "--course-id", COURSE_ID, "--by", "2", "--", "ps01", "-h"])
+    assert "no student '-h'" in json.loads(capsys.readouterr().out)["error"]

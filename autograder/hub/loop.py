@@ -111,11 +111,15 @@ def _as_grader(s: HubSettings, action: str, assignment: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def _extensions_as_grader(s: HubSettings, assignment: str, *args: str) -> object:
-    """Run extensions.py as the grader account (the gradebook is the grader's); return what it printed."""
-    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.extensions", assignment, *args,
-                                      "--course", str(s.paths.course), "--course-id", s.course_id],
-                           cwd=s.paths.course, env=grader_env(s), timeout=120)
+def _extensions_as_grader(s: HubSettings, assignment: str, student: str | None = None,
+                          how: tuple[str, ...] = ()) -> object:
+    """Run extensions.py as the grader account (the gradebook is the grader's); return what it printed.
+
+    The names come after `--`, so that no id is ever read as an option.
+    """
+    argv = [s.python, "-m", "autograder.hub.extensions", "--course", str(s.paths.course), "--course-id",
+            s.course_id, *how, "--", assignment, *([student] if student else [])]
+    done = accounts.run_as(s.grader, argv, cwd=s.paths.course, env=grader_env(s), timeout=120)
     said = json.loads(done.stdout.strip().splitlines()[-1])
     if isinstance(said, dict) and "error" in said:
         raise HubError(said["error"])
@@ -127,8 +131,8 @@ def extend(s: HubSettings, assignment: str, student: str, until: str | None = No
     """Give a student an extension until a date or by some hours (neither: take it back)."""
     _known(s, assignment)
     account = student if student.startswith(s.prefix) else f"{s.prefix}{student}"
-    how = ["--until", until] if until else ["--by", f"{hours}"] if hours else ["--remove"]
-    return Extension(**_extensions_as_grader(s, assignment, account, *how))
+    how = ("--until", until) if until else ("--by", f"{hours}") if hours else ("--remove",)
+    return Extension(**_extensions_as_grader(s, assignment, account, how))
 
 
 def extensions(s: HubSettings, assignment: str) -> list[Extension]:
