@@ -168,6 +168,37 @@ def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_b
     assert (place.course / "feedback" / me / "ps01" / "timestamp.txt").read_text() == entry.timestamp
 
 
+def test_scan_waits_for_nbgrader_to_finish_copying_a_submission(tmp_path: Path) -> None:
+    """nbgrader's submit copies in place and writes the secret last: a folder without one is still being
+    copied, so the service (polling every 0.25 s) waits for it; one that never gets one is taken after the
+    grace, as before."""
+    import pwd
+
+    from autograder.hub.autograde_service import COPYING_GRACE_S, Place, scan
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
+    queue = place.queue()
+    queue.configure("ps01", True)
+    copying = place.inbound / f"{me}+ps01+2026-01-01 10:00:00.000001 UTC+a"
+    copying.mkdir(parents=True)
+    (copying / "ps01.ipynb").write_text("{}")  # half a submission: no timestamp, no secret yet
+    assert scan(place, queue) == 0 and not queue.entries()
+    (copying / "timestamp.txt").write_text("2026-01-01 10:00:00.000001 UTC")
+    (copying / "submission_secret.txt").write_text("")  # opened, not yet written
+    assert scan(place, queue) == 0
+    (copying / "submission_secret.txt").write_text("s3cret")
+    assert scan(place, queue) == 1 and queue.entries()[0].secret == "s3cret"
+
+    stuck = place.inbound / f"{me}+ps01+2026-01-01 11:00:00.000001 UTC+b"
+    stuck.mkdir()
+    (stuck / "ps01.ipynb").write_text("{}")
+    assert scan(place, queue) == 0
+    old = time.time() - COPYING_GRACE_S - 1
+    os.utime(stuck, (old, old))
+    assert scan(place, queue) == 1, "a folder that never gets its secret is graded after the grace"
+
+
 # Deadlines, without a hub: the service itself on a scratch course and exchange
 
 class ScratchClass:

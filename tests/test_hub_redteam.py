@@ -79,11 +79,14 @@ def as_student(klass: Klass, member: str, script: str, *args: str) -> None:
 
 
 def plant(klass: Klass, member: str, folder_name: str, files: dict[str, str], extra: str = "") -> Path:
-    """As the member, make a submission folder in the inbound with these files, then run `extra` in it."""
+    """As the member, make a submission folder in the inbound with these files and run `extra` in it, writing
+    the secret last, as nbgrader's submit does (the service waits for the secret before it takes a folder)."""
     folder = klass.exchange / "inbound" / folder_name
-    writes = " && ".join(f'printf %s "${n + 2}" > "$1/{name}"' for n, name in enumerate(files))
-    script = f'mkdir "$1" && {writes or "true"} && cd "$1" && {extra or "true"}'
-    as_student(klass, member, script, str(folder), *files.values())
+    names = sorted(files, key=lambda name: name == "submission_secret.txt")  # the secret last
+    writes = [f'printf %s "${n + 2}" > "$1/{name}"' for n, name in enumerate(names)]
+    last = writes.pop() if names and names[-1] == "submission_secret.txt" else "true"
+    script = f'mkdir "$1" && {" && ".join(writes) or "true"} && (cd "$1" && {extra or "true"}) && {last}'
+    as_student(klass, member, script, str(folder), *(files[name] for name in names))
     return folder
 
 

@@ -28,7 +28,10 @@ from autograder.hub.autograde_queue import MAX_TRIES, AutogradeSetting, Entry, H
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.safe_copy import Refusal, read_small
 
-POLL_S = 1.0  # a submission waits at most this long (nbgrader copies a submission in place: see README)
+POLL_S = 0.25  # a submission waits at most this long once nbgrader has finished copying it
+# nbgrader's submit copies a submission into the inbound in place and writes its secret last: a folder without
+# one is still being copied. Past this age it is taken anyway (graded, with no secret to return feedback by).
+COPYING_GRACE_S = 10.0
 # a batch holds at most this many students per core (a later submission waits at most that)
 BATCH_PER_CORE = 4
 QUEUE_FILE = "queue.sqlite"
@@ -87,16 +90,30 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
         student, assignment, timestamp = sub.name.student, sub.name.assignment, sub.name.timestamp
         if (student, timestamp) in known[assignment]:
             continue
-        try:  # a small regular file of the student's own: never a link followed, a FIFO waited on
-            secret = read_small(sub.folder, SECRET_FILE, owner=sub.uid).decode("utf-8",
-                                                                               errors="replace").strip()
-        except Refusal:
-            secret = ""
+        secret = _secret(sub)
+        if not secret and _age_s(sub.folder) < COPYING_GRACE_S:
+            continue  # nbgrader is still copying it (its secret comes last): the next scan takes it
         state = queue.add(student, assignment, timestamp, sub.folder.name, secret, now)
         known[assignment].add((student, timestamp))
         logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
         new += 1
     return new
+
+
+def _secret(sub) -> str:
+    """Return the submission's secret, or "" when there is none yet (or it is not a small file of theirs)."""
+    try:  # a small regular file of the student's own: never a link followed, a FIFO waited on
+        return read_small(sub.folder, SECRET_FILE, owner=sub.uid).decode("utf-8", errors="replace").strip()
+    except Refusal:
+        return ""
+
+
+def _age_s(folder: Path) -> float:
+    """Return how long ago the folder last changed (0 when it cannot be read)."""
+    try:
+        return max(0.0, time.time() - folder.lstat().st_mtime)
+    except OSError:
+        return 0.0
 
 
 @dataclass
