@@ -8,6 +8,7 @@ trace terms.
 
 import pytest
 
+from autograder import COURSE_ROOT
 from devicelab import capstone
 from devicelab.exercises import lesson08
 from devicelab.feedback import Outcome, evaluate
@@ -88,7 +89,9 @@ def run_of(source: str) -> capstone.ScriptRun:
     return capstone.profile_script(ns["Net"], ns["build_loader"], ns["run_epoch"])
 
 
-FIXED = script()
+# The reference fix is one file, the one `make gpu-record` runs in place of the lesson's cell; script()
+# builds the realistic wrong fixes from the same parts.
+FIXED = (COURSE_ROOT / "benchmarks" / "stand_ins" / "capstone_fixed.py").read_text()
 
 
 def test_the_script_runs_on_the_cpu_and_stops_on_the_simulated_gpu_as_on_a_gpu(capsys):
@@ -300,9 +303,7 @@ def time_it(fn, sync, clock, warmup=1, repeats=5):
 
 def test_the_reference_fix_gpu_record_runs_is_clean_on_the_simulated_gpu():
     """benchmarks/stand_ins/capstone_fixed.py (what `make gpu-record` runs in place of `my-script`)."""
-    from autograder import COURSE_ROOT
-
-    ns = namespace_of((COURSE_ROOT / "benchmarks" / "stand_ins" / "capstone_fixed.py").read_text())
+    ns = namespace_of(FIXED)
     outcome = evaluate(EXERCISES["run_epoch"], ns)
     assert outcome.outcome is Outcome.CORRECT, outcome.message
     loader = ns["build_loader"](capstone.Images(), "cuda")
