@@ -63,7 +63,7 @@ def _grade(args) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     options = GradeOptions(jobs=args.jobs, timeout=args.timeout, memory_mib=args.memory, sandbox=args.sandbox,
                            force=args.force, progress=not args.quiet,
-                           hidden=tuple(Path(p) for p in args.hide))
+                           hidden=tuple(Path(p) for p in args.hide), warm=not args.cold_start)
     try:
         run = grade_class(Path(args.course), args.assignment, Path(args.submissions), options,
                           out=Path(args.out) if args.out else None)
@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto",
                        help="isolation for student code (default: the best that works here)")
     grade.add_argument("--force", action="store_true", help="regrade every student, even unchanged ones")
+    grade.add_argument("--cold-start", action="store_true",
+                       help="start every kernel anew instead of forking it from a worker's warm zygote "
+                            "(slower; for comparison)")
     grade.add_argument("--course", default=str(COURSE_ROOT), help="course root (default: this repository)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     grade.add_argument("--hide", action="append", default=[], metavar="FOLDER",

@@ -6,6 +6,10 @@ the grader's own functions; the workers are forked from this process and append 
 
     .venv/bin/python benchmarks/student_phases.py                       # 3 students of ps01, --jobs 1, 2 runs
     .venv/bin/python benchmarks/student_phases.py --students 4 --assignment ps02-moving-tensors
+    .venv/bin/python benchmarks/student_phases.py --start cold        # kernels started anew (before 28)
+
+By default it profiles both starts in one run: cold (every kernel a new Python that imports torch) and warm
+(kernels forked from each worker's zygote, zygote.py).
 """
 
 import argparse
@@ -36,6 +40,7 @@ RUN_PHASES = [
     (session, "write_reports", "run: grades.csv and summary.html"),
 ]
 STUDENT_PHASES = [
+    (worker.Worker, "start_zygote", "worker: start the zygote (once per worker, warm start only)"),
     (worker.Worker, "prepare", "student: build the scratch course"),
     (worker.Worker, "write_kernelspec", "student: write the kernel spec"),
     (GraderExecute, "start_new_kernel", "student: start the kernel process"),
@@ -90,6 +95,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--runs", type=int, default=2,
                         help="grade the class this many times (force); report the last (warm, as on the hub)")
+    parser.add_argument("--start", choices=["warm", "cold", "both"], default="both")
     args = parser.parse_args()
     import nbformat
 
@@ -105,23 +111,25 @@ def main() -> int:
             nbformat.write(solved(nbformat.read(path, as_version=4), source), folder / path.name)
     log = base / "phases.jsonl"
     install_timers(log)
-    options = session.GradeOptions(jobs=args.jobs, progress=False, force=True)
-    for _ in range(args.runs):
-        log.unlink(missing_ok=True)
-        started = time.perf_counter()
-        summary = session.grade_class(course, args.assignment, subs, options, echo=lambda line: None)
-        wall = time.perf_counter() - started
-    totals: dict[str, list[float]] = defaultdict(list)
-    for line in log.read_text().splitlines():
-        entry = json.loads(line)
-        totals[entry["phase"]].append(entry["seconds"])
-    scores = sorted({r.final_score for r in summary.results})
-    print(f"{args.assignment}: {args.students} students, --jobs {args.jobs}, run {args.runs} of {args.runs}: "
-          f"{wall:.1f} s wall "
-          f"({wall / args.students:.2f} s per student), scores {scores}")
-    print(f"{'phase':62} {'calls':>5} {'mean s':>8} {'total s':>8}")
-    for phase, values in sorted(totals.items(), key=lambda kv: -sum(kv[1])):
-        print(f"{phase:62} {len(values):5d} {sum(values) / len(values):8.2f} {sum(values):8.2f}")
+    for start in (["cold", "warm"] if args.start == "both" else [args.start]):
+        options = session.GradeOptions(jobs=args.jobs, progress=False, force=True, warm=start == "warm")
+        for _ in range(args.runs):
+            log.unlink(missing_ok=True)
+            started = time.perf_counter()
+            summary = session.grade_class(course, args.assignment, subs, options, echo=lambda line: None)
+            wall = time.perf_counter() - started
+        totals: dict[str, list[float]] = defaultdict(list)
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            totals[entry["phase"]].append(entry["seconds"])
+        scores = sorted({r.final_score for r in summary.results})
+        print(f"{args.assignment}, {start} start: {args.students} students, --jobs {args.jobs}, run "
+              f"{args.runs} of {args.runs}: {wall:.1f} s wall ({wall / args.students:.2f} s per student), "
+              f"scores {scores}")
+        print(f"{'phase':62} {'calls':>5} {'mean s':>8} {'total s':>8}")
+        for phase, values in sorted(totals.items(), key=lambda kv: -sum(kv[1])):
+            print(f"{phase:62} {len(values):5d} {sum(values) / len(values):8.2f} {sum(values):8.2f}")
+        print()
     return 0
 
 

@@ -9,6 +9,7 @@ code killed it) is noticed the same way. The grader itself is never a target: st
 sessions (and, with a sandbox, in other PID namespaces).
 """
 
+import json
 import os
 import select
 import signal
@@ -37,6 +38,7 @@ from autograder.grading.sandbox import (
 from autograder.grading.worker import Worker, WorkerSettings
 
 TICK = 0.25
+ZYGOTE_KEY = "zygote"  # a worker's first line when it has one: {"zygote": pid}
 WATCH_EVERY = 0.5
 
 
@@ -65,6 +67,10 @@ def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path:
     worker = Worker(settings, cap.events_file if cap is not None else "")
     jobs = os.fdopen(job_fd, "r", encoding="utf-8")
     reports = os.fdopen(report_fd, "w", encoding="utf-8")
+    zygote = worker.start_zygote()
+    if zygote is not None:  # the grader leaves the zygote's own memory out of each student's
+        reports.write(json.dumps({ZYGOTE_KEY: zygote.pid}) + "\n")
+        reports.flush()
     for line in jobs:
         job = Job.from_json(line)
         try:
@@ -74,16 +80,17 @@ def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path:
             text = str(exc).splitlines()[0] if str(exc) else ""
             report = AttemptReport(Outcome.FAILED, Failure(
                 FailureKind.GRADER_ERROR, f"the grader failed on it ({type(exc).__name__}: {text})"[:300]))
-        _kill_leftovers()
+        _kill_leftovers(zygote.pid if zygote is not None else None)
         reports.write(report.to_json() + "\n")
         reports.flush()
 
 
-def _kill_leftovers() -> None:
-    """Kill what a student's code left running (this worker adopted it as a subreaper), and reap it."""
+def _kill_leftovers(zygote: int | None) -> None:
+    """Kill what a student's code left running (this worker adopted it as a subreaper), and reap it; the
+    zygote stays."""
     import psutil
 
-    leftovers = psutil.Process().children(recursive=True)
+    leftovers = [p for p in psutil.Process().children(recursive=True) if p.pid != zygote]
     for proc in leftovers:
         try:
             proc.kill()
@@ -106,6 +113,7 @@ class WorkerProcess:
     baseline_mib: float | None = None
     peak_mib: float = 0.0
     cap: TaskCap | None = None
+    zygote: int | None = None  # the worker's zygote: its own memory is not a student's
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -143,10 +151,13 @@ class WorkerProcess:
         except OSError:
             chunk = b""
         self.buffer += chunk
-        if b"\n" not in self.buffer:
-            return None
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return AttemptReport.from_json(line.decode())
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            if line.startswith(b'{"%s"' % ZYGOTE_KEY.encode()):
+                self.zygote = int(json.loads(line)[ZYGOTE_KEY])
+                continue
+            return AttemptReport.from_json(line.decode())
+        return None
 
     def close(self) -> None:
         """Close the grader's ends of the pipes."""
@@ -266,7 +277,13 @@ class Pool:
             own = 0.0
         if worker.baseline_mib is None:
             worker.baseline_mib = own
-        total = worker.watch.resident_mib(children_of)
+        # the zygote and the two processes under it that only wait for a kernel share the zygote's pages; the
+        # kernels (and everything they start) count
+        zygote = worker.zygote
+        waiting = [c for z in ([zygote] if zygote else []) for c in children_of.get(z, ())]
+        waiting += [g for c in waiting for g in children_of.get(c, ())]
+        uncounted = frozenset([zygote, *waiting]) if zygote else frozenset()
+        total = worker.watch.resident_mib(children_of, uncounted)
         return total - own + max(0.0, own - worker.baseline_mib)
 
     def _lost(self, worker: WorkerProcess, kind: FailureKind, message: str,

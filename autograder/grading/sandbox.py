@@ -188,9 +188,14 @@ def _probe(isolation: Isolation) -> str | None:
     return None
 
 
+def address_space_mib(memory_mib: int) -> int:
+    """Return a kernel's address-space limit for a memory cap (torch's mappings on top)."""
+    return memory_mib + ADDRESS_SPACE_HEADROOM_MIB
+
+
 def limits_prefix(memory_mib: int, forget_parent: bool) -> list[str]:
     """Return a command prefix that sets the kernel's resource limits (prlimit(1), else a Python stand-in)."""
-    address_mib = memory_mib + ADDRESS_SPACE_HEADROOM_MIB
+    address_mib = address_space_mib(memory_mib)
     if shutil.which("prlimit") and shutil.which("env"):
         unset = ["env", "-u", "JPY_PARENT_PID"] if forget_parent else []
         return [*unset, "prlimit", f"--as={address_mib << 20}", f"--fsize={MAX_FILE_MIB << 20}", "--core=0",
@@ -332,8 +337,10 @@ class ProcessWatch:
             stack.extend(children_of.get(pid, ()))
         return found
 
-    def resident_mib(self, children_of: dict[int, list[int]]) -> float:
-        """Return the resident memory of the whole tree in MiB, remembering every process seen."""
+    def resident_mib(self, children_of: dict[int, list[int]], uncounted: frozenset[int] = frozenset()
+                     ) -> float:
+        """Return the resident memory of the whole tree in MiB (but `uncounted` processes' own), remembering
+        every process seen."""
         import psutil
 
         total = 0
@@ -341,7 +348,8 @@ class ProcessWatch:
             try:
                 proc = psutil.Process(pid)
                 self.seen.setdefault(pid, proc.create_time())
-                total += proc.memory_info().rss
+                if pid not in uncounted:
+                    total += proc.memory_info().rss
             except psutil.Error:
                 continue
         return total / 2**20

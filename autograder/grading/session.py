@@ -94,6 +94,7 @@ class GradeOptions:
     force: bool = False  # grade again even students whose saved result is still valid
     progress: bool = True  # show a progress bar
     hidden: tuple[Path, ...] = ()  # more folders the sandbox hides (e.g. a hub's exchange)
+    warm: bool = True  # fork kernels from each worker's zygote (zygote.py); False: start each kernel anew
 
     @property
     def workers(self) -> int:
@@ -371,7 +372,7 @@ class ClassRun:
         workers = min(options.workers, max(1, len(todo)))
         settings = WorkerSettings(self.root, self.assignment, self.prepared.template, self.run_root,
                                   self.isolation, options.timeout, options.memory_mib,
-                                  max(1, default_jobs() // workers))
+                                  max(1, default_jobs() // workers), warm=options.warm)
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not options.progress)

@@ -36,9 +36,10 @@ from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.gradebook import set_extension
 from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellKind, CellScore
-from autograder.grading.sandbox import Isolation, kernel_command
+from autograder.grading.sandbox import MAX_FILE_MIB, Isolation, address_space_mib, kernel_command
 from autograder.grading.submissions import read_notebook_json
 from autograder.grading.verdict import SaveVerdicts
+from autograder.grading.zygote import WarmStartError, Zygote
 from autograder.safe_copy import Limits, Refusal, copy_tree
 from autograder.safe_html import exporter_config, with_csp
 
@@ -64,6 +65,7 @@ class WorkerSettings:
     timeout: float  # seconds per notebook
     memory_mib: int
     threads: int = 1  # CPU threads per kernel (OMP_NUM_THREADS and friends)
+    warm: bool = True  # fork kernels from a zygote that has imported torch (zygote.py); False: each anew
     keep_env: tuple[str, ...] = field(default=("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TZ"))
 
 
@@ -152,6 +154,22 @@ class Worker:
         release = settings.template / "release" / settings.assignment
         self.instructor = {p.name: nbformat.read(p, as_version=4) for p in sorted(release.glob("*.ipynb"))}
         self.feedback: FeedbackWriter | None = None
+        self.zygote: Zygote | None = None
+
+    def start_zygote(self) -> Zygote | None:
+        """Start this worker's zygote where warm start is asked for and works (in bubblewrap's sandbox)."""
+        s = self.settings
+        if not s.warm or s.isolation.mode != "bwrap":
+            return None
+        folder = s.run_root / f"zygote-{os.getpid()}"
+        try:
+            # OpenBLAS (NumPy's) starts its threads at import, and a zygote must fork with one thread only:
+            # its kernels' NumPy runs on one BLAS thread (torch reads OMP_NUM_THREADS when it needs threads)
+            env = self.environment(folder, folder, folder) | {"OPENBLAS_NUM_THREADS": "1"}
+            self.zygote = Zygote.start(str(folder), env)
+        except (WarmStartError, OSError) as exc:
+            print(f"warm start is off for this worker: {exc}", flush=True)
+        return self.zygote
 
     def scratch_for(self, job: Job) -> Path:
         """Return the scratch course folder of one grading attempt."""
@@ -267,9 +285,15 @@ class Worker:
         kernel = KernelFolders.of(scratch, s.assignment)
         program = scratch / "rt" / GUARD_SCRIPT
         shutil.copyfile(guard_kernel.__file__, program)
-        argv = kernel_command(s.isolation, kernel.writable, kernel.work, s.memory_mib,
-                              [str(program), "--channel", str(kernel.channel / GUARD_CHANNEL)],
+        guarded = [str(program), "--channel", str(kernel.channel / GUARD_CHANNEL)]
+        argv = kernel_command(s.isolation, kernel.writable, kernel.work, s.memory_mib, guarded,
                               tmp=kernel.home / "tmp", readable=(scratch / "rt",))
+        if self.zygote is not None and self.zygote.alive():  # warm, with the cold command to fall back on
+            spec = scratch / "jupyter" / "kernels" / "python3" / "warm.json"
+            holder = s.isolation.prefix(kernel.writable, kernel.work, kernel.home / "tmp", (scratch / "rt",))
+            self.zygote.write_spec(str(spec), guarded, holder, address_space_mib(s.memory_mib), MAX_FILE_MIB,
+                                   argv[:-2])
+            argv = self.zygote.launcher_argv(str(spec))
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
                 "interrupt_mode": "message", "metadata": {"debugger": False},
                 "env": self.environment(scratch, kernel.home, kernel.runtime)}

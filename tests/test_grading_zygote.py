@@ -1,0 +1,218 @@
+"""Warm start (zygote.py): kernels forked from a zygote that has imported torch are as isolated as cold ones.
+
+Each test starts a real zygote and launches real kernels through the launcher, the way jupyter_client does,
+inside a real bubblewrap sandbox; the kernel here is a probe script that reports what it can see and do.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from autograder.grading.sandbox import IsolationUnavailable, detect_isolation
+from autograder.grading.zygote import WarmStartError, Zygote
+
+PROBE = r'''
+import json, os, resource, socket, sys
+facts = {"threads": len(os.listdir("/proc/self/task")), "pid": os.getpid(), "ppid": os.getppid(),
+         "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
+         "preloaded": "torch" in sys.modules, "env": dict(os.environ), "cwd": os.getcwd(),
+         "argv": sys.argv, "as_mib": resource.getrlimit(resource.RLIMIT_AS)[0] >> 20}
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+facts["caps"] = {k: status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+facts["no_new_privs"] = status["NoNewPrivs"].strip()
+facts["processes"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+facts["hidden_seen"] = os.path.exists(sys.argv[1])
+facts["shm"] = os.listdir("/dev/shm")
+open("/dev/shm/left-by-" + sys.argv[2], "w").write("x")
+open("/tmp/left-by-" + sys.argv[2], "w").write("x")
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=2)
+    facts["network"] = True
+except OSError:
+    facts["network"] = False
+try:
+    open("/usr/planted", "w")
+    facts["wrote_outside"] = True
+except OSError:
+    facts["wrote_outside"] = False
+import numpy, torch
+facts["draws"] = [int(numpy.random.randint(0, 2**31)), int(torch.randint(0, 2**31, (1,)))]
+print(json.dumps(facts), flush=True)
+action = sys.argv[4]
+if action == "sleep":
+    import time
+    time.sleep(600)
+if action == "killed":
+    os.kill(os.getpid(), 9)
+if action == "kill-parent":
+    os.kill(os.getppid(), 9)
+    print("still here", flush=True)
+    action = "0"
+sys.exit(int(action))
+'''
+
+
+@pytest.fixture
+def place(tmp_path):
+    """Folders like a scratch course's: the probe (read-only), the kernel's own, and one it must not see."""
+    for name in ("rt", "work", "tmp", "hidden"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "rt" / "probe.py").write_text(PROBE)
+    (tmp_path / "hidden" / "secret.txt").write_text("hidden tests")
+    try:
+        isolation = detect_isolation("bwrap", hidden=[tmp_path / "hidden"])
+    except IsolationUnavailable as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(exc))
+    return tmp_path, isolation
+
+
+@pytest.fixture
+def zygote(tmp_path):
+    env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONNOUSERSITE": "1", "HOME": str(tmp_path)}
+    started = Zygote.start(str(tmp_path / "zygote"), env)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def outside_port():
+    """A port open outside the sandbox (a kernel must not reach it)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+def launch(zygote: Zygote, place, name: str, action: str, port: int, env_extra=None, wait=True):
+    """Start one kernel the way jupyter_client would; return the finished process (or the running one)."""
+    root, isolation = place
+    spec = root / f"{name}.json"
+    holder = isolation.prefix([root / "work"], root / "work", root / "tmp", (root / "rt",))
+    program = [str(root / "rt" / "probe.py"), str(root / "hidden" / "secret.txt"), name, str(port), action]
+    cold = [*holder, sys.executable, *program]
+    zygote.write_spec(str(spec), program, holder, 6000, 64, cold)
+    env = {"PATH": os.environ["PATH"], "HOME": str(root / "work"), "TMPDIR": "/tmp", "KERNEL_NAME": name,
+           "JPY_PARENT_PID": str(os.getpid()), **(env_extra or {})}
+    argv = [a.replace("{connection_file}", "conn.json") for a in zygote.launcher_argv(str(spec))]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    if not wait:
+        return process
+    out, err = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def facts_of(process) -> dict:
+    out = process.stdout if isinstance(process.stdout, str) else process.stdout.readline()
+    return json.loads(out.splitlines()[0])
+
+
+def test_a_warm_kernel_is_preloaded_yet_sandboxed_unprivileged_and_alone(zygote, place, outside_port):
+    done = launch(zygote, place, "a", "0", outside_port)
+    assert done.returncode == 0, done.stderr
+    facts = facts_of(done)
+    assert facts["preloaded"]  # the point: torch is already imported
+    assert facts["threads"] == 1 and facts["fds"] == [0, 1, 2, 3]  # 3: the listing's own descriptor
+    assert facts["processes"] == [1, 2] and facts["pid"] == 2 and facts["ppid"] == 1  # its own PID namespace
+    assert not facts["hidden_seen"] and not facts["network"] and not facts["wrote_outside"]
+    assert facts["cwd"] == str(place[0] / "work")
+    assert set(facts["caps"].values()) == {"0000000000000000"} and facts["no_new_privs"] == "1"
+    assert facts["as_mib"] == 6000
+    assert facts["argv"][0].endswith("probe.py") and facts["argv"][-3:] == ["0", "-f", "conn.json"]
+
+
+def test_a_warm_kernel_has_its_own_environment_and_nothing_of_the_zygotes(zygote, place, outside_port):
+    facts = facts_of(launch(zygote, place, "a", "0", outside_port, {"ONLY_MINE": "1"}))
+    assert facts["env"]["ONLY_MINE"] == "1" and facts["env"]["KERNEL_NAME"] == "a"
+    assert "OMP_NUM_THREADS" not in facts["env"]  # the zygote's own variable is not the kernel's
+    assert "JPY_PARENT_PID" not in facts["env"]  # as a cold kernel: it cannot see its parent
+
+
+def test_one_students_kernel_leaves_nothing_for_the_next_and_seeds_differ(zygote, place, outside_port):
+    first = facts_of(launch(zygote, place, "a", "0", outside_port))
+    second = facts_of(launch(zygote, place, "b", "0", outside_port))
+    assert second["shm"] == [] and first["shm"] == []  # /dev/shm is the sandbox's own each time
+    assert first["draws"][0] != second["draws"][0] and first["draws"][1] != second["draws"][1]
+
+
+def test_the_zygote_never_holds_a_students_request(zygote, place, outside_port):
+    marker = "student-secret-" + os.urandom(8).hex()
+    assert launch(zygote, place, "a", "0", outside_port, {"SECRET": marker}).returncode == 0
+    memory = _memory_of(zygote.pid)
+    assert zygote.socket_path.encode() in memory  # the scan works: it finds what the zygote does hold
+    assert marker.encode() not in memory
+
+
+def _memory_of(pid: int) -> bytes:
+    """Return the contents of a process's writable private memory."""
+    chunks = []
+    with open(f"/proc/{pid}/maps", encoding="ascii") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("rw"):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                chunks.append(mem.read(end - start))
+            except (OSError, ValueError, OverflowError):
+                continue
+    return b"".join(chunks)
+
+
+def test_a_warm_kernel_cannot_kill_its_parent(zygote, place, outside_port):
+    done = launch(zygote, place, "a", "kill-parent", outside_port)
+    assert done.returncode == 0 and done.stdout.splitlines()[1] == "still here", done.stderr
+
+
+@pytest.mark.parametrize(("action", "code"), [("7", 7), ("killed", 128 + signal.SIGKILL)])
+def test_the_launcher_exits_as_the_kernel_did(zygote, place, outside_port, action, code):
+    assert launch(zygote, place, "a", action, outside_port).returncode == code
+
+
+def test_killing_the_launcher_kills_the_kernel(zygote, place, outside_port):
+    process = launch(zygote, place, "a", "sleep", outside_port, wait=False)
+    assert facts_of(process)["preloaded"]
+    assert psutil.Process(zygote.pid).children(recursive=True)  # the kernel and its parent
+    os.killpg(process.pid, signal.SIGKILL)  # as jupyter_client stops a kernel
+    process.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while psutil.Process(zygote.pid).children(recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not psutil.Process(zygote.pid).children(recursive=True)
+
+
+def test_a_zygote_that_would_fork_with_threads_refuses_to_start(tmp_path):
+    env = {"PATH": os.environ["PATH"], "OPENBLAS_NUM_THREADS": "2", "PYTHONNOUSERSITE": "1"}
+    with pytest.raises(WarmStartError, match=re.compile("single-threaded")):
+        Zygote.start(str(tmp_path / "zygote"), env)
+
+
+def test_the_zygote_answers_only_its_own_user(zygote):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to connect as another user")
+    code = ("import os, socket, sys; os.setuid(65534)\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+            "try:\n    s.connect(sys.argv[1]); s.send(b'{}'); print(repr(s.recv(100)))\n"
+            "except OSError as e:\n    print('refused', e.errno)")
+    out = subprocess.run([sys.executable, "-c", code, zygote.socket_path], capture_output=True, text=True,
+                         timeout=30, check=False)
+    assert out.stdout.startswith("refused") or out.stdout.strip() == "b''", out.stderr
+
+
+def test_where_warm_start_fails_the_kernel_starts_cold(zygote, place, outside_port):
+    zygote.stop()  # no zygote to answer: the launcher becomes the cold command
+    done = launch(zygote, place, "a", "0", outside_port)
+    assert done.returncode == 0 and "warm start failed" in done.stderr
+    facts = facts_of(done)
+    assert not facts["preloaded"] and not facts["hidden_seen"] and not facts["network"]
