@@ -181,9 +181,10 @@ def stop_proxy(pid_file: Path) -> None:
 
 
 @contextlib.contextmanager
-def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()) -> Iterator["Hub"]:
+def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = (),
+              later: tuple[str, ...] = ()) -> Iterator["Hub"]:
     """Make the roster's accounts (a unique prefix), set the hub up (with `setup_args` added) and start it on
-    free loopback ports.
+    free loopback ports. `later`: ids whose accounts the test makes (removed afterwards too).
 
     Afterwards stop it and remove every trace (accounts, homes, group, ACL entries, the hub's folder), even
     when the block failed.
@@ -194,7 +195,8 @@ def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()
     root.chmod(0o755)
     roster = root / "roster.csv"
     roster.write_text(roster_text)
-    members = [line.split(",")[0] for line in roster_text.splitlines()[1:] if line] + ["dan", "grader"]
+    listed = [line.split(",")[0] for line in roster_text.splitlines()[1:] if line]
+    members = [*listed, "dan", "grader", *later]
     ports = {name: free_port() for name in ("port", "hub-port", "proxy-api-port", "service-port")}
     log = tmp_path / "jupyterhub.log"
     subprocess.run(["groupadd", group], check=True)
@@ -207,7 +209,7 @@ def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()
                 cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
             assert setup.returncode == 0, setup.stdout + setup.stderr
             settings = HubSettings.load(root / "hub-root")
-            passwords = {m: secrets.token_urlsafe(12) for m in members if m not in ("dan", "grader")}
+            passwords = {m: secrets.token_urlsafe(12) for m in members if m not in ("dan", "grader", *later)}
             for member, password in passwords.items():
                 accounts.set_password(prefix + member, password)
             start = [sys.executable, "-m", "autograder", "hub", "start", "--root", settings.root]

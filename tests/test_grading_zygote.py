@@ -7,11 +7,13 @@ inside a real bubblewrap sandbox; the kernel here is a probe script that reports
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -216,3 +218,40 @@ def test_where_warm_start_fails_the_kernel_starts_cold(zygote, place, outside_po
     assert done.returncode == 0 and "warm start failed" in done.stderr
     facts = facts_of(done)
     assert not facts["preloaded"] and not facts["hidden_seen"] and not facts["network"]
+
+
+def test_standing_zygotes_serve_one_run_after_another_and_still_watch_each_student(tmp_path, monkeypatch):
+    from autograder.grading import scratch
+    from autograder.grading.session import GradeOptions, grade_class
+    from autograder.grading.worker import KEEP_ENV, zygote_environment
+    from autograder.grading.zygote import Standby
+    from tests.test_grading_end_to_end import CLASS, MEMORY_MIB, make_course, write_class
+
+    try:
+        detect_isolation("bwrap")
+    except IsolationUnavailable as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(exc))
+    course = make_course(tmp_path)
+    write_class(course / "incoming", {k: CLASS[k] for k in ("correct", "memory-grow")}, course)
+    folder = scratch.make_run_root()
+    standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV))
+    monkeypatch.setenv("DEVICELAB_KEEP_SCRATCH", "1")
+    options = GradeOptions(jobs=2, timeout=20, memory_mib=MEMORY_MIB, sandbox="bwrap", force=True,
+                           progress=False, standby=standby)
+    try:
+        for _ in range(2):
+            said = []
+            summary = grade_class(course, "tiny", course / "incoming", options, echo=said.append)
+            results = {r.student: r for r in summary.results}
+            assert (results["correct"].status, results["correct"].final_score) == ("graded", 3)
+            assert results["memory-grow"].status == "memory"  # its kernel, under a standing zygote: watched
+            assert f"{MEMORY_MIB} MiB memory cap" in results["memory-grow"].detail
+            kept = Path(next(line for line in said if line.startswith("scratch kept in")).split()[-1])
+            assert not list(kept.glob("zygote-*"))  # no worker had to start a zygote of its own
+            assert "warm start" not in "".join(p.read_text() for p in kept.glob("worker-*.log"))
+        assert standby.started <= 4 and all(z.alive() for z in standby.ready(2))
+    finally:
+        standby.stop()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -43,7 +43,7 @@ WATCH_EVERY = 0.5
 
 
 def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path: Path,
-                cap: TaskCap | None) -> None:
+                cap: TaskCap | None, slot: int) -> None:
     """Body of a worker process: read jobs, grade, write reports, until the job pipe closes."""
     os.setsid()
     die_with_parent()
@@ -67,7 +67,7 @@ def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path:
     worker = Worker(settings, cap.events_file if cap is not None else "")
     jobs = os.fdopen(job_fd, "r", encoding="utf-8")
     reports = os.fdopen(report_fd, "w", encoding="utf-8")
-    zygote = worker.start_zygote()
+    zygote = worker.start_zygote(slot)
     if zygote is not None:  # the grader leaves the zygote's own memory out of each student's
         reports.write(json.dumps({ZYGOTE_KEY: zygote.pid}) + "\n")
         reports.flush()
@@ -113,12 +113,14 @@ class WorkerProcess:
     baseline_mib: float | None = None
     peak_mib: float = 0.0
     cap: TaskCap | None = None
+    slot: int = 0  # which of the pool's places it fills (a Standby's zygote serves one slot)
     zygote: int | None = None  # the worker's zygote: its own memory is not a student's
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def start(cls, settings: WorkerSettings, log_path: Path, cap: TaskCap | None = None) -> "WorkerProcess":
-        """Fork a worker process (inside `cap`, when there is one)."""
+    def start(cls, settings: WorkerSettings, log_path: Path, cap: TaskCap | None = None, slot: int = 0
+              ) -> "WorkerProcess":
+        """Fork a worker process (inside `cap`, when there is one) for a slot of the pool."""
         job_r, job_w = os.pipe()
         report_r, report_w = os.pipe()
         pid = os.fork()
@@ -126,13 +128,14 @@ class WorkerProcess:
             try:
                 os.close(job_w)
                 os.close(report_r)
-                _child_main(settings, job_r, report_w, log_path, cap)
+                _child_main(settings, job_r, report_w, log_path, cap, slot)
             finally:
                 os._exit(0)
         os.close(job_r)
         os.close(report_w)
         os.set_blocking(report_r, False)
-        return cls(pid, os.fdopen(job_w, "w", encoding="utf-8"), report_r, ProcessWatch(pid), cap=cap)
+        return cls(pid, os.fdopen(job_w, "w", encoding="utf-8"), report_r, ProcessWatch(pid), cap=cap,
+                   slot=slot)
 
     def send(self, job: Job, seconds: float) -> None:
         """Hand the worker a job with a wall-clock deadline."""
@@ -155,6 +158,8 @@ class WorkerProcess:
             line, self.buffer = self.buffer.split(b"\n", 1)
             if line.startswith(b'{"%s"' % ZYGOTE_KEY.encode()):
                 self.zygote = int(json.loads(line)[ZYGOTE_KEY])
+                if self.zygote not in self.watch.members(process_children()):  # a Standby's: watch under it
+                    self.watch.roots = (self.zygote,)
                 continue
             return AttemptReport.from_json(line.decode())
         return None
@@ -190,7 +195,8 @@ class Pool:
     def _spawn(self) -> WorkerProcess:
         self.started += 1
         cap = TaskCap.create(f"devicelab-grade-{os.getpid()}-{self.started}", MAX_TASKS)
-        worker = WorkerProcess.start(self.settings, self.log_dir / f"worker-{self.started}.log", cap)
+        slot = min(set(range(self.size)) - {w.slot for w in self.workers})
+        worker = WorkerProcess.start(self.settings, self.log_dir / f"worker-{self.started}.log", cap, slot)
         self.workers.append(worker)
         return worker
 

@@ -326,13 +326,17 @@ class ProcessWatch:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
+        self.roots: tuple[int, ...] = ()  # processes outside the tree whose children work for this worker
         self.seen: dict[int, float] = {}  # pid -> create time, so a reused pid is never killed by mistake
 
     def members(self, children_of: dict[int, list[int]]) -> list[int]:
-        """Return the worker and all its descendants, given a map of parent pid -> child pids."""
-        found, stack = [], [self.pid]
+        """Return the worker, its other roots and all their descendants, given a map of parent pid -> child
+        pids."""
+        found, stack = [], [self.pid, *self.roots]
         while stack:
             pid = stack.pop()
+            if pid in found:
+                continue
             found.append(pid)
             stack.extend(children_of.get(pid, ()))
         return found
@@ -367,6 +371,8 @@ class ProcessWatch:
                 pass
         procs = []
         for pid, created in self.seen.items():
+            if pid in self.roots:  # a standing zygote outlives the worker it served (its children do not)
+                continue
             try:
                 proc = psutil.Process(pid)
                 if proc.create_time() == created:

@@ -69,6 +69,7 @@ from autograder.grading.submissions import (
     student_folders,
 )
 from autograder.grading.template import CACHE_FOLDER, cached_template, register
+from autograder.grading.zygote import Standby, WarmStartError
 from autograder.safe_copy import Refusal, read_small
 
 DEFAULT_TIMEOUT = 300
@@ -95,6 +96,7 @@ class GradeOptions:
     progress: bool = True  # show a progress bar
     hidden: tuple[Path, ...] = ()  # more folders the sandbox hides (e.g. a hub's exchange)
     warm: bool = True  # fork kernels from each worker's zygote (zygote.py); False: start each kernel anew
+    standby: Standby | None = None  # zygotes kept running between runs (the hub's service); else per worker
 
     @property
     def workers(self) -> int:
@@ -372,7 +374,8 @@ class ClassRun:
         workers = min(options.workers, max(1, len(todo)))
         settings = WorkerSettings(self.root, self.assignment, self.prepared.template, self.run_root,
                                   self.isolation, options.timeout, options.memory_mib,
-                                  max(1, default_jobs() // workers), warm=options.warm)
+                                  max(1, default_jobs() // workers), warm=options.warm,
+                                  zygotes=self.standing_zygotes(workers))
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not options.progress)
@@ -386,6 +389,17 @@ class ClassRun:
         write_reports(self.out, self.assignment, ordered, self.isolation.description)
         return RunSummary(ordered, self.out, self.isolation, len(self.reused), len(todo),
                           time.monotonic() - self.started, ignored)
+
+    def standing_zygotes(self, workers: int) -> tuple:
+        """Return the caller's running zygotes for the workers (none: each worker starts its own)."""
+        standby = self.options.standby
+        if standby is None or not self.options.warm or self.isolation.mode != "bwrap":
+            return ()
+        try:
+            return standby.ready(workers)
+        except (WarmStartError, OSError) as exc:
+            self.echo(f"note: the standing zygotes could not start ({exc}); each worker starts its own")
+            return ()
 
     def seconds_for(self, job: Job) -> float:
         """Return the wall-clock budget of one attempt (past it, its worker is stopped)."""

@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -51,6 +51,7 @@ MAX_EXTRA_FILE_BYTES = 50 * 2**20
 MAX_EXTRA_TOTAL_BYTES = 200 * 2**20
 MAX_EXTRA_ENTRIES = 10_000
 MAX_EXTRA_DEPTH = 32
+KEEP_ENV = ("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TZ")  # the caller's variables a kernel keeps
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class WorkerSettings:
     memory_mib: int
     threads: int = 1  # CPU threads per kernel (OMP_NUM_THREADS and friends)
     warm: bool = True  # fork kernels from a zygote that has imported torch (zygote.py); False: each anew
-    keep_env: tuple[str, ...] = field(default=("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TZ"))
+    zygotes: tuple[Zygote, ...] = ()  # running zygotes (a Standby's), one per worker slot; else each its own
+    keep_env: tuple[str, ...] = KEEP_ENV
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,28 @@ def _copy_extras(src: Path, dest: Path, notes: list[str]) -> None:
         notes.append(f"other extra files not copied ({report.stopped}; extra files are limited)")
 
 
+def base_environment(keep_env: tuple[str, ...], threads: int) -> dict[str, str]:
+    """Return what every environment of a run has: PATH, locale, the kept variables, the CPU threads."""
+    from autograder.course import with_venv_on_path
+
+    env = {key: os.environ[key] for key in keep_env if key in os.environ}
+    env.update({"PATH": with_venv_on_path()["PATH"], "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+                "OPENBLAS_NUM_THREADS": str(threads)})
+    env.setdefault("LANG", "C.UTF-8")
+    return env
+
+
+def zygote_environment(folder: Path, keep_env: tuple[str, ...]) -> dict[str, str]:
+    """Return a zygote's environment: a kernel's, its folders in `folder` (each kernel gets its own).
+
+    One thread: OpenBLAS (NumPy's) starts its threads at import, and a zygote must fork with one thread only,
+    so its kernels' NumPy runs on one BLAS thread (torch reads OMP_NUM_THREADS in the kernel, when it first
+    needs threads).
+    """
+    return base_environment(keep_env, 1) | {"HOME": str(folder), "TMPDIR": str(folder)}
+
+
 def cell_kinds(nb: nbformat.NotebookNode | None) -> dict[str, CellKind]:
     """Return grade_id -> what each graded cell of a notebook is."""
     from nbgrader import utils
@@ -156,17 +180,18 @@ class Worker:
         self.feedback: FeedbackWriter | None = None
         self.zygote: Zygote | None = None
 
-    def start_zygote(self) -> Zygote | None:
-        """Start this worker's zygote where warm start is asked for and works (in bubblewrap's sandbox)."""
+    def start_zygote(self, slot: int = 0) -> Zygote | None:
+        """Take this worker slot's running zygote, or start one, where warm start is asked for and works (in
+        bubblewrap's sandbox)."""
         s = self.settings
         if not s.warm or s.isolation.mode != "bwrap":
             return None
+        if slot < len(s.zygotes) and s.zygotes[slot].alive():
+            self.zygote = s.zygotes[slot]
+            return self.zygote
         folder = s.run_root / f"zygote-{os.getpid()}"
         try:
-            # OpenBLAS (NumPy's) starts its threads at import, and a zygote must fork with one thread only:
-            # its kernels' NumPy runs on one BLAS thread (torch reads OMP_NUM_THREADS when it needs threads)
-            env = self.environment(folder, folder, folder) | {"OPENBLAS_NUM_THREADS": "1"}
-            self.zygote = Zygote.start(str(folder), env)
+            self.zygote = Zygote.start(str(folder), zygote_environment(folder, s.keep_env))
         except (WarmStartError, OSError) as exc:
             print(f"warm start is off for this worker: {exc}", flush=True)
         return self.zygote
@@ -220,21 +245,11 @@ class Worker:
     def environment(self, scratch: Path, home: Path, runtime: Path) -> dict[str, str]:
         """Return an environment with nothing of the grader's own but PATH and locale (HOME and Jupyter's
         folders in `home` and `runtime`): the kernel's, or the grader's own while it drives nbgrader."""
-        from autograder.course import with_venv_on_path
-
-        env = {key: os.environ[key] for key in self.settings.keep_env if key in os.environ}
-        threads = str(self.settings.threads)
-        env.update({
-            "PATH": with_venv_on_path()["PATH"], "HOME": str(home), "TMPDIR": str(home / "tmp"),
+        return base_environment(self.settings.keep_env, self.settings.threads) | {
+            "HOME": str(home), "TMPDIR": str(home / "tmp"),
             "IPYTHONDIR": str(home / ".ipython"), "MPLCONFIGDIR": str(home / ".matplotlib"),
-            "MPLBACKEND": "Agg",
             "JUPYTER_PATH": str(scratch / "jupyter"), "JUPYTER_RUNTIME_DIR": str(runtime),
-            "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "JUPYTER_DATA_DIR": str(home / ".jupyter-data"),
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "OMP_NUM_THREADS": threads,
-            "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-        })
-        env.setdefault("LANG", "C.UTF-8")
-        return env
+            "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "JUPYTER_DATA_DIR": str(home / ".jupyter-data")}
 
     def grader_environment(self, scratch: Path) -> dict[str, str]:
         """Return the grader's own environment while it drives nbgrader and renders feedback: set once per

@@ -61,6 +61,7 @@ class Zygote:
     def __init__(self, process, socket_path: str) -> None:
         self.process = process
         self.socket_path = socket_path
+        self.parent = os.getpid()
 
     @property
     def pid(self) -> int:
@@ -98,8 +99,14 @@ class Zygote:
             json.dump(spec, handle)
 
     def alive(self) -> bool:
-        """Return True while the zygote runs."""
-        return self.process.poll() is None
+        """Return True while the zygote runs (also asked in a forked worker, which is not its parent)."""
+        if os.getpid() == self.parent:
+            return self.process.poll() is None
+        try:
+            with open(f"/proc/{self.pid}/stat", encoding="ascii", errors="replace") as handle:
+                return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            return False
 
     def stop(self) -> None:
         """End the zygote (its stdin closing ends it; killed if it lingers)."""
@@ -109,6 +116,34 @@ class Zygote:
         except Exception:  # noqa: BLE001  (a zygote that will not stop is killed)
             self.process.kill()
             self.process.wait()
+
+
+class Standby:
+    """Zygotes kept running between grading runs (the hub's autograde service), so that a submission's kernel
+    is forked at once; each serves one worker at a time (its slot)."""
+
+    def __init__(self, folder: str, env: dict[str, str]) -> None:
+        self.folder = folder
+        self.env = env
+        self.zygotes: dict[int, Zygote] = {}
+        self.started = 0
+
+    def ready(self, count: int) -> tuple[Zygote, ...]:
+        """Return `count` running zygotes (slots 0..count-1), starting those missing or dead."""
+        for slot in range(count):
+            zygote = self.zygotes.get(slot)
+            if zygote is None or not zygote.alive():
+                if zygote is not None:
+                    zygote.stop()
+                self.started += 1
+                self.zygotes[slot] = Zygote.start(os.path.join(self.folder, f"z{self.started}"), self.env)
+        return tuple(self.zygotes[slot] for slot in range(count))
+
+    def stop(self) -> None:
+        """End every zygote."""
+        for zygote in self.zygotes.values():
+            zygote.stop()
+        self.zygotes.clear()
 
 
 # --- Linux calls --------------------------------------------------------------------------------------

@@ -23,9 +23,11 @@ from pathlib import Path
 
 from autograder.grading.report import not_graded_page
 from autograder.grading.results import Status, StudentResult
+from autograder.grading.zygote import Standby, WarmStartError
 from autograder.hub import exchange
 from autograder.hub.autograde_queue import MAX_TRIES, AutogradeSetting, Entry, HiddenTests, Queue, State
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
+from autograder.hub.lti_tool import ToolFiles
 from autograder.safe_copy import Refusal, read_small
 
 POLL_S = 0.25  # a submission waits at most this long once nbgrader has finished copying it
@@ -65,6 +67,11 @@ class Place:
 
     def queue(self) -> Queue:
         return Queue(self.home / QUEUE_FILE)
+
+    @property
+    def lti(self) -> ToolFiles:
+        """Return the course's LTI files (grade passback), present when the hub was set up with LTI."""
+        return ToolFiles(self.course / "lti")
 
     def graded(self, assignment: str) -> Path:
         """Return the grader's output folder of an assignment (grades.csv, feedback/, results/)."""
@@ -210,6 +217,12 @@ def release_result(place: Place, queue: Queue, entry: Entry, result: StudentResu
     detail = "; ".join(n for n in notes if n)
     queue.record_outcome(entry, state=State.DONE, graded=graded, status=result.status,
                          score=result.final_score, max_score=result.max_score, detail=detail)
+    if place.lti.platform.is_file():  # the hub was set up with LTI: the score goes to the LMS
+        from autograder.hub.passback import offer
+        from autograder.hub.passback_queue import Score
+
+        offer(place.lti, [Score(entry.student, entry.assignment, result.final_score, result.max_score,
+                                result.status)])
     logger.info(f"{entry.student} {entry.assignment} {entry.timestamp}: {result.status} "
                 f"{result.final_score:g}/{result.max_score:g}"
                 + ("" if graded else " (recorded before a restart; not graded again)"))
@@ -255,8 +268,10 @@ class BatchReleaser:
             del self.pending[student]
 
 
-def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None = None) -> None:
-    """Grade one batch and release its feedback, each student's as soon as they are recorded."""
+def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None = None,
+                standby: Standby | None = None) -> None:
+    """Grade one batch and release its feedback, each student's as soon as they are recorded (kernels forked
+    from the `standby` zygotes, when given)."""
     from autograder.grading.errors import GradebookBusy
     from autograder.grading.session import GradeOptions, grade_class
 
@@ -275,7 +290,8 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
         return
     started = time.monotonic()
     releaser = BatchReleaser(place, queue, batch, staged)
-    options = GradeOptions(jobs=jobs, timeout=setting.timeout, progress=False, hidden=(place.exchange,))
+    options = GradeOptions(jobs=jobs, timeout=setting.timeout, progress=False, hidden=(place.exchange,),
+                           standby=standby)
     try:
         summary = grade_class(place.course, assignment, staged.work, options, out=place.graded(assignment),
                               echo=lambda line: logger.info("  %s", line), on_result=releaser.on_result)
@@ -311,22 +327,61 @@ def run(place: Place, jobs: int | None = None, once: bool = False) -> None:
 
     os.umask(0o077)
     size = BATCH_PER_CORE * (jobs or default_jobs())
+    standby = start_standby(jobs or default_jobs())
+    try:
+        _loop(place, jobs, once, size, standby)
+    finally:
+        if standby is not None:
+            standby.stop()
+            shutil.rmtree(standby.folder, ignore_errors=True)
+
+
+def start_standby(count: int) -> Standby | None:
+    """Start the zygotes that wait for the next submissions (where bubblewrap is: they serve no other
+    sandbox), so that a submission's kernel is forked at once, with torch already imported."""
+    from autograder.grading import scratch
+    from autograder.grading.worker import KEEP_ENV, zygote_environment
+
+    if not shutil.which("bwrap"):
+        return None
+    folder = scratch.make_run_root()
+    standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV))
+    try:
+        standby.ready(count)
+    except (WarmStartError, OSError) as exc:
+        logger.info(f"no zygotes waiting (each batch starts its own): {exc}")
+        standby.stop()
+        return None
+    logger.info(f"{count} zygotes wait for submissions (torch imported)")
+    return standby
+
+
+def _loop(place: Place, jobs: int | None, once: bool, size: int, standby: Standby | None) -> None:
+    """Scan, grade, release, pass back, until stopped (or until nothing is left, with once)."""
     queue = place.queue()
     for e in queue.recover():
         logger.info(f"{e.student} {e.assignment} {e.timestamp}: was being graded when the service stopped; "
             + (str(State.FAILED) if e.tries >= MAX_TRIES else f"{State.QUEUED} again"))
     logger.info(f"watching {place.inbound} for {', '.join(queue.enabled()) or 'no assignment yet'}")
+    pass_back = None
+    if place.lti.platform.is_file():
+        from autograder.hub.passback import Pacer
+
+        pass_back = Pacer(place.lti)
+        logger.info("grade passback to the LMS is on")
     while True:
         scan(place, queue)
         batch = queue.next_batch(size)
         if batch:
             try:
-                grade_batch(place, queue, batch, jobs)
+                grade_batch(place, queue, batch, jobs, standby)
             except Exception:
                 logger.exception("grading a batch failed")
                 queue.recover()
                 time.sleep(POLL_S)
             continue
+        if pass_back is not None:
+            pass_back()
         if once:
             return
         time.sleep(POLL_S)

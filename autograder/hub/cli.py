@@ -7,7 +7,7 @@ from pathlib import Path
 
 from autograder.hub.autograde_queue import HiddenTests
 from autograder.hub.grade_export import ExportFormat
-from autograder.hub.settings import AUTHENTICATORS, DEFAULT_ROOT, HubError, HubSettings
+from autograder.hub.settings import AUTHENTICATORS, DEFAULT_ROOT, HubError, HubSettings, LtiSettings
 
 ROOT_ENV = "DEVICELAB_HUB_ROOT"
 
@@ -24,12 +24,26 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
         return parser
 
     setup = action("setup", "make the Unix accounts, the exchange, the grader's course and the hub's config")
-    setup.add_argument("--roster", required=True,
-                       help="CSV with columns id,name,role (student|grader|instructor)")
+    setup.add_argument("--roster", default=None,
+                       help="CSV with columns id,name,role (student|grader|instructor); optional with lti13 "
+                            "(people are added on their first launch)")
     setup.add_argument("--prefix", default="", help="prefix of every Unix account name (e.g. dl-)")
     setup.add_argument("--authenticator", choices=AUTHENTICATORS, default="pam",
                        help="pam (Unix passwords, default), native (sign-up, approved by an admin), dummy "
-                            "(one shared password; loopback only)")
+                            "(one shared password; loopback only), lti13 (launched from an LMS course page)")
+    lti = setup.add_argument_group("LTI 1.3 (--authenticator lti13; README, Connecting Canvas or Moodle)")
+    for name, text in [("issuer", "the platform's issuer, e.g. https://canvas.instructure.com"),
+                       ("client-id", "the tool's client id at the platform"),
+                       ("deployment-id", "the tool's deployment id (other deployments are refused)"),
+                       ("keyset-url", "the platform's public key set (JWKS) URL"),
+                       ("authorize-url", "the platform's OIDC authorization URL"),
+                       ("token-url", "the platform's OAuth2 token URL (grade passback and roster)"),
+                       ("context-id", ("the LMS course's context id (default: the first instructor "
+                                       "launch binds it)"))]:
+        lti.add_argument(f"--lti-{name}", default="", help=text)
+    lti.add_argument("--lti-username-claim", default="email",
+                     help="the launch claim that names accounts: email (its part before the @, default), "
+                          "preferred_username, sub, or custom_NAME for a custom parameter")
     setup.add_argument("--ip", default="127.0.0.1", help="address the hub listens on (default: 127.0.0.1)")
     setup.add_argument("--port", type=int, default=8000, help="public port (default: 8000)")
     setup.add_argument("--hub-port", type=int, default=8081, help="the hub's internal port (default: 8081)")
@@ -54,6 +68,13 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     add.add_argument("id")
     add.add_argument("--name", default="")
     add.add_argument("--role", choices=["student", "grader", "instructor"], default="student")
+    roster = action("roster", "add the members of the LMS course who are not on the roster yet (LTI NRPS)")
+    roster.add_argument("--from-lms", action="store_true", required=True,
+                        help="read the class list from the LMS (hub set up with --authenticator lti13)")
+    passback = action("passback", "grade passback to the LMS: what is pending, sent or failed; flush posts "
+                                  "what is due now")
+    passback.add_argument("mode", choices=["status", "flush"])
+    passback.add_argument("assignment", nargs="?")
     start = action("start", "run JupyterHub in the foreground")
     start.add_argument("--debug", action="store_true")
     for name, text in [("release", "release an assignment to the students"),
@@ -128,8 +149,9 @@ def _run(args: argparse.Namespace) -> int:
             proxy_api_port=args.proxy_api_port, service_port=args.service_port, cull_idle_s=args.cull_idle,
             python=args.python, extra_group=args.extra_group, mem_limit_mib=args.mem_limit,
             cpu_limit=args.cpu_limit,
-            proxy=args.proxy or install.find_proxy(Path(args.course)))
-        report = install.setup(settings, Path(args.roster))
+            proxy=args.proxy or install.find_proxy(Path(args.course)),
+            lti=_lti_settings(args) if args.authenticator == "lti13" else None)
+        report = install.setup(settings, _roster_file(args))
         s = report.settings
         print(f"hub for {s.course_id} in {s.paths.root}: {len(report.members)} people, grader account "
               f"{s.grader}")
@@ -140,6 +162,9 @@ def _run(args: argparse.Namespace) -> int:
             print("people log in with their Unix password: set one with `passwd <account>` (or chpasswd)")
         elif s.authenticator == "dummy":
             print(f"dummy login, loopback only; the shared password is in {s.paths.settings}")
+        elif s.authenticator == "lti13":
+            for line in _lti_next_steps(s):
+                print(line)
         print(f"next: sudo python -m autograder hub start --root {s.paths.root}")
         return 0
     settings = HubSettings.load(root)
@@ -167,6 +192,15 @@ def _run(args: argparse.Namespace) -> int:
         for g in loop.grade_collected(settings, args.assignment, extra):
             print(f"{g.student:24} {g.score:g}/{g.max_score:g} {g.status}")
         print(f"grades, feedback and summary: {settings.paths.course / 'graded' / args.assignment}")
+        if settings.lti is not None:
+            print("\n".join(printable(line) for line in loop.pass_back(settings, args.assignment)))
+    elif args.action == "passback":
+        if args.mode == "flush":
+            print("\n".join(printable(line) for line in loop.flush_passback(settings)))
+        else:
+            print("\n".join(printable(line) for line in loop.passback_status(settings, args.assignment)))
+    elif args.action == "roster":
+        print("\n".join(printable(line) for line in loop.roster_from_lms(settings)))
     elif args.action == "feedback":
         print("feedback released to: " + ", ".join(loop.feedback(settings, args.assignment)))
     elif args.action == "autograde":
@@ -188,6 +222,40 @@ def _run(args: argparse.Namespace) -> int:
             layout = ExportFormat.TABLE
         print(f"wrote {loop.export(settings, Path(args.to).resolve(), layout, args.by_question)}")
     return 0
+
+
+def _lti_settings(args: argparse.Namespace) -> LtiSettings:
+    """Return the LTI settings of `hub setup`'s --lti-* options."""
+    return LtiSettings(issuer=args.lti_issuer, client_id=args.lti_client_id,
+                       deployment_id=args.lti_deployment_id,
+                       keyset_url=args.lti_keyset_url, authorize_url=args.lti_authorize_url,
+                       token_url=args.lti_token_url, context_id=args.lti_context_id,
+                       username_claim=args.lti_username_claim)
+
+
+def _roster_file(args: argparse.Namespace) -> Path:
+    """Return the roster to set up from: --roster, or (lti13 only) an empty one in the hub's folder."""
+    if args.roster:
+        return Path(args.roster)
+    if args.authenticator != "lti13":
+        raise HubError("--roster is needed (only --authenticator lti13 adds people as they arrive)")
+    empty = Path(args.root) / "hub" / "roster.csv"
+    if not empty.exists():
+        empty.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        empty.write_text("id,name,role\n", encoding="utf-8")
+    return empty
+
+
+def _lti_next_steps(s: HubSettings) -> list[str]:
+    """Return what the instructor registers in the LMS."""
+    from autograder.hub.render import bind_url
+
+    base = bind_url(s).rstrip("/") + "/hub/lti13"
+    return ["LTI 1.3: register these in the LMS (behind a TLS proxy, use its https:// address instead):",
+            f"  OIDC login (initiation) URL: {base}/oauth_login",
+            f"  redirect (launch) URL:       {base}/oauth_callback",
+            f"  tool public key set URL:     {base}/jwks   (or paste {s.paths.lti / 'tool-jwks.json'})",
+            f"  target link URI:             {bind_url(s).rstrip('/')}/hub/"]
 
 
 def _course_id(course: Path) -> str:

@@ -9,12 +9,13 @@ import socket
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
 from autograder.hub.exchange import Exchange, secure_tree
 from autograder.hub.render import render_all, write_all
-from autograder.hub.roster import Member, check_member, read_roster, write_roster
+from autograder.hub.roster import Member, check_member, hub_groups, read_roster, write_roster
 from autograder.hub.settings import LOOPBACK, HubError, HubSettings, grader_env
 
 COURSE_FILES = ("source", "release", "nbgrader_config.py")
@@ -48,6 +49,8 @@ def check_settings(s: HubSettings) -> None:
         raise HubError("the dummy authenticator lets anyone with the shared password in; it is refused on "
                        f"{s.ip} (only a loopback address such as 127.0.0.1). Use --authenticator pam or "
                        "native.")
+    if s.authenticator == "lti13":
+        check_lti(s)
     ports = [s.port, s.hub_port, s.proxy_api_port, s.service_port]
     if len(set(ports)) != len(ports):
         raise HubError(f"the hub's ports must differ: public {s.port}, hub {s.hub_port}, proxy API "
@@ -57,6 +60,29 @@ def check_settings(s: HubSettings) -> None:
     if not s.proxy or not os.access(s.proxy, os.X_OK):
         raise HubError(f"configurable-http-proxy not found{f' at {s.proxy}' if s.proxy else ''}: run `make "
                        "hub-proxy` (npm) or pass --proxy")
+
+
+def check_lti(s: HubSettings) -> None:
+    """Refuse an LTI 1.3 setup without the platform's values or with URLs that are not http(s)."""
+    lti = s.lti
+    if lti is None:
+        raise HubError("--authenticator lti13 needs --lti-issuer, --lti-client-id, --lti-deployment-id, "
+                       "--lti-keyset-url and --lti-authorize-url (README, Connecting Canvas or Moodle)")
+    missing = [name for name in ("issuer", "client_id", "deployment_id", "keyset_url", "authorize_url")
+               if not getattr(lti, name)]
+    if missing:
+        raise HubError("--authenticator lti13 needs " + ", ".join(f"--lti-{m.replace('_', '-')}"
+                                                                 for m in missing))
+    for name in ("keyset_url", "authorize_url", "token_url"):
+        url = getattr(lti, name)
+        if url and not url.startswith("https://") and not (url.startswith("http://")
+                                                           and is_loopback(_host(url))):
+            raise HubError(f"--lti-{name.replace('_', '-')} must be an https:// URL (http:// only on "
+                           f"loopback): {url}")
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).hostname or ""
 
 
 def check_python(s: HubSettings) -> None:
@@ -187,15 +213,18 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
     check_python(s)
     secure_exchange(s)
     install_course(s, grader)
+    if s.lti is not None:
+        from autograder.hub.lti_tool import ToolFiles, prepare
+
+        prepare(ToolFiles(s.paths.lti), s.lti, (grader.uid, grader.gid))
     configure(s, members)
     register_students(s, members)
     return SetupReport(s, members, created)
 
 
-def add_user(s: HubSettings, member: Member) -> list[str]:
-    """Add one person: account, roster, configuration, gradebook, and the running hub; return what was done.
-    """
-    accounts.require_root("hub add-user")
+def enroll(s: HubSettings, member: Member) -> list[str]:
+    """Add one person who is not on the roster yet: account, roster, configuration, gradebook; return what
+    was done."""
     check_member(member, s.prefix)
     members = read_roster(s.paths.roster, s.prefix)
     if any(m.id == member.id for m in members):
@@ -207,15 +236,23 @@ def add_user(s: HubSettings, member: Member) -> list[str]:
     configure(s, members)
     done.append("configuration rewritten")
     register_students(s, [member])
+    return done
+
+
+def add_user(s: HubSettings, member: Member) -> list[str]:
+    """Add one person: account, roster, configuration, gradebook, and the running hub; return what was done.
+    """
+    accounts.require_root("hub add-user")
+    done = enroll(s, member)
+    user = member.username(s.prefix)
     api = HubAPI.for_settings(s)
     if api.up():
         if api.call("GET", f"/users/{user}").status == 404:
             api.call("POST", f"/users/{user}", {"admin": member.role == "instructor"})
-        groups = {"student": ["nbgrader"], "grader": ["formgrade"], "instructor": ["nbgrader", "formgrade"]}
-        for kind in groups[member.role]:
-            reply = api.call("POST", f"/groups/{kind}-{s.course_id}/users", {"users": [user]})
+        for group in hub_groups(member.role, s.course_id):
+            reply = api.call("POST", f"/groups/{group}/users", {"users": [user]})
             if reply.status >= 300:
-                raise HubError(f"the hub refused to add {user} to {kind}-{s.course_id} (HTTP {reply.status})")
+                raise HubError(f"the hub refused to add {user} to {group} (HTTP {reply.status})")
         done.append("added to the running hub")
     else:
         done.append("the hub is not running: it picks the new user up when started")

@@ -190,6 +190,61 @@ def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None =
     return done.stdout
 
 
+def pass_back(s: HubSettings, assignment: str) -> list[str]:
+    """Queue the graded scores of an assignment for the LMS and post what is due (as the grader account)."""
+    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.passback", "offer", assignment,
+                                      "--course", str(s.paths.course)],
+                           cwd=s.paths.course, env=grader_env(s), timeout=600)
+    return done.stdout.strip().splitlines()
+
+
+def passback_status(s: HubSettings, assignment: str | None) -> list[str]:
+    """Return the passback queue: every score, pending, sent or failed (as the grader account)."""
+    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.passback", "status",
+                                      *([assignment] if assignment else []), "--course", str(s.paths.course)],
+                           cwd=s.paths.course, env=grader_env(s), timeout=120)
+    return done.stdout.strip().splitlines()
+
+
+def flush_passback(s: HubSettings) -> list[str]:
+    """Post the scores that are due now (as the grader account)."""
+    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.passback", "flush", "--course",
+                                      str(s.paths.course)],
+                           cwd=s.paths.course, env=grader_env(s), timeout=600)
+    return done.stdout.strip().splitlines()
+
+
+def roster_from_lms(s: HubSettings) -> list[str]:
+    """Add every member of the LMS course who is not on the roster yet (as `hub add-user` does)."""
+    from autograder.hub.install import add_user
+    from autograder.hub.lms_roster import read_lms_roster
+    from autograder.hub.lti_tool import ToolFiles, remember
+
+    accounts.require_root("hub roster --from-lms")
+    if s.lti is None:
+        raise HubError("the hub was not set up with --authenticator lti13: there is no LMS to ask")
+    files = ToolFiles(s.paths.lti)
+    found = read_lms_roster(files, s.lti.username_claim)
+    known = {m.id for m in read_roster(s.paths.roster, s.prefix)}
+    people = files.read_platform().people
+    lines = [f"skipped {why}" for why in found.skipped]
+    mapped = {}
+    for person in found.members:
+        user = person.member.username(s.prefix)
+        if people.get(user, person.lms_id) != person.lms_id:
+            lines.append(f"skipped {person.member.name}: the account {user} belongs to another LMS person")
+            continue
+        mapped[user] = person.lms_id
+        if person.member.id in known:
+            lines.append(f"{user}: on the roster")
+            continue
+        lines += [f"{user}: {line}" for line in add_user(s, person.member)]
+        known.add(person.member.id)
+    grader = accounts.lookup(s.grader)
+    remember(files, mapped, owner=(grader.uid, grader.gid) if grader else None)
+    return lines
+
+
 def export(s: HubSettings, to: Path, layout: ExportFormat | None = None, by_question: bool = False) -> Path:
     """Write the course gradebook's grades (every assignment) as CSV.
 

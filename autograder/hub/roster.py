@@ -8,6 +8,8 @@ from pathlib import Path
 from autograder.hub.settings import HubError
 
 ROLES = ("student", "grader", "instructor")
+# The hub groups of each role: nbgrader-<course> sees the assignments, formgrade-<course> reaches formgrader.
+GROUP_KINDS = {"student": ("nbgrader",), "grader": ("formgrade",), "instructor": ("nbgrader", "formgrade")}
 # A Unix login name that is also a JupyterHub user name and an nbgrader student id.
 NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
@@ -29,6 +31,11 @@ class Member:
         """Return the name split into first and last name, as nbgrader's gradebook keeps it."""
         first, _, last = self.name.strip().partition(" ")
         return first, last
+
+
+def hub_groups(role: str, course_id: str) -> list[str]:
+    """Return the hub groups a member of this role belongs to."""
+    return [f"{kind}-{course_id}" for kind in GROUP_KINDS[role]]
 
 
 def check_member(member: Member, prefix: str) -> Member:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 DEFAULT_ROOT = Path("/srv/devicelab-hub")
 SETTINGS_FILE = "hub.json"
-AUTHENTICATORS = ("pam", "native", "dummy")
+AUTHENTICATORS = ("pam", "native", "dummy", "lti13")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -37,6 +37,11 @@ class HubSettings:
     extra_group: str = ""  # a Unix group every account joins (e.g. one that may read a shared data folder)
     mem_limit_mib: int = 2048  # each student's server, its kernels included (0: no limit)
     cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
+    lti: "LtiSettings | None" = None  # the LMS, with --authenticator lti13
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lti, dict):  # read back from hub.json
+            self.lti = LtiSettings(**self.lti)
 
     @property
     def paths(self) -> "HubPaths":
@@ -71,6 +76,20 @@ class HubSettings:
                 f"no hub in {root} (no {path}); run `python -m autograder hub setup` first") from None
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class LtiSettings:
+    """The LMS (LTI 1.3 platform) the hub is registered with, and the one course it serves."""
+
+    issuer: str  # the platform's issuer (iss)
+    client_id: str  # the tool's client id at the platform (the token's audience)
+    deployment_id: str  # the tool's deployment in the LMS; a launch from another one is refused
+    keyset_url: str  # the platform's public keys (JWKS)
+    authorize_url: str  # the platform's OIDC authorization endpoint
+    token_url: str = ""  # the platform's OAuth2 token endpoint (grade passback and roster need it)
+    context_id: str = ""  # the course in the LMS; empty: the first instructor launch binds it
+    username_claim: str = "email"  # the claim that names accounts (email: the part before the @)
 
 
 @dataclass(frozen=True)
@@ -119,6 +138,11 @@ class HubPaths:
     def course(self) -> Path:
         """Return the course directory (owned by the grader account; students cannot enter it)."""
         return self.root / "course"
+
+    @property
+    def lti(self) -> Path:
+        """Return the grader's LTI folder (the tool's key, the LMS's endpoints, the passback queue)."""
+        return self.course / "lti"
 
     @property
     def student_etc(self) -> Path:
