@@ -1,9 +1,10 @@
 """An LMS stand-in for the tests: a real LTI 1.3 platform on loopback, built on `lti1p3platform`.
 
-It starts launches (OIDC login initiation), answers the tool's authorization request with a signed id_token in
-an auto-submitting form, serves its key set, issues client-credentials tokens, and serves Assignment and Grade
-Services (line items, scores) and Names and Role Provisioning Services (members). Every line item and score it
-receives is kept in gradebook.json, which tests read. `down = True` answers 503 to every service call.
+It starts launches (OIDC login initiation: a redirect, or a course page whose button posts it for a browser),
+answers the tool's authorization request with a signed id_token in an auto-submitting form, serves its key
+set, issues client-credentials tokens, and serves Assignment and Grade Services (line items, scores) and Names
+and Role Provisioning Services (members). Every line item and score it receives is kept in gradebook.json,
+which tests read. `down = True` answers 503 to every service call.
 Test support, not shipped.
 """
 
@@ -170,6 +171,12 @@ class LmsStandin:
         query = urllib.parse.urlencode({"user": sub, "variant": variant})
         return f"{self.url}/launch?{query}"
 
+    def course_url(self, sub: str, variant: str = "") -> str:
+        """Return the course page as the person sees it in the LMS: its tool link is a button that posts the
+        login initiation to the tool, as Canvas and Moodle do (for a browser; variant: a bad launch)."""
+        query = urllib.parse.urlencode({"user": sub, "variant": variant})
+        return f"{self.url}/course?{query}"
+
     def gradebook(self) -> Gradebook:
         """Return what the tool has sent so far."""
         return Gradebook(**json.loads(self.gradebook_file.read_text()))
@@ -314,6 +321,15 @@ def _handler(lms: LmsStandin) -> type[BaseHTTPRequestHandler]:
                 q = self.query()
                 where = lms.start_launch(q["user"], q.get("variant", ""))
                 return self.reply(302, headers={"Location": where})
+            if path == "/course":
+                q = self.query()
+                action, _, fields = lms.start_launch(q["user"], q.get("variant", "")).partition("?")
+                inputs = "".join(f'<input type="hidden" name="{html.escape(k)}" value="{html.escape(v)}">'
+                                 for k, v in urllib.parse.parse_qsl(fields))
+                page = ("<html><head><title>Device Lab 101</title></head><body><h1>Device Lab 101</h1>"
+                        f'<form id="tool" method="post" action="{html.escape(action)}">{inputs}'
+                        '<button type="submit">Open Device Lab</button></form></body></html>')
+                return self.reply(200, page.encode(), "text/html")
             if path == "/authorize":
                 try:
                     data = lms.finish_launch(self.query())
