@@ -19,7 +19,7 @@ class FakeWorker:
     def __init__(self, settings, task_events=""):
         self.settings = settings
 
-    def start_zygote(self, slot=0):
+    def start_zygote(self, slot=0, announce=None):
         return None  # no kernels, so no warm start
 
     def attempt(self, job: Job) -> AttemptReport:

@@ -98,8 +98,9 @@ def outside_port():
     listener.close()
 
 
-def launch(zygote: Zygote, place, name: str, action: str, port: int, env_extra=None, wait=True):
-    """Start one kernel the way jupyter_client would; return the finished process (or the running one)."""
+def launcher(zygote: Zygote, place, name: str, action: str, port: int, env_extra=None
+             ) -> tuple[list[str], dict[str, str]]:
+    """Return the command and environment jupyter_client would start one kernel with."""
     root, isolation = place
     spec = root / f"{name}.json"
     holder = isolation.prefix([root / "work"], root / "work", root / "tmp", (root / "rt",))
@@ -108,7 +109,12 @@ def launch(zygote: Zygote, place, name: str, action: str, port: int, env_extra=N
     zygote.write_spec(str(spec), program, holder, 6000, 64, cold)
     env = {"PATH": os.environ["PATH"], "HOME": str(root / "work"), "TMPDIR": "/tmp", "KERNEL_NAME": name,
            "JPY_PARENT_PID": str(os.getpid()), **(env_extra or {})}
-    argv = [a.replace("{connection_file}", "conn.json") for a in zygote.launcher_argv(str(spec))]
+    return [a.replace("{connection_file}", "conn.json") for a in zygote.launcher_argv(str(spec))], env
+
+
+def launch(zygote: Zygote, place, name: str, action: str, port: int, env_extra=None, wait=True):
+    """Start one kernel the way jupyter_client would; return the finished process (or the running one)."""
+    argv, env = launcher(zygote, place, name, action, port, env_extra)
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     if not wait:
@@ -195,6 +201,30 @@ def test_killing_the_launcher_kills_the_kernel(zygote, place, outside_port):
     while psutil.Process(zygote.pid).children(recursive=True) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not psutil.Process(zygote.pid).children(recursive=True)
+
+
+def test_when_the_grader_dies_its_launcher_and_kernel_go_too_and_nothing_starts_cold(zygote, place,
+                                                                                   outside_port):
+    argv, env = launcher(zygote, place, "a", "sleep", outside_port)
+    worker = ("import os, subprocess, sys, time\n"  # a stand-in for the grader's worker, killed below
+              "env = {**os.environ, 'JPY_PARENT_PID': str(os.getpid())}\n"
+              "p = subprocess.Popen(sys.argv[1:], env=env, stdout=subprocess.PIPE)\n"
+              "print(p.pid, p.stdout.readline().decode()[:20], flush=True)\n"
+              "time.sleep(600)")
+    parent = subprocess.Popen([sys.executable, "-c", worker, *argv], stdout=subprocess.PIPE, text=True,
+                              env=env)
+    launcher_pid = int(parent.stdout.readline().split()[0])  # its kernel has started
+    assert psutil.Process(zygote.pid).children(recursive=True)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while (psutil.pid_exists(launcher_pid) or psutil.Process(zygote.pid).children(recursive=True)) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not psutil.Process(zygote.pid).children(recursive=True)
+    left = [p for p in psutil.process_iter(["cmdline"])
+            if str(place[0]) in " ".join(p.info["cmdline"] or []) and p.pid != zygote.pid]
+    assert not left, [(p.pid, p.ppid(), p.info["cmdline"]) for p in left]  # no launcher, no cold kernel
 
 
 def test_a_zygote_that_would_fork_with_threads_refuses_to_start(tmp_path):

@@ -67,10 +67,12 @@ def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path:
     worker = Worker(settings, cap.events_file if cap is not None else "")
     jobs = os.fdopen(job_fd, "r", encoding="utf-8")
     reports = os.fdopen(report_fd, "w", encoding="utf-8")
-    zygote = worker.start_zygote(slot)
-    if zygote is not None:  # the grader leaves the zygote's own memory out of each student's
-        reports.write(json.dumps({ZYGOTE_KEY: zygote.pid}) + "\n")
+
+    def announce(pid: int) -> None:  # the grader leaves the zygote's own memory out of each student's
+        reports.write(json.dumps({ZYGOTE_KEY: pid}) + "\n")
         reports.flush()
+
+    zygote = worker.start_zygote(slot, announce)
     for line in jobs:
         job = Job.from_json(line)
         try:

@@ -20,7 +20,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
@@ -248,8 +248,12 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
     run_root = scratch.make_run_root()
     submissions = Path(submissions).resolve()
     out = (out or root / "graded" / assignment).resolve()
+    own_standby = None
     try:
         folder = open_submissions(submissions, run_root, assignment)
+        if options.warm and options.standby is None:  # the zygotes import while the run is set up
+            own_standby = early_zygotes(options, run_root, len(student_folders(folder)[0]))
+            options = replace(options, standby=own_standby)
         with gbook.locked(gbook.course_db_url(root)):
             prepared = prepare(root, assignment, out, run_root)
             inbox = submissions if submissions.is_dir() else submissions.parent
@@ -258,6 +262,8 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
                            on_result)
             return run.grade(folder)
     finally:
+        if own_standby is not None:
+            own_standby.stop()
         if os.environ.get("DEVICELAB_KEEP_SCRATCH"):
             scratch.keep(run_root)
             echo(f"scratch kept in {run_root}")
@@ -269,6 +275,24 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
 DEFAULT_LAYOUT = {"source_directory": "source", "submitted_directory": "submitted",
                   "autograded_directory": "autograded", "feedback_directory": "feedback",
                   "directory_structure": os.path.join("{nbgrader_step}", "{student_id}", "{assignment_id}")}
+
+
+def early_zygotes(options: GradeOptions, run_root: Path, students: int) -> Standby | None:
+    """Start a run's zygotes at once (one per worker it may use), where bubblewrap may be its sandbox, so that
+    they import torch while the run is set up; None where there is nothing to start."""
+    from autograder.grading.worker import KEEP_ENV, zygote_environment
+
+    count = min(options.workers, students)
+    if count == 0 or options.sandbox not in ("auto", "bwrap") or not shutil.which("bwrap"):
+        return None
+    folder = run_root / "zygotes"
+    standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV))
+    try:
+        standby.launch(count)
+    except OSError:
+        standby.stop()
+        return None
+    return standby
 
 
 def unsupported(root: Path, assignment: str) -> list[str]:
@@ -375,7 +399,7 @@ class ClassRun:
         settings = WorkerSettings(self.root, self.assignment, self.prepared.template, self.run_root,
                                   self.isolation, options.timeout, options.memory_mib,
                                   max(1, default_jobs() // workers), warm=options.warm,
-                                  zygotes=self.standing_zygotes(workers))
+                                  zygotes=self.standing_zygotes(workers) if todo else ())
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not options.progress)

@@ -22,6 +22,7 @@ import os
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,18 +181,24 @@ class Worker:
         self.feedback: FeedbackWriter | None = None
         self.zygote: Zygote | None = None
 
-    def start_zygote(self, slot: int = 0) -> Zygote | None:
+    def start_zygote(self, slot: int = 0, announce: Callable[[int], object] = lambda pid: None
+                     ) -> Zygote | None:
         """Take this worker slot's running zygote, or start one, where warm start is asked for and works (in
-        bubblewrap's sandbox)."""
+        bubblewrap's sandbox). `announce(pid)` is called as soon as the zygote exists, before it has imported
+        anything (the grader then leaves its memory out of the students')."""
         s = self.settings
         if not s.warm or s.isolation.mode != "bwrap":
             return None
         if slot < len(s.zygotes) and s.zygotes[slot].alive():
             self.zygote = s.zygotes[slot]
+            announce(self.zygote.pid)
             return self.zygote
         folder = s.run_root / f"zygote-{os.getpid()}"
         try:
-            self.zygote = Zygote.start(str(folder), zygote_environment(folder, s.keep_env))
+            zygote = Zygote.spawn(str(folder), zygote_environment(folder, s.keep_env))
+            announce(zygote.pid)
+            zygote.wait_ready()
+            self.zygote = zygote
         except (WarmStartError, OSError) as exc:
             print(f"warm start is off for this worker: {exc}", flush=True)
         return self.zygote
@@ -307,8 +314,9 @@ class Worker:
         if self.zygote is not None and self.zygote.alive():  # warm, with the cold command to fall back on
             spec = scratch / "jupyter" / "kernels" / "python3" / "warm.json"
             holder = s.isolation.prefix(kernel.writable, kernel.work, kernel.home / "tmp", (scratch / "rt",))
+            procs = str(Path(self.task_events).with_name("cgroup.procs")) if self.task_events else ""
             self.zygote.write_spec(str(spec), guarded, holder, address_space_mib(s.memory_mib), MAX_FILE_MIB,
-                                   argv[:-2])
+                                   argv[:-2], procs)
             argv = self.zygote.launcher_argv(str(spec))
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
                 "interrupt_mode": "message", "metadata": {"debugger": False},

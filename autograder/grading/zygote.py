@@ -62,6 +62,7 @@ class Zygote:
         self.process = process
         self.socket_path = socket_path
         self.parent = os.getpid()
+        self.answered = False  # its "ready" line has been read
 
     @property
     def pid(self) -> int:
@@ -71,18 +72,31 @@ class Zygote:
     @classmethod
     def start(cls, folder: str, env: dict[str, str], python: str = sys.executable) -> "Zygote":
         """Start a zygote whose socket lies in `folder` (made here, the grader's alone); wait until ready."""
+        zygote = cls.spawn(folder, env, python)
+        zygote.wait_ready()
+        return zygote
+
+    @classmethod
+    def spawn(cls, folder: str, env: dict[str, str], python: str = sys.executable) -> "Zygote":
+        """Start a zygote and return at once (it imports while the caller goes on; `wait_ready` first)."""
         import subprocess
 
         os.makedirs(folder, mode=0o700)
         path = os.path.join(folder, "zygote.sock")
         process = subprocess.Popen([python, os.path.abspath(__file__), "serve", path], env=env,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=folder)
-        line = process.stdout.readline().decode(errors="replace").strip()
-        if line != "ready":
-            process.kill()
-            process.wait()
-            raise WarmStartError(f"the zygote did not start ({line or 'no answer'})")
         return cls(process, path)
+
+    def wait_ready(self) -> None:
+        """Wait for the zygote's "ready" (it has imported everything); WarmStartError if it says otherwise."""
+        if self.answered:
+            return
+        line = self.process.stdout.readline().decode(errors="replace").strip()
+        if line != "ready":
+            self.process.kill()
+            self.process.wait()
+            raise WarmStartError(f"the zygote did not start ({line or 'no answer'})")
+        self.answered = True
 
     def launcher_argv(self, spec_path: str) -> list[str]:
         """Return the kernelspec argv that starts one kernel as `spec_path` describes."""
@@ -90,11 +104,13 @@ class Zygote:
                 "{connection_file}"]
 
     def write_spec(self, spec_path: str, program: list[str], holder: list[str], address_space_mib: int,
-                   file_mib: int, cold: list[str]) -> None:
+                   file_mib: int, cold: list[str], cgroup_procs: str = "") -> None:
         """Write what the launcher needs: the kernel's program, the holder's bubblewrap arguments (ending in
-        `--`), the limits, and the cold command to fall back on (both without `-f CONNECTION_FILE`)."""
+        `--`), the limits, the cold command to fall back on (both without `-f CONNECTION_FILE`), and the
+        worker's cgroup (its cgroup.procs) that the kernel must join, if it has one."""
         spec = {"socket": self.socket_path, "program": program, "holder": holder,
-                "address_space_mib": address_space_mib, "file_mib": file_mib, "cold": cold}
+                "address_space_mib": address_space_mib, "file_mib": file_mib, "cold": cold,
+                "cgroup_procs": cgroup_procs}
         with open(spec_path, "w", encoding="utf-8") as handle:
             json.dump(spec, handle)
 
@@ -128,15 +144,21 @@ class Standby:
         self.zygotes: dict[int, Zygote] = {}
         self.started = 0
 
-    def ready(self, count: int) -> tuple[Zygote, ...]:
-        """Return `count` running zygotes (slots 0..count-1), starting those missing or dead."""
+    def launch(self, count: int) -> None:
+        """Start the zygotes of slots 0..count-1 that are missing or dead, without waiting for them."""
         for slot in range(count):
             zygote = self.zygotes.get(slot)
             if zygote is None or not zygote.alive():
                 if zygote is not None:
                     zygote.stop()
                 self.started += 1
-                self.zygotes[slot] = Zygote.start(os.path.join(self.folder, f"z{self.started}"), self.env)
+                self.zygotes[slot] = Zygote.spawn(os.path.join(self.folder, f"z{self.started}"), self.env)
+
+    def ready(self, count: int) -> tuple[Zygote, ...]:
+        """Return `count` running zygotes (slots 0..count-1), starting those missing or dead."""
+        self.launch(count)
+        for slot in range(count):
+            self.zygotes[slot].wait_ready()
         return tuple(self.zygotes[slot] for slot in range(count))
 
     def stop(self) -> None:
@@ -290,6 +312,9 @@ def child(connection: socket.socket, libc) -> int:
     os.close(devnull)
     data, fds, _, _ = socket.recv_fds(connection, MAX_REQUEST, MAX_FDS)
     request = json.loads(data)
+    if request["cgroup_procs"]:  # into the worker's cap on processes, as a kernel it started would be
+        with open(request["cgroup_procs"], "w", encoding="ascii") as handle:
+            handle.write(str(os.getpid()))
     stdio, rest = fds[:3], fds[3:]
     namespaces, (root, cwd) = rest[:len(NAMESPACES)], rest[len(NAMESPACES):]
     enter(libc, namespaces, root, cwd)
@@ -419,6 +444,11 @@ def reseed() -> None:
 def launch(spec_path: str, kernel_args: list[str]) -> int:
     """Start the kernel warm and live as long as it does (return its exit code); where warm start fails before
     the kernel runs, become the cold kernel command instead (the spec's `cold`), so no student pays for it."""
+    # As bubblewrap's --die-with-parent for a cold kernel: if the grader's worker dies, so do we (and with
+    # us the kernel); a launcher whose worker is already gone starts nothing.
+    die_with_parent(_libc())
+    if os.getppid() != int(os.environ.get("JPY_PARENT_PID", os.getppid())):
+        return 1
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     try:
@@ -436,7 +466,7 @@ def _warm(spec: dict, kernel_args: list[str]) -> int:
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "JPY_PARENT_PID"}  # the kernel cannot see its parent
-    request = {"program": [*spec["program"], *kernel_args], "env": env,
+    request = {"program": [*spec["program"], *kernel_args], "env": env, "cgroup_procs": spec["cgroup_procs"],
                "address_space_mib": spec["address_space_mib"], "file_mib": spec["file_mib"]}
     holder, pid = _start_holder(spec["holder"], subprocess)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
