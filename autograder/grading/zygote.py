@@ -13,9 +13,10 @@ until the zygote preloads):
   starts the holder, bubblewrap with the very arguments a cold kernel gets, running `cat`; hands the zygote
   its standard streams and the holder's namespaces, root and working folder (SCM_RIGHTS); then lives
   exactly as long as the kernel and exits as the kernel did. Killing it ends the kernel.
-- the child: joins the holder's user (the one owning the rest), cgroup, IPC, UTS, network and mount
-  namespaces, enters its root and working folder, and makes a PID and mount namespace of its own, whose
-  pid 1 (`init`) mounts a read-only /proc, drops every capability, sets no_new_privs and forks the kernel.
+- the child: joins the worker's cgroup (its cap on processes), the holder's user (the one owning the rest),
+  cgroup, IPC, UTS, network and mount namespaces, enters its root and working folder, and makes a PID and
+  mount namespace of its own, whose pid 1 (`init`, not dumpable) mounts a read-only /proc, drops every
+  capability, sets no_new_privs and forks the kernel.
   As under bubblewrap, the kernel is pid 2, its parent is an init its signals cannot kill, and it sees no
   other process; when it ends, init reports its exit status and ends the namespace with whatever it left.
 
