@@ -258,7 +258,7 @@ def test_standing_zygotes_serve_one_run_after_another_and_still_watch_each_stude
     from autograder.grading.session import GradeOptions, grade_class
     from autograder.grading.worker import KEEP_ENV, zygote_environment
     from autograder.grading.zygote import Standby
-    from tests.test_grading_end_to_end import CLASS, MEMORY_MIB, make_course, write_class
+    from tests.test_grading_end_to_end import CLASS, MEMORY_MIB, make_course, with_cell, write_class
 
     try:
         detect_isolation("bwrap")
@@ -267,7 +267,11 @@ def test_standing_zygotes_serve_one_run_after_another_and_still_watch_each_stude
             raise
         pytest.skip(str(exc))
     course = make_course(tmp_path)
-    write_class(course / "incoming", {k: CLASS[k] for k in ("correct", "memory-grow")}, course)
+    # grows 250 MiB/s: the watch sees it pass the cap long before the address-space limit stops it
+    hog = with_cell("import time\nblocks = []\nwhile True:\n    blocks.append(b'x' * (50 * 2**20))\n"
+                    "    time.sleep(0.2)")
+    write_class(course / "incoming", {"correct": CLASS["correct"], "memory-grow": ({"tiny.ipynb": hog},)},
+                course)
     folder = scratch.make_run_root()
     standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV))
     monkeypatch.setenv("DEVICELAB_KEEP_SCRATCH", "1")
@@ -278,7 +282,8 @@ def test_standing_zygotes_serve_one_run_after_another_and_still_watch_each_stude
             said = []
             summary = grade_class(course, "tiny", course / "incoming", options, echo=said.append)
             results = {r.student: r for r in summary.results}
-            assert (results["correct"].status, results["correct"].final_score) == ("graded", 3)
+            assert (results["correct"].status, results["correct"].final_score) == ("graded", 3), (
+                results["correct"].detail, said)
             assert results["memory-grow"].status == "memory"  # its kernel, under a standing zygote: watched
             assert f"{MEMORY_MIB} MiB memory cap" in results["memory-grow"].detail
             kept = Path(next(line for line in said if line.startswith("scratch kept in")).split()[-1])

@@ -22,7 +22,7 @@ NO_ALT_TEXT = ' alt="No description has been provided for this image"'
 
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML exporter without its last pass, which parses and rewrites the whole page with
-    BeautifulSoup (about 0.5 s for a 230 KB feedback page on the project's machine) to add alt text to images
+    BeautifulSoup (about 0.5 s for a 230 KiB feedback page on the project's machine) to add alt text to images
     and tab stops to JupyterLab's cells; the feedback template has no such cells, so only the alt text is
     added, here."""
 

@@ -9,6 +9,7 @@ code killed it) is noticed the same way. The grader itself is never a target: st
 sessions (and, with a sandbox, in other PID namespaces).
 """
 
+import gc
 import json
 import os
 import select
@@ -45,6 +46,9 @@ WATCH_EVERY = 0.5
 def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path: Path,
                 cap: TaskCap | None, slot: int) -> None:
     """Body of a worker process: read jobs, grade, write reports, until the job pipe closes."""
+    # What the grader's heap held at the fork stays as it is: a file object of the grader's, collected here,
+    # would close a descriptor number that by then is one of the worker's own (a kernel's socket, a pipe).
+    gc.freeze()
     os.setsid()
     die_with_parent()
     become_subreaper()

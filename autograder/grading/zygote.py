@@ -126,13 +126,14 @@ class Zygote:
             return False
 
     def stop(self) -> None:
-        """End the zygote (its stdin closing ends it; killed if it lingers)."""
+        """End the zygote (its stdin closing ends it; killed if it lingers); close our ends of its pipes."""
         try:
             self.process.stdin.close()
             self.process.wait(timeout=5)
         except Exception:  # noqa: BLE001  (a zygote that will not stop is killed)
             self.process.kill()
             self.process.wait()
+        self.process.stdout.close()
 
 
 class Standby:
