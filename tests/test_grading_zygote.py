@@ -254,6 +254,8 @@ def test_where_warm_start_fails_the_kernel_starts_cold(zygote, place, outside_po
 
 
 def test_standing_zygotes_serve_one_run_after_another_and_still_watch_each_student(tmp_path, monkeypatch):
+    from jupyter_core.utils import ensure_event_loop
+
     from autograder.grading import scratch
     from autograder.grading.session import GradeOptions, grade_class
     from autograder.grading.worker import KEEP_ENV, zygote_environment
@@ -266,6 +268,7 @@ def test_standing_zygotes_serve_one_run_after_another_and_still_watch_each_stude
         if os.environ.get("CI"):
             raise
         pytest.skip(str(exc))
+    ensure_event_loop()  # as an earlier test in this process may have made one: the workers must not use it
     course = make_course(tmp_path)
     # grows 250 MiB/s: the watch sees it pass the cap long before the address-space limit stops it
     hog = with_cell("import time\nblocks = []\nwhile True:\n    blocks.append(b'x' * (50 * 2**20))\n"

@@ -68,6 +68,7 @@ def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path:
     # at the log.
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", buffering=1, closefd=False)  # noqa: SIM115
+    fresh_event_loop()
     worker = Worker(settings, cap.events_file if cap is not None else "")
     jobs = os.fdopen(job_fd, "r", encoding="utf-8")
     reports = os.fdopen(report_fd, "w", encoding="utf-8")
@@ -89,6 +90,18 @@ def _child_main(settings: WorkerSettings, job_fd: int, report_fd: int, log_path:
         _kill_leftovers(zygote.pid if zygote is not None else None)
         reports.write(report.to_json() + "\n")
         reports.flush()
+
+
+def fresh_event_loop() -> None:
+    """Give this worker an event loop of its own: the one the grader's process made (jupyter_core keeps one
+    per context, which a fork inherits) has its selector and wake-up pipe among the descriptors closed."""
+    import asyncio
+
+    from jupyter_core import utils as jupyter_utils
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    jupyter_utils._loop.set(loop)  # jupyter_core has no public way to replace the loop it keeps
 
 
 def _kill_leftovers(zygote: int | None) -> None:
