@@ -8,6 +8,7 @@ which tests read. `down = True` answers 503 to every service call.
 Test support, not shipped.
 """
 
+import contextlib
 import html
 import json
 import re
@@ -377,3 +378,33 @@ def _handler(lms: LmsStandin) -> type[BaseHTTPRequestHandler]:
             return self.reply(404, {"error": "no such line item"})
 
     return Handler
+
+
+@dataclass
+class Class:
+    """A hub and the LMS stand-in it is connected to."""
+
+    hub: object  # tests.hub_support.Hub
+    lms: "LmsStandin"
+
+
+@contextlib.contextmanager
+def connected_class(tmp_path: Path, people: tuple, later: tuple[str, ...]):
+    """Start the LMS stand-in with `people` enrolled, set a hub up with --authenticator lti13 for it (`later`:
+    the accounts launches will make), and register the hub in the LMS; yield both."""
+    import requests
+
+    from tests.hub_support import class_hub
+
+    (tmp_path / "lms").mkdir()
+    lms = LmsStandin(tmp_path / "lms")
+    for person in people:
+        lms.enrol(person)
+    try:
+        with class_hub(tmp_path, "id,name,role\n", lms.setup_args(), later=later) as hub:
+            keys = requests.get(hub.public + "/hub/lti13/jwks", timeout=30)
+            assert keys.status_code == 200 and keys.json()["keys"][0]["kty"] == "RSA"
+            lms.register_tool(hub.public + "/hub/lti13/oauth_login", hub.public + "/hub/", keys.json())
+            yield Class(hub, lms)
+    finally:
+        lms.close()

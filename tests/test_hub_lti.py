@@ -15,15 +15,13 @@ import requests
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
 from tests.hub_support import (
-    Hub,
     answers,
-    class_hub,
     hand_in,
     hub_tests_or_skip,
     smallest_assignment,
     start_server,
 )
-from tests.lms_standin import INSTRUCTOR, LmsStandin, Person
+from tests.lms_standin import INSTRUCTOR, Class, LmsStandin, Person, connected_class
 from tests.test_hub_autograde import wait_for_feedback
 
 pytestmark = pytest.mark.timeout(1800)
@@ -33,31 +31,13 @@ BOB = Person("lms-bob-99a", "Bob Ray", "bob@school.example")
 EVE = Person("lms-eve-404", "Eve Other", "eve@school.example")
 
 
-@dataclass
-class Class:
-    """The hub and the LMS it is connected to."""
-
-    hub: Hub
-    lms: LmsStandin
-
-
 @pytest.fixture
 def lti_class(tmp_path: Path):
     """Start the LMS stand-in, set a hub up with --authenticator lti13 for it, register the hub in the LMS."""
     hub_tests_or_skip()
-    (tmp_path / "lms").mkdir()
-    lms = LmsStandin(tmp_path / "lms")
-    for person in (ANN, IVY, EVE):
-        lms.enrol(person)
-    try:
-        later = ("ann", "ivy", "bob", "eve")  # accounts the launches and the roster make
-        with class_hub(tmp_path, "id,name,role\n", lms.setup_args(), later=later) as hub:
-            keys = requests.get(hub.public + "/hub/lti13/jwks", timeout=30)
-            assert keys.status_code == 200 and keys.json()["keys"][0]["kty"] == "RSA"
-            lms.register_tool(hub.public + "/hub/lti13/oauth_login", hub.public + "/hub/", keys.json())
-            yield Class(hub, lms)
-    finally:
-        lms.close()
+    later = ("ann", "ivy", "bob", "eve")  # accounts the launches and the roster make
+    with connected_class(tmp_path, (ANN, IVY, EVE), later) as connected:
+        yield connected
 
 
 @dataclass

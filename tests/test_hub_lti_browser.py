@@ -11,29 +11,19 @@ Needs DEVICELAB_HUB_TESTS=1 (root) and Chromium (Debian's); under CI=true a skip
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
-import requests
 
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
 from tests.browser_support import launched_chromium, screenshot
-from tests.hub_support import Hub, class_hub, hub_tests_or_skip
-from tests.lms_standin import LmsStandin, Person
+from tests.hub_support import hub_tests_or_skip
+from tests.lms_standin import Class, LmsStandin, Person, connected_class
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(1800)]
 CAL = Person("lms-cal-5e1", "Cal Diaz", "cal@school.example")
 EVE = Person("lms-eve-404", "Eve Other", "eve@school.example")
 LOGIN_COOKIE = "jupyterhub-hub-login"  # the hub's session of a logged-in user
-
-
-@dataclass
-class Class:
-    """The hub and the LMS it is connected to."""
-
-    hub: Hub
-    lms: LmsStandin
 
 
 @pytest.fixture(scope="module")
@@ -44,18 +34,8 @@ def lti_class(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Class]:
     """
     hub_tests_or_skip()
     tmp_path = tmp_path_factory.mktemp("lti-browser")
-    (tmp_path / "lms").mkdir()
-    lms = LmsStandin(tmp_path / "lms")
-    for person in (CAL, EVE):
-        lms.enrol(person)
-    try:
-        with class_hub(tmp_path, "id,name,role\n", lms.setup_args(), later=("cal", "eve")) as hub:
-            keys = requests.get(hub.public + "/hub/lti13/jwks", timeout=30)
-            assert keys.status_code == 200 and keys.json()["keys"][0]["kty"] == "RSA"
-            lms.register_tool(hub.public + "/hub/lti13/oauth_login", hub.public + "/hub/", keys.json())
-            yield Class(hub, lms)
-    finally:
-        lms.close()
+    with connected_class(tmp_path, (CAL, EVE), ("cal", "eve")) as connected:
+        yield connected
 
 
 @pytest.fixture
