@@ -9,6 +9,10 @@ JOBS   ?= auto
 # no nbgrader, no JupyterLab, and the helper package installed without its dependencies.
 COLAB_VENV  := .colab-venv
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
+# jsonschema (through nbformat, jupyter_events, nbgrader) imports rfc3987_syntax when it is installed, which builds
+# some 30 Lark parsers at import: 1.3 s of CPU in every Jupyter server, nbgrader command and grader, for an `iri`
+# format no Jupyter schema uses (python-jsonschema/jsonschema#1428). Without it jsonschema skips that format.
+SLOW_VALIDATOR_OFF = $(PY) -m pip uninstall --yes --quiet rfc3987-syntax
 # `make lab` adds this Jupyter config folder: it switches off nbgrader's instructor tools (a student's view).
 STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student
 # JupyterLab refuses to run as root unless told (containers, cloud VMs).
@@ -26,6 +30,7 @@ $(STAMP): pyproject.toml
 	@echo "Installing the course and its tools (torch is large: the first time takes a few minutes)"
 	$(PY) -m pip install --upgrade --progress-bar on pip
 	$(PY) -m pip install --progress-bar on -e ".[dev]"
+	$(SLOW_VALIDATOR_OFF)
 	@touch $(STAMP)
 
 venv: $(STAMP)  ## Create or update the virtual environment

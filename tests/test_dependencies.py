@@ -71,3 +71,18 @@ def test_every_module_imported_at_run_time_is_declared(package, groups):
 
 def test_the_student_package_never_imports_the_instructor_tools():
     assert not {"nbgrader", "jupyterlab", "autograder"} & imported_modules("devicelab")
+
+
+def test_jupyter_tools_start_without_the_slow_iri_validator():
+    """`make venv` removes rfc3987-syntax: nbformat and Jupyter servers import without building its parsers,
+    and nbformat still validates notebooks."""
+    import subprocess
+
+    probe = ("import sys, nbformat, jupyter_server.serverapp; "
+             "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')]); nbformat.validate(nb); "
+             "bad = nbformat.from_dict({'nbformat': 4, 'nbformat_minor': 5, 'metadata': {}, 'cells': [{}]}); "
+             "ok = False\n"
+             "try:\n    nbformat.validate(bad)\nexcept nbformat.ValidationError:\n    ok = True\n"
+             "sys.exit(0 if ok and 'rfc3987_syntax' not in sys.modules and 'lark' not in sys.modules else 1)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:] or "rfc3987_syntax (or lark) was imported"

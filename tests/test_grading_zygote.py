@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from autograder.grading.sandbox import IsolationUnavailable, detect_isolation
-from autograder.grading.zygote import WarmStartError, Zygote
+from autograder.grading.zygote import WarmStartError, Zygote, libraries_imported
 
 PROBE = r'''
 import json, os, resource, socket, sys
@@ -140,6 +140,33 @@ def test_a_warm_kernel_is_preloaded_yet_sandboxed_unprivileged_and_alone(zygote,
     assert set(facts["caps"].values()) == {"0000000000000000"} and facts["no_new_privs"] == "1"
     assert facts["as_mib"] == 6000
     assert facts["argv"][0].endswith("probe.py") and facts["argv"][-3:] == ["0", "-f", "conn.json"]
+
+
+def test_a_zygote_for_an_assignment_without_torch_does_not_import_it(tmp_path, place, outside_port):
+    env = {"PATH": os.environ["PATH"], "OPENBLAS_NUM_THREADS": "1", "HOME": str(tmp_path)}
+    lean = Zygote.start(str(tmp_path / "lean"), env, libraries=())
+    try:
+        done = launch(lean, place, "a", "0", outside_port)
+    finally:
+        lean.stop()
+    assert done.returncode == 0, done.stderr
+    assert not facts_of(done)["preloaded"]  # still a sandboxed kernel; torch is imported only if a cell asks
+
+
+def test_the_libraries_to_preload_are_those_the_notebooks_import(tmp_path):
+    def notebook(name: str, *sources: str, kind: str = "code") -> str:
+        path = tmp_path / name
+        cells = [{"cell_type": kind, "metadata": {}, "source": list(s.splitlines(True))} for s in sources]
+        path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+        return str(path)
+
+    torch_nn = notebook("a.ipynb", "x = 1", "import torch.nn as nn\nimport os")
+    numpy_from = notebook("b.ipynb", "def f():\n    from numpy.linalg import norm\n    return norm")
+    magic_only = notebook("c.ipynb", "%timeit import torch", "from . import numpy")  # neither counts
+    markdown = notebook("d.ipynb", "import torch", kind="markdown")
+    assert libraries_imported([torch_nn]) == ("torch",)
+    assert libraries_imported([numpy_from, torch_nn]) == ("torch", "numpy")
+    assert libraries_imported([magic_only, markdown]) == ()
 
 
 def test_a_warm_kernel_has_its_own_environment_and_nothing_of_the_zygotes(zygote, place, outside_port):

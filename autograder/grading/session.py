@@ -69,7 +69,7 @@ from autograder.grading.submissions import (
     student_folders,
 )
 from autograder.grading.template import CACHE_FOLDER, cached_template, register
-from autograder.grading.zygote import Standby, WarmStartError
+from autograder.grading.zygote import LIBRARIES, Standby, WarmStartError, libraries_imported
 from autograder.safe_copy import Refusal, read_small
 
 DEFAULT_TIMEOUT = 300
@@ -252,7 +252,8 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
     try:
         folder = open_submissions(submissions, run_root, assignment)
         if options.warm and options.standby is None:  # the zygotes import while the run is set up
-            own_standby = early_zygotes(options, run_root, len(student_folders(folder)[0]))
+            own_standby = early_zygotes(options, run_root, len(student_folders(folder)[0]),
+                                        assignment_libraries(root, assignment))
             options = replace(options, standby=own_standby)
         with gbook.locked(gbook.course_db_url(root)):
             prepared = prepare(root, assignment, out, run_root)
@@ -277,16 +278,26 @@ DEFAULT_LAYOUT = {"source_directory": "source", "submitted_directory": "submitte
                   "directory_structure": os.path.join("{nbgrader_step}", "{student_id}", "{assignment_id}")}
 
 
-def early_zygotes(options: GradeOptions, run_root: Path, students: int) -> Standby | None:
+def assignment_libraries(root: Path, assignment: str) -> tuple[str, ...]:
+    """Return the heavy libraries (torch, NumPy) the assignment's source notebooks import: a run's zygotes
+    preload those (all of them when a notebook cannot be read)."""
+    try:
+        return libraries_imported(sorted(str(p) for p in (root / "source" / assignment).glob("*.ipynb")))
+    except (OSError, ValueError):
+        return LIBRARIES
+
+
+def early_zygotes(options: GradeOptions, run_root: Path, students: int,
+                  libraries: tuple[str, ...] = LIBRARIES) -> Standby | None:
     """Start a run's zygotes at once (one per worker it may use), where bubblewrap may be its sandbox, so that
-    they import torch while the run is set up; None where there is nothing to start."""
+    they import `libraries` while the run is set up; None where there is nothing to start."""
     from autograder.grading.worker import KEEP_ENV, zygote_environment
 
     count = min(options.workers, students)
     if count == 0 or options.sandbox not in ("auto", "bwrap") or not shutil.which("bwrap"):
         return None
     folder = run_root / "zygotes"
-    standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV))
+    standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV), libraries)
     try:
         standby.launch(count)
     except OSError:
@@ -399,7 +410,8 @@ class ClassRun:
         settings = WorkerSettings(self.root, self.assignment, self.prepared.template, self.run_root,
                                   self.isolation, options.timeout, options.memory_mib,
                                   max(1, default_jobs() // workers), warm=options.warm,
-                                  zygotes=self.standing_zygotes(workers) if todo else ())
+                                  zygotes=self.standing_zygotes(workers) if todo else (),
+                                  libraries=assignment_libraries(self.root, self.assignment))
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not options.progress)

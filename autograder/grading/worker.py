@@ -40,7 +40,7 @@ from autograder.grading.results import CellKind, CellScore
 from autograder.grading.sandbox import MAX_FILE_MIB, Isolation, address_space_mib, kernel_command
 from autograder.grading.submissions import read_notebook_json
 from autograder.grading.verdict import SaveVerdicts
-from autograder.grading.zygote import WarmStartError, Zygote
+from autograder.grading.zygote import LIBRARIES, WarmStartError, Zygote
 from autograder.safe_copy import Limits, Refusal, copy_tree
 from autograder.safe_html import exporter_config, with_csp
 
@@ -69,6 +69,7 @@ class WorkerSettings:
     threads: int = 1  # CPU threads per kernel (OMP_NUM_THREADS and friends)
     warm: bool = True  # fork kernels from a zygote that has imported torch (zygote.py); False: each anew
     zygotes: tuple[Zygote, ...] = ()  # running zygotes (a Standby's), one per worker slot; else each its own
+    libraries: tuple[str, ...] = LIBRARIES  # what a worker's own zygote preloads besides the kernel
     keep_env: tuple[str, ...] = KEEP_ENV
 
 
@@ -195,7 +196,7 @@ class Worker:
             return self.zygote
         folder = s.run_root / f"zygote-{os.getpid()}"
         try:
-            zygote = Zygote.spawn(str(folder), zygote_environment(folder, s.keep_env))
+            zygote = Zygote.spawn(str(folder), zygote_environment(folder, s.keep_env), s.libraries)
             announce(zygote.pid)
             zygote.wait_ready()
             self.zygote = zygote

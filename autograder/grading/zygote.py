@@ -5,8 +5,9 @@ A cold kernel pays a new Python, IPython, ipykernel and, in the student's first 
 nothing of any student in it yet. This file plays every part (it runs as a script, standard library only
 until the zygote preloads):
 
-- `serve`, the zygote (one per worker, started by worker.py, outside any sandbox): imports PRELOAD, checks
-  that it runs one thread only, and listens on a Unix socket in a folder that only the grader can reach and
+- `serve`, the zygote (one per worker, started by worker.py, outside any sandbox): imports the kernel's
+  modules and those of LIBRARIES that the assignment imports (`libraries_imported`), checks that it runs
+  one thread only, and listens on a Unix socket in a folder that only the grader can reach and
   the sandbox hides. For each connection it forks a child *before reading anything*, so the zygote itself
   never holds anything of a student.
 - `launch`, the kernelspec's program (one per kernel, started by jupyter_client as a cold kernel would be):
@@ -34,7 +35,9 @@ import signal
 import socket
 import sys
 
-PRELOAD = ("torch", "numpy", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell")
+KERNEL_MODULES = ("IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell")
+# Preloaded when the assignment imports them (`libraries_imported`), always for a Standby (any assignment).
+LIBRARIES = ("torch", "numpy")
 # The holder's namespaces, in the order nsenter(1) joins them (user first: it grants the rights to the rest).
 # Not its PID namespace: the kernel gets one of its own (unshare refuses a new one after joining one).
 NAMESPACES = (("user", 0x10000000), ("cgroup", 0x02000000), ("ipc", 0x08000000), ("uts", 0x04000000),
@@ -71,20 +74,22 @@ class Zygote:
         return self.process.pid
 
     @classmethod
-    def start(cls, folder: str, env: dict[str, str], python: str = sys.executable) -> "Zygote":
+    def start(cls, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> "Zygote":
         """Start a zygote whose socket lies in `folder` (made here, the grader's alone); wait until ready."""
-        zygote = cls.spawn(folder, env, python)
+        zygote = cls.spawn(folder, env, libraries)
         zygote.wait_ready()
         return zygote
 
     @classmethod
-    def spawn(cls, folder: str, env: dict[str, str], python: str = sys.executable) -> "Zygote":
-        """Start a zygote and return at once (it imports while the caller goes on; `wait_ready` first)."""
+    def spawn(cls, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> "Zygote":
+        """Start a zygote that preloads `libraries` (of LIBRARIES) and the kernel's modules; return at once
+        (it imports while the caller goes on; `wait_ready` first)."""
         import subprocess
 
         os.makedirs(folder, mode=0o700)
         path = os.path.join(folder, "zygote.sock")
-        process = subprocess.Popen([python, os.path.abspath(__file__), "serve", path], env=env,
+        process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", path,
+                                    *(name for name in libraries if name in LIBRARIES)], env=env,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=folder)
         return cls(process, path)
 
@@ -136,13 +141,40 @@ class Zygote:
         self.process.stdout.close()
 
 
+def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:
+    """Return those of LIBRARIES that the notebooks' code cells import (cells Python cannot parse are skipped:
+    a library they alone import is imported in the kernel instead)."""
+    import ast
+
+    found: set[str] = set()
+    for path in notebooks:
+        with open(path, encoding="utf-8") as handle:
+            cells = json.load(handle).get("cells", [])
+        for cell in cells:
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else str(source)
+            if cell.get("cell_type") != "code":
+                continue
+            try:
+                tree = ast.parse(source)
+            except (SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    found.add(node.module.split(".")[0])
+    return tuple(name for name in LIBRARIES if name in found)
+
+
 class Standby:
     """Zygotes kept running between grading runs (the hub's autograde service), so that a submission's kernel
     is forked at once; each serves one worker at a time (its slot)."""
 
-    def __init__(self, folder: str, env: dict[str, str]) -> None:
+    def __init__(self, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> None:
         self.folder = folder
         self.env = env
+        self.libraries = libraries
         self.zygotes: dict[int, Zygote] = {}
         self.started = 0
 
@@ -154,7 +186,8 @@ class Standby:
                 if zygote is not None:
                     zygote.stop()
                 self.started += 1
-                self.zygotes[slot] = Zygote.spawn(os.path.join(self.folder, f"z{self.started}"), self.env)
+                self.zygotes[slot] = Zygote.spawn(os.path.join(self.folder, f"z{self.started}"), self.env,
+                                                   self.libraries)
 
     def ready(self, count: int) -> tuple[Zygote, ...]:
         """Return `count` running zygotes (slots 0..count-1), starting those missing or dead."""
@@ -231,8 +264,9 @@ def threads() -> int:
 # --- the zygote ---------------------------------------------------------------------------------------
 
 
-def serve(path: str) -> None:
-    """Preload, then fork a child for each connection until the grader closes our stdin."""
+def serve(path: str, libraries: list[str]) -> None:
+    """Preload `libraries` and the kernel's modules, then fork a child for each connection until the grader
+    closes our stdin."""
     import gc
     import importlib
     import select
@@ -240,7 +274,7 @@ def serve(path: str) -> None:
     libc = _libc()
     die_with_parent(libc)
     importlib.import_module("sandbox")  # this folder's sandbox.py (sys.path[0]): the kernel's limits
-    for name in PRELOAD:
+    for name in (*libraries, *KERNEL_MODULES):
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001  (a module that cannot be preloaded is imported cold)
@@ -543,9 +577,9 @@ def _follow(connection: socket.socket) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`zygote.py serve SOCKET` or `zygote.py launch SPEC -f CONNECTION_FILE`."""
-    if argv[:1] == ["serve"] and len(argv) == 2:
-        serve(argv[1])
+    """`zygote.py serve SOCKET [LIBRARY ...]` or `zygote.py launch SPEC -f CONNECTION_FILE`."""
+    if argv[:1] == ["serve"] and len(argv) >= 2 and set(argv[2:]) <= set(LIBRARIES):
+        serve(argv[1], argv[2:])
         return 0
     if argv[:1] == ["launch"] and len(argv) >= 2:
         return launch(argv[1], argv[2:])
