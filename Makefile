@@ -6,7 +6,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
 # An environment shaped like Google Colab's, for tests/test_colab.py: ipywidgets 7.7.1, ipykernel 6,
-# no nbgrader, no JupyterLab, and the helper package installed without its dependencies.
+# no nbgrader, no JupyterLab, and the helper package installed without its dependencies. Only root's tests use
+# it, so its modules are compiled when first imported rather than all of torch's at install (half the time).
 COLAB_VENV  := .colab-venv
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 # jsonschema (through nbformat, jupyter_events, nbgrader) imports rfc3987_syntax when it is installed, which builds
@@ -37,7 +38,7 @@ venv: $(STAMP)  ## Create or update the virtual environment
 
 $(COLAB_STAMP): pyproject.toml $(wildcard devicelab/*.py devicelab/*/*.py)
 	@test -x $(COLAB_VENV)/bin/python || $(PYTHON) -m venv $(COLAB_VENV)
-	$(COLAB_VENV)/bin/python -m pip install --quiet --progress-bar off torch numpy matplotlib tqdm "ipywidgets==7.7.1" "ipykernel>=6,<7" "notebook>=6.5,<7"
+	$(COLAB_VENV)/bin/python -m pip install --quiet --progress-bar off --no-compile torch numpy matplotlib tqdm "ipywidgets==7.7.1" "ipykernel>=6,<7" "notebook>=6.5,<7"
 	rm -rf build/lib build/bdist.*  # setuptools reuses build/lib: a stale copy would slip old packages into the wheel
 	$(COLAB_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall .
 	$(COLAB_VENV)/bin/python -m ipykernel install --prefix $(COLAB_VENV) --name colab-like --display-name "Colab-like"
