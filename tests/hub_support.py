@@ -117,8 +117,12 @@ def wait_for(url: str, seconds: float, proc: subprocess.Popen | None = None, log
 
 
 @contextlib.contextmanager
-def running(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """Run a process in its own session for the block, its output in log; stop it (and its children) after."""
+def running(argv: list[str], cwd: Path, env: dict[str, str], log: Path,
+            background_job: bool = False) -> Iterator[subprocess.Popen]:
+    """Run a process in its own session for the block, its output in log; stop it (and its children) after.
+    `background_job`: start it as a script's `command &` is, with SIGINT and SIGQUIT ignored."""
+    if background_job:
+        argv = ["/bin/sh", "-c", 'trap "" INT QUIT; exec "$@"', "sh", *argv]
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -142,6 +146,7 @@ class Hub:
     prefix: str
     log: Path
     passwords: dict[str, str]
+    pid: int = 0  # `hub start`'s process, which became JupyterHub
 
     @property
     def public(self) -> str:
@@ -213,9 +218,10 @@ def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()
             for member, password in passwords.items():
                 accounts.set_password(prefix + member, password)
             start = [sys.executable, "-m", "autograder", "hub", "start", "--root", settings.root]
-            with running(start, ROOT, dict(os.environ), log) as proc:
+            # as an instructor's script would start it in the background (CI runs this way too)
+            with running(start, ROOT, dict(os.environ), log, background_job=True) as proc:
                 wait_for(f"http://127.0.0.1:{settings.port}/hub/api", 120, proc, log)
-                yield Hub(settings, prefix, log, passwords)
+                yield Hub(settings, prefix, log, passwords, proc.pid)
     finally:
         stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
         uids = {a.uid for a in map(accounts.lookup, (prefix + m for m in members)) if a is not None}

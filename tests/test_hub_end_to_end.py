@@ -15,6 +15,7 @@ import csv
 import http.cookiejar
 import json
 import re
+import signal
 import subprocess
 import sys
 import urllib.parse
@@ -22,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from autograder.hub.api import HubAPI
@@ -98,7 +100,20 @@ def pam_login(hub: Hub, member: str, password: str) -> str:
     return urllib.parse.urlparse(response.geturl()).path
 
 
+def ignores_sigint(pid: int) -> bool:
+    """Return True when the process ignores SIGINT (its SigIgn mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(re.search(r"^SigIgn:\s*([0-9a-f]+)$", status, re.MULTILINE).group(1), 16)
+    return bool(mask >> (signal.SIGINT - 1) & 1)
+
+
 def test_a_class_on_the_hub(hub: Hub) -> None:
+    # The hub was started as a script's background job (`hub start &`), which inherits SIGINT ignored: neither
+    # it nor its services keep that, or each service would outlast JupyterHub's 10 s wait at every shutdown.
+    services = psutil.Process(hub.pid).children(recursive=True)
+    assert len(services) >= 2  # the formgrader's server and the autograde service at least
+    assert [p for p in [hub.pid, *(s.pid for s in services)] if ignores_sigint(p)] == []
+
     assignment = smallest_assignment()
     plan = {"ann": "right", "bob": "wrong", "cat": "hostile"}
     notebooks = answers(assignment)

@@ -1,6 +1,7 @@
 """`hub start`: run JupyterHub (and through it the proxy, the formgrader service and the idle culler)."""
 
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,4 +33,8 @@ def start(s: HubSettings, debug: bool = False) -> None:
     accounts.require_root("hub start")
     command = hub_command(s, debug)
     os.chdir(command.cwd)
+    # A script's background job (`hub start &`) inherits SIGINT and SIGQUIT ignored, and so would the hub's
+    # services: each would then outlast JupyterHub's 10 s wait for it to stop on SIGINT at every shutdown.
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
     os.execve(command.argv[0], command.argv, command.env)
