@@ -6,8 +6,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
 # An environment shaped like Google Colab's, for tests/test_colab.py: ipywidgets 7.7.1, ipykernel 6,
-# no nbgrader, no JupyterLab, and the helper package installed without its dependencies. Only root's tests use
-# it, so its modules are compiled when first imported rather than all of torch's at install (half the time).
+# no nbgrader, no JupyterLab, and the helper package installed without its dependencies. Only the test suite uses
+# it (as the user who built it), so its modules are compiled when first imported, not all of torch's at install.
 COLAB_VENV  := .colab-venv
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 # jsonschema (through nbformat, jupyter_events, nbgrader) imports rfc3987_syntax when it is installed, which builds
