@@ -1,6 +1,5 @@
 """Everything the course imports at run time is declared in pyproject.toml, in the right group."""
 
-import ast
 import importlib.metadata
 import re
 import sys
@@ -8,6 +7,7 @@ import sys
 import pytest
 
 from autograder import COURSE_ROOT
+from autograder.grading.zygote import top_level_imports
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,11 +44,7 @@ def imported_modules(package: str) -> set[str]:
     """Return the top-level modules a package's source imports (at module level or inside functions)."""
     found: set[str] = set()
     for path in (COURSE_ROOT / package).rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.add(node.module.split(".")[0])
+        found |= top_level_imports(path.read_text(encoding="utf-8"))
     return found
 
 

@@ -141,29 +141,34 @@ class Zygote:
         self.process.stdout.close()
 
 
+def top_level_imports(source: str) -> set[str]:
+    """Return the top-level modules that Python source imports anywhere (SyntaxError: it cannot parse)."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
 def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:
     """Return those of LIBRARIES that the notebooks' code cells import (cells Python cannot parse are skipped:
     a library they alone import is imported in the kernel instead)."""
-    import ast
-
     found: set[str] = set()
     for path in notebooks:
         with open(path, encoding="utf-8") as handle:
             cells = json.load(handle).get("cells", [])
         for cell in cells:
-            source = cell.get("source", "")
-            source = "".join(source) if isinstance(source, list) else str(source)
             if cell.get("cell_type") != "code":
                 continue
+            source = cell.get("source", "")
             try:
-                tree = ast.parse(source)
+                found |= top_level_imports("".join(source) if isinstance(source, list) else str(source))
             except (SyntaxError, ValueError):
                 continue
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    found.update(alias.name.split(".")[0] for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    found.add(node.module.split(".")[0])
     return tuple(name for name in LIBRARIES if name in found)
 
 
