@@ -5,6 +5,8 @@ PY     := $(VENV)/bin/python
 # Re-install whenever the dependency list changes.
 STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
+# Whole test modules to each worker, the longest first (tests/schedule.py), so that none is left to run alone.
+DIST   := --dist loadfile --no-loadscope-reorder
 # An environment shaped like Google Colab's, for tests/test_colab.py: ipywidgets 7.7.1, ipykernel 6,
 # no nbgrader, no JupyterLab, and the helper package installed without its dependencies. Only the test suite uses
 # it (as the user who built it), so its modules are compiled when first imported, not all of torch's at install.
@@ -54,11 +56,10 @@ lab-instructor: $(STAMP)  ## Open the course in JupyterLab with nbgrader's instr
 
 test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks and browser included)
 	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) -m "not bench and not browser" --durations=25
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p no:xdist -m browser
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) $(DIST) --durations=25
 
 test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not notebook and not bench" -n $(JOBS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not notebook and not bench" -n $(JOBS) $(DIST)
 
 build: $(STAMP)  ## Regenerate release/ from source/
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder build

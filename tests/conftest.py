@@ -9,6 +9,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from tests.factories import tiny_assignment
+from tests.schedule import longest_first
 
 
 def share_cores_between_workers() -> None:
@@ -43,6 +44,11 @@ def scratch_course(tmp_path: Path) -> Path:
     folder.mkdir(parents=True)
     nbformat.write(tiny_assignment(), folder / "tiny.ipynb")
     return tmp_path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the longest modules first, so that the parallel run starts them first (tests/schedule.py)."""
+    items[:] = [items[i] for i in longest_first([item.nodeid for item in items])]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -246,7 +246,10 @@ def _nbgrader(cell) -> dict:
 
 
 def answers(assignment: str) -> dict[str, nbformat.NotebookNode]:
-    """Return the three students' notebooks: right, wrong (every answer returns None), hostile (a loop)."""
+    """Return the three students' notebooks: right, wrong (every answer returns None), hostile (a cell that
+    never ends). The hostile cell waits rather than spins: graded to the time limit up to three times in a hub
+    test, a spinning cell took a core from the rest of the suite for 90 s; spinning cells at the time limit
+    are graded in tests/test_grading_end_to_end.py."""
     release = nbformat.read(ROOT / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     right = solved(release, source)
@@ -256,7 +259,7 @@ def answers(assignment: str) -> dict[str, nbformat.NotebookNode]:
             cell.source = STUB.sub(r"\1return None", cell.source)
     hostile = copy.deepcopy(right)
     last = [c for c in hostile.cells if _nbgrader(c).get("solution") and c.cell_type == "code"][-1]
-    last.source += "\n\nwhile True:  # never ends\n    pass\n"
+    last.source += "\n\nimport time\n\nwhile True:  # never ends\n    time.sleep(1)\n"
     return {"right": right, "wrong": wrong, "hostile": hostile}
 
 

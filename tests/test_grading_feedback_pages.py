@@ -5,8 +5,9 @@ import re
 import nbformat
 from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter
+from nbconvert.filters.highlight import Highlight2HTML
 
-from autograder.grading.feedback_pages import NO_ALT_TEXT, FeedbackExporter
+from autograder.grading.feedback_pages import NO_ALT_TEXT, FeedbackExporter, RememberingHighlight
 
 PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
 
@@ -31,3 +32,28 @@ def test_every_image_gets_alt_text_and_the_page_has_what_nbconverts_has():
         assert len(ours_soup.find_all(tag)) == len(theirs_soup.find_all(tag)), tag
     assert ours_soup.get_text(" ", strip=True) == theirs_soup.get_text(" ", strip=True)
     assert not ours_soup.find_all("b")  # the student's printed markup stays text
+
+
+def test_a_remembered_highlight_is_the_one_nbconvert_makes_and_each_cell_is_highlighted_once(monkeypatch):
+    highlighted = []
+    plain = Highlight2HTML.__call__
+    monkeypatch.setattr(Highlight2HTML, "__call__",
+                        lambda self, *args: highlighted.append(args[0]) or plain(self, *args))
+    remembering, theirs = RememberingHighlight(), Highlight2HTML()
+    cells = [("x = 1  # <b>", None, None), ("%%bash\necho hi", None, {"magics_language": "bash"}),
+             ("%%bash\necho hi", None, None), ("x = 1  # <b>", "python", {"tags": ["a"]})]
+    for source, language, metadata in cells * 3:
+        assert remembering(source, language, metadata) == plain(theirs, source, language, metadata)
+    assert highlighted == [source for source, *_ in cells]  # each once: by language, and as bash or IPython
+
+
+def test_a_class_s_pages_highlight_the_shared_cells_once(monkeypatch):
+    highlighted = []
+    plain = Highlight2HTML.__call__
+    monkeypatch.setattr(Highlight2HTML, "__call__",
+                        lambda self, *args: highlighted.append(args[0]) or plain(self, *args))
+    exporter = FeedbackExporter(template_name="classic")
+    page = notebook()
+    first, _ = exporter.from_notebook_node(page)
+    again, _ = exporter.from_notebook_node(page)
+    assert first == again and sorted(highlighted) == ["plot()", "print('<b>not bold</b>')"]

@@ -6,6 +6,7 @@ own, for all its students. What the student wrote is made inert (autograder.safe
 sanitiser, our preprocessor, and a Content-Security-Policy in each page that forbids every script.
 """
 
+import functools
 import re
 from html import escape
 from pathlib import Path
@@ -20,18 +21,44 @@ IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\salt=)(?=[\s>/])", re.IGNORECASE)
 NO_ALT_TEXT = ' alt="No description has been provided for this image"'
 
 
+class RememberingHighlight(Highlight2HTML):
+    """nbconvert's code highlighter, remembering what it highlighted: most code cells on a class's pages are
+    the same for every student (the instructor's code, the tests), so each worker highlights each of them
+    once. What the page shows depends only on the code, the language and a cell's `magics_language`: the key.
+    """
+
+    MEMORY = 1024  # cells
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._remembered = functools.lru_cache(maxsize=self.MEMORY)(self._highlight)
+
+    def _highlight(self, source: str, language: str | None, magics: str | None) -> str:
+        return super().__call__(source, language, {"magics_language": magics} if magics else None)
+
+    def __call__(self, source, language=None, metadata=None) -> str:
+        """Return the highlighted HTML of `source`, as Highlight2HTML does."""
+        magics = metadata.get("magics_language") if metadata else None
+        return self._remembered(source, language, magics if isinstance(magics, str) else None)
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML exporter without its last pass, which parses and rewrites the whole page with
     BeautifulSoup (about 0.5 s for a 230 KiB feedback page on the project's machine) to add alt text to images
     and tab stops to JupyterLab's cells; the feedback template has no such cells, so only the alt text is
-    added, here."""
+    added, here. Code is highlighted by one RememberingHighlight per language, kept for every page."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._highlighters: dict[str | None, RememberingHighlight] = {}
 
     def from_notebook_node(self, nb, resources=None, **kw):
         """Render the page as HTMLExporter does (its filters), then give every image without alt text one."""
         langinfo = nb.metadata.get("language_info", {})
         lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
-        self.register_filter("highlight_code", self.filters.get(
-            "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+        if lexer not in self._highlighters:
+            self._highlighters[lexer] = RememberingHighlight(pygments_lexer=lexer, parent=self)
+        self.register_filter("highlight_code", self.filters.get("highlight_code", self._highlighters[lexer]))
         resources = self._init_resources(resources)
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(
             notebook_metadata=self._nb_metadata, parent=self, resources=resources))
