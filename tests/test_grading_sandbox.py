@@ -2,6 +2,7 @@
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -125,3 +126,20 @@ def test_bubblewrap_code_cannot_kill_the_process_that_started_it(tmp_path):
     code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('still here', os.getpid())"
     out = _run(isolation, work, code)
     assert out.returncode == 0 and out.stdout.startswith("still here")
+
+
+def test_process_children_finds_a_child_whatever_its_name_and_agrees_with_psutil(tmp_path):
+    # A process's name sits in /proc/PID/stat between parentheses and may hold anything, ") 1 2 (" too.
+    odd = tmp_path / "x) 1 2 (y"
+    odd.symlink_to(shutil.which("sleep"))
+    child = subprocess.Popen([str(odd), "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).name() != odd.name[:15] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        children = process_children()
+        assert child.pid in children[os.getpid()]
+        assert sorted(children[os.getpid()]) == sorted(p.pid for p in psutil.Process().children())
+    finally:
+        child.kill()
+        child.wait()

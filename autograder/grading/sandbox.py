@@ -409,15 +409,32 @@ def _running(proc) -> bool:
 
 
 def process_children() -> dict[int, list[int]]:
-    """Return a map of parent pid -> child pids for every process on the machine (one pass over /proc)."""
-    import psutil
+    """Return a map of parent pid -> child pids for every process on the machine (one pass over /proc).
 
+    Reads each /proc/PID/stat itself: the grader asks a few times a second while students are graded, and
+    psutil's objects made this pass four times slower (0.9 s of the grader's CPU for 32 students)."""
+    if not os.path.isdir("/proc/self"):
+        import psutil
+
+        pairs = ((proc.pid, proc.info.get("ppid")) for proc in psutil.process_iter(["ppid"]))
+    else:
+        pairs = ((int(name), _parent(name)) for name in os.listdir("/proc") if name.isdigit())
     children: dict[int, list[int]] = {}
-    for proc in psutil.process_iter(["ppid"]):
-        ppid = proc.info.get("ppid")
+    for pid, ppid in pairs:
         if ppid is not None:
-            children.setdefault(ppid, []).append(proc.pid)
+            children.setdefault(ppid, []).append(pid)
     return children
+
+
+def _parent(pid: str) -> int | None:
+    """Return the parent of a process from /proc/PID/stat (after the name, which may hold anything), or None
+    when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        return int(stat[stat.rindex(b")") + 2:].split(None, 2)[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def become_subreaper() -> None:
