@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from autograder.grading.sandbox import IsolationUnavailable, detect_isolation
-from autograder.grading.zygote import WarmStartError, Zygote, libraries_imported
+from autograder.grading.zygote import Standby, WarmStartError, Zygote, libraries_imported
 
 PROBE = r'''
 import json, os, resource, socket, sys
@@ -151,6 +151,17 @@ def test_a_zygote_for_an_assignment_without_torch_does_not_import_it(tmp_path, p
         lean.stop()
     assert done.returncode == 0, done.stderr
     assert not facts_of(done)["preloaded"]  # still a sandboxed kernel; torch is imported only if a cell asks
+
+
+def test_standing_zygotes_stop_together_at_once_and_leave_no_socket(tmp_path):
+    env = {"PATH": os.environ["PATH"], "OPENBLAS_NUM_THREADS": "1", "HOME": str(tmp_path)}
+    standby = Standby(str(tmp_path / "standby"), env, libraries=())
+    zygotes = standby.ready(2)
+    processes = [z.process for z in zygotes]
+    standby.stop()
+    assert [p.returncode for p in processes] == [0, 0]  # ended on their own, not killed
+    assert [z.socket_path for z in zygotes if os.path.exists(z.socket_path)] == []
+    assert standby.zygotes == {}
 
 
 def test_the_libraries_to_preload_are_those_the_notebooks_import(tmp_path):
