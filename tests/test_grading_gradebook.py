@@ -2,7 +2,7 @@
 """
 
 import pytest
-from nbgrader.api import Gradebook
+from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.grading import gradebook
 from autograder.grading.results import CellScore, StudentResult
@@ -24,6 +24,21 @@ def test_recording_twice_updates_the_one_submission(scratch_course):
         assert submission.score == 2.0 and submission.late_submission_penalty == 0.5
         assert not submission.needs_manual_grade
     assert gradebook.has_submission(db, gradebook.course_id(scratch_course), "tiny", "ada")
+
+
+def test_comments_are_recorded_and_a_cell_the_gradebook_lacks_is_refused(scratch_course):
+    db = f"sqlite:///{scratch_course / 'gradebook.db'}"
+    gradebook.generate(scratch_course, "tiny", scratch_course / "generated", db_url=db)
+    said = result(2.0)
+    said.comments = {"tiny.ipynb": {"double": "No response."}}
+    gradebook.record(db, gradebook.course_id(scratch_course), "tiny", said)
+    with Gradebook(db) as gb:
+        assert gb.find_comment("double", "tiny", "tiny", "ada").auto_comment == "No response."
+        assert gb.find_grade("double-tests", "tiny", "tiny", "ada").auto_score == 2.0
+    unknown = result(1.0)
+    unknown.cells = [CellScore("tiny.ipynb", "no-such-tests", 1.0, 1.0)]
+    with pytest.raises(MissingEntry, match="no-such-tests"):
+        gradebook.record(db, gradebook.course_id(scratch_course), "tiny", unknown)
 
 
 def test_a_grade_a_person_gave_is_kept_and_flagged_for_review(scratch_course):
