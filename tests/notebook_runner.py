@@ -2,6 +2,7 @@
 """
 
 import copy
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,10 @@ class ExecutionResult:
     skipped_cells: int
 
 
+@functools.cache
 def cuda_present() -> bool:
-    """Return True when the machine running the tests has a usable CUDA GPU (checked in a subprocess)."""
+    """Return True when the machine running the tests has a usable CUDA GPU (checked in a subprocess, once per
+    test process: each check imports torch)."""
     import subprocess
     import sys
 

@@ -30,12 +30,16 @@ from autograder.grading.tamper import CellRecords, ChannelReader, describe_chang
 
 @pytest.fixture
 def shell():
-    """An IPython shell of this process, with the snapshot's view of it restored after the test."""
+    """An IPython shell of this process, with the snapshot's view of it restored after the test (and the
+    shell dropped again if this made it: a later module of the same worker may need another kind of shell)."""
+    made = not InteractiveShell.initialized()
     ip = InteractiveShell.instance()
     ip.run_cell("pass", silent=True)  # as the grading kernel warms up before its snapshot
     snapshot = Snapshot.take(ip)
     yield ip, snapshot
     snapshot.restore()
+    if made:
+        InteractiveShell.clear_instance()
 
 
 def wheres(changes: list[Change]) -> set[str]:

@@ -3,16 +3,21 @@
 from unittest import mock
 
 import pytest
-from IPython.testing.globalipapp import get_ipython
+from IPython.core.interactiveshell import InteractiveShell
 
 from devicelab.magics import SKIP_MESSAGE, requires_cuda
 
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = get_ipython()
+    """An IPython shell of this process with the extension loaded (dropped afterwards if this made it: another
+    module of the same worker may need a shell of its own)."""
+    made = not InteractiveShell.initialized()
+    ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "devicelab")
-    return ip
+    yield ip
+    if made:
+        InteractiveShell.clear_instance()
 
 
 def test_cell_is_skipped_without_cuda(shell, capsys):
