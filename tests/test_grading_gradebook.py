@@ -37,7 +37,7 @@ def test_comments_are_recorded_and_a_cell_the_gradebook_lacks_is_refused(scratch
         assert gb.find_grade("double-tests", "tiny", "tiny", "ada").auto_score == 2.0
     unknown = result(1.0)
     unknown.cells = [CellScore("tiny.ipynb", "no-such-tests", 1.0, 1.0)]
-    with pytest.raises(MissingEntry, match="no-such-tests"):
+    with pytest.raises(MissingEntry):
         gradebook.record(db, gradebook.course_id(scratch_course), "tiny", unknown)
 
 

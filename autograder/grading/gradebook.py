@@ -142,33 +142,25 @@ def copy_due_date(source_url: str, target_url: str, course: str, assignment: str
 
 def record(db_url: str, course: str, assignment: str, result: StudentResult) -> None:
     """Write one student's result into the gradebook (creating the student and submission if needed)."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import Gradebook
     from sqlalchemy.exc import SAWarning
-
-    def entry(found: dict, key: tuple[str, ...]):
-        if key not in found:
-            raise MissingEntry(f"no {' / '.join(key)} in the gradebook's submission of {result.student}")
-        return found[key]
 
     with Gradebook(db_url, course) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission trips SQLAlchemy 2's autoflush
         gb.update_or_create_student(result.student)
         if result.status == Status.MISSING:
             return
-        submission = gb.update_or_create_submission(assignment, result.student, timestamp=result.timestamp)
-        # the submission's rows, read once (a query per cell cost the grader 50 ms a student)
-        notebooks = {(nb.name,): nb for nb in submission.notebooks}
-        grades = {(nb.name, g.name): g for nb in submission.notebooks for g in nb.grades}
-        comments = {(nb.name, c.name): c for nb in submission.notebooks for c in nb.comments}
+        gb.update_or_create_submission(assignment, result.student, timestamp=result.timestamp)
         for cell in result.cells:
-            grade = entry(grades, (Path(cell.notebook).stem, cell.grade_id))
+            grade = gb.find_grade(cell.grade_id, Path(cell.notebook).stem, assignment, result.student)
             grade.auto_score = cell.score
             grade.needs_manual_grade = grade.manual_score is not None or cell.needs_manual_grade
-        for notebook, texts in result.comments.items():
-            for name, text in texts.items():
-                entry(comments, (Path(notebook).stem, name)).auto_comment = text
+        for notebook, comments in result.comments.items():
+            for name, text in comments.items():
+                gb.find_comment(name, Path(notebook).stem, assignment, result.student).auto_comment = text
         for notebook, penalty in result.late_penalties.items():
-            entry(notebooks, (Path(notebook).stem,)).late_submission_penalty = penalty
+            found = gb.find_submission_notebook(Path(notebook).stem, assignment, result.student)
+            found.late_submission_penalty = penalty
         gb.db.commit()
 
 
