@@ -1,6 +1,6 @@
 """The order in which the parallel run starts test modules: the longest first.
 
-`make test` hands out whole modules to the workers (`--dist loadscope --no-loadscope-reorder`), in collection
+`make test` hands out whole modules to the workers (`--dist loadfile --no-loadscope-reorder`), in collection
 order, each worker taking the next module when it finishes one. Started last, a long module runs alone while
 the other worker idles: on 2026-11-26 one worker finished at 630 s and the other ran on to 972 s, the
 machine half idle, with the two longest hub tests. Started first, the long modules overlap each other and the

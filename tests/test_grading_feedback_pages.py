@@ -57,3 +57,16 @@ def test_a_class_s_pages_highlight_the_shared_cells_once(monkeypatch):
     first, _ = exporter.from_notebook_node(page)
     again, _ = exporter.from_notebook_node(page)
     assert first == again and sorted(highlighted) == ["plot()", "print('<b>not bold</b>')"]
+
+
+def test_a_long_cell_is_highlighted_each_time_and_never_kept(monkeypatch):
+    highlighted = []
+    plain = Highlight2HTML.__call__
+    monkeypatch.setattr(Highlight2HTML, "__call__",
+                        lambda self, *args: highlighted.append(len(args[0])) or plain(self, *args))
+    remembering = RememberingHighlight()
+    long_cell = "x = 1\n" * (RememberingHighlight.LONGEST // 6 + 1)  # a student's megabyte cell, in small
+    for _ in range(3):
+        assert remembering(long_cell) == plain(Highlight2HTML(), long_cell)
+    assert highlighted == [len(long_cell)] * 3
+    assert remembering._remembered.cache_info().currsize == 0

@@ -25,9 +25,12 @@ class RememberingHighlight(Highlight2HTML):
     """nbconvert's code highlighter, remembering what it highlighted: most code cells on a class's pages are
     the same for every student (the instructor's code, the tests), so each worker highlights each of them
     once. What the page shows depends only on the code, the language and a cell's `magics_language`: the key.
+    Only short cells are remembered, and only so many: a student's cell may be megabytes long, and what a
+    worker keeps counts against the memory of the next student it grades.
     """
 
-    MEMORY = 1024  # cells
+    MEMORY = 256  # cells
+    LONGEST = 8_000  # characters of a cell remembered (the course's longest test cell has about 3,300)
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -39,7 +42,10 @@ class RememberingHighlight(Highlight2HTML):
     def __call__(self, source, language=None, metadata=None) -> str:
         """Return the highlighted HTML of `source`, as Highlight2HTML does."""
         magics = metadata.get("magics_language") if metadata else None
-        return self._remembered(source, language, magics if isinstance(magics, str) else None)
+        magics = magics if isinstance(magics, str) else None
+        if len(source) > self.LONGEST:
+            return self._highlight(source, language, magics)
+        return self._remembered(source, language, magics)
 
 
 class FeedbackExporter(HTMLExporter):

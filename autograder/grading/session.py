@@ -411,7 +411,7 @@ class ClassRun:
                                   self.isolation, options.timeout, options.memory_mib,
                                   max(1, default_jobs() // workers), warm=options.warm,
                                   zygotes=self.standing_zygotes(workers) if todo else (),
-                                  libraries=assignment_libraries(self.root, self.assignment))
+                                  libraries=options.standby.libraries if options.standby else LIBRARIES)
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not options.progress)
