@@ -109,6 +109,29 @@ def test_tracing_hooks_builtins_and_module_functions_are_restored(shell):
     assert builtins.exec is real_exec and "compile" not in vars(compilerop)
 
 
+def test_a_method_added_in_place_of_a_removed_name_is_found_though_the_size_is_the_same(shell):
+    ip, snapshot = shell
+    # The quick check passes a namespace of the same size whose names all hold their objects: removing a name
+    # that held None and adding code under a new one keeps the size, and must not pass.
+    gone = next(name for name, value in vars(ip).items() if value is None)
+    size = len(vars(ip))
+    delattr(ip, gone)
+    vars(ip)["run_cell_quietly"] = lambda *a, **k: None
+    assert len(vars(ip)) == size
+    changes = wheres(snapshot.restore())
+    assert "InteractiveShell.run_cell_quietly" in changes
+    assert "run_cell_quietly" not in vars(ip)
+    setattr(ip, gone, None)
+
+
+def test_a_replaced_hook_list_element_is_found_when_nothing_else_changed(shell):
+    ip, snapshot = shell
+    # the list object is the same, so the namespace passes the quick check: its elements are compared anyway
+    ip.ast_transformers[:] = [object()]
+    assert "InteractiveShell.ast_transformers" in wheres(snapshot.restore())
+    assert ip.ast_transformers == []
+
+
 def test_a_replaced_class_of_the_shell_is_put_back(shell):
     ip, snapshot = shell
     original = type(ip)

@@ -3,11 +3,13 @@
 The scenarios are those of nbgrader's autograde tests (nbgrader/tests/apps/test_nbgrader_autograde.py) that
 apply to grading a folder of submissions, built from the fixture notebooks nbgrader installs with itself
 (nbgrader/tests/apps/files), plus the course of nbgrader's user guide. Each course is built twice; one copy
-is graded by `nbgrader autograde`, the other by our grader, and their gradebooks are compared student by
-student: scores, max scores, what needs manual grading, late penalties. Nothing is hard-coded: whatever
-nbgrader gives is the expected answer.
+is graded by `nbgrader generate_assignment` and `nbgrader autograde` (nbgrader's own applications, run one
+after the other in one Python per course, as nbgrader's own tests run them), the other by our grader, and
+their gradebooks are compared student by student: scores, max scores, what needs manual grading, late
+penalties. Nothing is hard-coded: whatever nbgrader gives is the expected answer.
 """
 
+import json
 import shutil
 import subprocess
 import sys
@@ -167,29 +169,33 @@ COURSES = {
 RELEASED = {("hidden-and-missing", "hidden"): ("foo", "p1.ipynb")}
 
 
-def nbgrader_cli(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run `nbgrader ARGS` in a course folder."""
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=folder, env=with_venv_on_path(),
-                          capture_output=True, text=True, timeout=600, check=False)
+def nbgrader(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
+    """Run nbgrader commands in a course folder in one Python, as nbgrader's tests do; return each outcome."""
+    results = folder.parent / f"{folder.name}-nbgrader.json"
+    script = Path(__file__).with_name("nbgrader_commands.py")
+    done = subprocess.run([sys.executable, str(script), str(results), json.dumps(commands)], cwd=folder,
+                          env=with_venv_on_path(), capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [tuple(result) for result in json.loads(results.read_text())]
 
 
 def prepare(name: str, folder: Path) -> None:
     """Write a course and define its assignments (with the due date) in its gradebook."""
     course = COURSES[name]
     course.write(folder)
-    for assignment in course.sources:
-        args = ["db", "assignment", "add",
-                assignment] + (["--duedate", course.duedate] if course.duedate else [])
-        done = nbgrader_cli(folder, *args)
-        assert done.returncode == 0, done.stderr[-2000:]
-    for (course_name, assignment), (student, notebook) in RELEASED.items():
-        if course_name == name:
-            done = nbgrader_cli(folder, "generate_assignment", assignment, "--force")
-            assert done.returncode == 0, done.stderr[-2000:]
-            target = folder / "submitted" / student / assignment
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(folder / "release" / assignment / notebook, target / notebook)
-            shutil.rmtree(folder / "release")
+    due = ["--duedate", course.duedate] if course.duedate else []
+    commands = [["db", "assignment", "add", assignment, *due] for assignment in course.sources]
+    released = {assignment: where for (course_name, assignment), where in RELEASED.items()
+                if course_name == name}
+    commands += [["generate_assignment", assignment, "--force"] for assignment in released]
+    for args, (code, log) in zip(commands, nbgrader(folder, *commands), strict=True):
+        assert code == 0, f"nbgrader {' '.join(args)}: {log[-2000:]}"
+    for assignment, (student, notebook) in released.items():
+        target = folder / "submitted" / student / assignment
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / "release" / assignment / notebook, target / notebook)
+    if released:
+        shutil.rmtree(folder / "release")
 
 
 def gradebook_view(folder: Path, assignments: list[str]) -> dict:
@@ -221,11 +227,12 @@ def grade_both(name: str, base: Path) -> dict:
     prepare(name, plain)
     shutil.copytree(plain, ours)  # the same course and gradebook (preparing it again runs the same commands)
     assignments = list(COURSES[name].sources)
-    outcome = {"plain": [], "ours": []}
+    commands = [[command, assignment, *(["--force"] if command == "generate_assignment" else [])]
+                for assignment in assignments for command in ("generate_assignment", "autograde")]
+    outcome = {"plain": [[args[0], args[1], code, log[-1500:]]
+                         for args, (code, log) in zip(commands, nbgrader(plain, *commands), strict=True)],
+               "ours": []}
     for assignment in assignments:
-        for args in (["generate_assignment", assignment, "--force"], ["autograde", assignment]):
-            done = nbgrader_cli(plain, *args)
-            outcome["plain"].append([args[0], assignment, done.returncode, done.stderr[-1500:]])
         if (ours / "submitted").is_dir():
             cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(ours / "submitted"),
                    "--course", str(ours), "--jobs", "1", "--timeout", "120", "--quiet"]

@@ -42,6 +42,8 @@ import tempfile
 import threading
 import types
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_ as _is
 
 GRADER_KEY = "devicelab_grader"  # execute_request metadata: {"test": true} for graded test cells
 # Where the code that runs a cell comes from: everything in them is part of the execution path.
@@ -77,7 +79,7 @@ MAX_OBJECTS = 400
 GUARD_BUILTINS = ("len", "isinstance", "type", "id", "list", "tuple", "dict", "set", "frozenset", "str",
                   "bool", "getattr", "callable", "any", "all", "sorted", "vars", "compile", "object", "super",
                   "zip", "range", "hasattr", "iter", "next", "repr", "staticmethod", "classmethod",
-                  "property")
+                  "property", "map")
 _MISSING = object()
 
 
@@ -138,6 +140,8 @@ class _Slot:
     contents: dict  # name -> shallow copy of a hook list or dict, compared element by element
     klass: type | None = None  # the owner's class, for objects (a changed __class__ is put back)
     module: bool = False
+    names: tuple = ()  # the names of `values`, and their values in the same order (for the quick check)
+    pristine: tuple = ()
 
     @classmethod
     def of(cls, owner, namespace: dict, label: str, module: bool = False, instance: bool = False) -> "_Slot":
@@ -150,7 +154,8 @@ class _Slot:
                 contents[name] = tuple(value)
             elif type(value) is dict:
                 contents[name] = {k: tuple(v) if type(v) is list else v for k, v in value.items()}
-        return cls(owner, label, values, contents, type(owner) if instance else None, module)
+        return cls(owner, label, values, contents, type(owner) if instance else None, module,
+                   tuple(values), tuple(values.values()))
 
 
 def _namespace(owner) -> dict | None:
@@ -301,6 +306,17 @@ def _restore_slot(slot: _Slot, changes: list[Change], objects: frozenset) -> Non
                                                         else _namespace(slot.owner))
     if current is None:
         return
+    # Most namespaces are as they were: the same size, and every name still holds its very object (compared by
+    # identity, in C, calling nothing of what the namespace holds). Only the others are gone through.
+    if len(current) != len(slot.names) or not all(map(_is, map(current.get, slot.names, repeat(_MISSING)),
+                                                          slot.pristine)):
+        _undo_changes(slot, current, changes, objects)
+    for name, saved in slot.contents.items():
+        changes += _restore_contents(f"{slot.label}.{name}", slot.values[name], saved)
+
+
+def _undo_changes(slot: _Slot, current, changes: list[Change], objects: frozenset) -> None:
+    """Put back the code a namespace lost, gained or had replaced (hook lists are always put back)."""
     shadows_builtins = slot.module and slot.label != "builtins"
     for name in [n for n in current if n not in slot.values]:
         value = current[name]
@@ -315,10 +331,6 @@ def _restore_slot(slot: _Slot, changes: list[Change], objects: frozenset) -> Non
                 continue
             _set(slot, name, pristine)
             changes.append(Change(f"{slot.label}.{name}", "removed" if value is _MISSING else "replaced"))
-            value = pristine
-        saved = slot.contents.get(name)
-        if saved is not None:
-            changes += _restore_contents(f"{slot.label}.{name}", value, saved)
 
 
 def _restore_contents(where: str, value, saved) -> list[Change]:
@@ -529,8 +541,14 @@ def make_tracer(ns: dict, machinery: frozenset, test_file: list, methods: frozen
     kinds: dict = {}
 
     def tracer(frame, event, arg):
-        if not is_students(frame.f_globals, ns, roots, kinds):
-            return
+        space = frame.f_globals  # (is_students' answer for a namespace seen before, without calling it)
+        if space is not ns:
+            known = kinds.get(id(space))
+            if known is None or known[0] is not space:
+                if not is_students(space, ns, roots, kinds):
+                    return
+            elif not known[1]:
+                return
         caller = frame.f_back
         if caller is None:
             return

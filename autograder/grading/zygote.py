@@ -35,7 +35,11 @@ import signal
 import socket
 import sys
 
-KERNEL_MODULES = ("IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell")
+# The kernel's modules, and those an IPython kernel imports as it starts (its debugger, debugpy, is most of
+# them): preloaded, a forked kernel starts in 0.06 s of CPU instead of 0.16 s.
+KERNEL_MODULES = ("IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell",
+                  "ipykernel.debugger", "sqlite3", "pdb", "faulthandler", "psutil", "resource",
+                  "tornado.platform.asyncio")
 # Preloaded when the assignment imports them (`libraries_imported`), always for a Standby (any assignment).
 LIBRARIES = ("torch", "numpy")
 # The holder's namespaces, in the order nsenter(1) joins them (user first: it grants the rights to the rest).
@@ -286,6 +290,8 @@ def serve(path: str, libraries: list[str]) -> None:
     libc = _libc()
     die_with_parent(libc)
     importlib.import_module("sandbox")  # this folder's sandbox.py (sys.path[0]): the kernel's limits
+    # debugpy prints a note as it is imported, not for the grader's terminal (a kernel's environ is its own)
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     for name in (*libraries, *KERNEL_MODULES):
         try:
             importlib.import_module(name)
