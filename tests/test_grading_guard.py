@@ -264,6 +264,37 @@ def test_the_test_tracer_reports_answers_that_lie_and_not_honest_ones():
     assert _trace_test(honest, "assert double(2) == 4\nassert Pair(3).total() == 3") == []
 
 
+def test_tracing_starts_as_ipython_runs_the_tests_code_and_stops_after_it(shell):
+    from IPython.core import interactiveshell
+
+    ip, _ = shell
+    guard = Guard(channel=types.SimpleNamespace(write=lambda record: None))
+    guard.snapshot, guard.ns = Snapshot(), ip.user_ns
+    guard.machinery = frozenset({id(vars(interactiveshell))})
+    ipython = types.SimpleNamespace(f_globals=vars(interactiveshell))  # the frame that calls exec
+    before = sys.gettrace()
+    try:
+        guard.testing = True
+        guard._start_test("assert True")
+        assert sys.gettrace() is before, "not while IPython reads and compiles the cell"
+        guard._exec((compile("assert True", "<cell-1>", "exec"),), ipython)
+        assert sys.gettrace() is guard.tracer and guard.test_file == ["<cell-1>"]
+        guard._stop_test()
+        assert sys.gettrace() is None and guard.findings == []
+
+        guard._start_test("# a test cell of comments runs no code")
+        guard._stop_test()
+        assert guard.findings == []
+
+        guard._start_test("assert True")
+        guard._exec((compile("assert True", "<cell-2>", "exec"),), ipython)
+        sys.settrace(None)  # what a student's code would do to escape it
+        guard._stop_test()
+        assert guard.findings == ["replaced the grader's tracer while a test ran"]
+    finally:
+        sys.settrace(before)
+
+
 def test_student_code_is_told_from_library_code_by_where_it_lives():
     kinds: dict = {}
     ns: dict = {}

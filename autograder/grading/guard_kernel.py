@@ -20,7 +20,8 @@ tracing hook, and make later test cells pass without running them as written. Th
    reads (a FIFO opened before any student code and unlinked at once), each line signed with a key sent as the
    first line; a look into the interpreter's internals by student code (the garbage collector, frames outside
    its own, ctypes, the process's memory) is written the moment it happens, before it can be used.
-5. *Trace tests.* While a graded test cell runs, a trace function reports student code that the test's lines
+5. *Trace tests.* While a graded test cell's code runs (from IPython's `exec` of it: reading and compiling
+   the cell go through hooks restored before it), a trace function reports student code that the test's lines
    run without naming it (an `__eq__` or `__class__` of a returned object, a stand-in `torch`, a shadowed
    builtin) or that IPython runs on its own (a custom exception handler that swallows the test's error).
    The grader flags every report and fails the test cells it cannot confirm (see execution.py).
@@ -667,11 +668,19 @@ class Guard:
         return frame is None or is_students(frame.f_globals, self.ns, self.roots, self.kinds)
 
     def _exec(self, args: tuple, caller) -> None:
-        """Note the file name of the test cell's code as IPython runs it (the tracer tells its lines by it).
+        """As IPython starts running the test cell's code: note its file name (the tracer tells the test's
+        lines by it) and start tracing. (Before, IPython only reads and compiles the cell, with the hooks that
+        could call student code on the way already put back: tracing that too would double the cell's time.)
         """
         if (self.testing and self.test_file[0] is None and caller is not None and args
                 and id(caller.f_globals) in self.machinery and isinstance(args[0], types.CodeType)):
             self.test_file[0] = args[0].co_filename
+            if self.tracer is not None:
+                self.quiet = True
+                try:
+                    sys.settrace(self.tracer)
+                finally:
+                    self.quiet = False
 
     def _note(self, finding: str) -> None:
         if finding not in self.findings and len(self.findings) < 50:
@@ -752,18 +761,14 @@ class Guard:
         self.tracer = make_tracer(self.ns, self.machinery, self.test_file, attributes,
                                   _allowed_codes(names, self.ns), self.roots)
         self.tracer_cells = tuple((c, c.cell_contents) for c in self.tracer.__closure__ or ())
-        self.quiet = True
-        try:
-            sys.settrace(self.tracer)
-        finally:
-            self.quiet = False
 
     def _stop_test(self) -> None:
+        started = self.test_file[0] is not None  # (a cell of comments only never runs any code)
         self.quiet = True
         try:
-            if sys.gettrace() is self.tracer:
+            if sys.gettrace() is self.tracer and started:
                 sys.settrace(None)
-            elif sys.gettrace() is not None or self.tracer is not None:
+            elif sys.gettrace() is not None or (self.tracer is not None and started):
                 self._note("replaced the grader's tracer while a test ran")
                 sys.settrace(None)
         finally:
