@@ -50,3 +50,28 @@ def test_without_the_guard_s_records_a_test_cell_earns_nothing(tmp_path):
     nb = run(notebook(), tmp_path, guard_channel=str(tmp_path / "guard.fifo"))
     assert errors(nb.cells[2]) == [UNCONFIRMED]
     assert not errors(nb.cells[0]) and not errors(nb.cells[1])  # only graded test cells need the guard's word
+
+
+def test_a_killed_kernel_is_seen_gone_in_steps_of_5_ms_not_a_tenth_of_a_second(tmp_path, monkeypatch):
+    import asyncio
+
+    from autograder.grading.execution import QuickStopKernelManager
+
+    naps = []
+    sleep = asyncio.sleep
+
+    async def noted(seconds, *args, **kwargs):
+        naps.append(seconds)
+        return await sleep(seconds, *args, **kwargs)
+
+    async def start_and_kill() -> bool:
+        km = QuickStopKernelManager(kernel_name="python3")
+        await km.start_kernel(cwd=str(tmp_path))
+        monkeypatch.setattr(asyncio, "sleep", noted)
+        await km.shutdown_kernel(now=True)
+        monkeypatch.setattr(asyncio, "sleep", sleep)
+        return await km.is_alive()
+
+    assert asyncio.run(start_and_kill()) is False
+    assert naps and max(naps) <= 0.005, naps  # jupyter_client's own manager waits in steps of 0.1 s
+

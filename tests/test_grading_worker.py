@@ -64,6 +64,19 @@ def test_restorecells_runs_just_before_nbgraders_overwritecells_with_add_missing
     assert config.RestoreCells.release_folder == str(tmp_path / "template" / "release" / "tiny")
 
 
+def test_kernels_are_started_and_stopped_by_the_quick_manager_and_client(tmp_path):
+    from traitlets.utils.importstring import import_item
+
+    from autograder.grading.execution import GraderExecute, QuickReadyClient, QuickStopKernelManager
+
+    worker = make_worker(tmp_path)
+    job = Job(0, "ada", {})
+    config = worker.config(job, worker.scratch_for(job))
+    executor = GraderExecute(config=config)
+    assert executor.kernel_manager_class is QuickStopKernelManager
+    assert import_item(executor.kernel_manager_class(config=config).client_class) is QuickReadyClient
+
+
 def test_the_kernelspec_starts_the_grading_kernel_with_its_channel(tmp_path):
     worker = make_worker(tmp_path)
     job = Job(0, "ada", {})

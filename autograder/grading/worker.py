@@ -32,7 +32,13 @@ from autograder.cells import grade_id
 from autograder.course import course_config, course_directory, error_line
 from autograder.grading import guard_kernel
 from autograder.grading.attempt import AttemptReport, Failure, FailureKind, Job, Outcome, progress_events
-from autograder.grading.execution import NOT_RUN, GraderExecute, QuickReadyClient, read_progress
+from autograder.grading.execution import (
+    NOT_RUN,
+    GraderExecute,
+    QuickReadyClient,
+    QuickStopKernelManager,
+    read_progress,
+)
 from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.gradebook import set_extension
 from autograder.grading.restore import RestoreCells, read_notes
@@ -300,6 +306,8 @@ class Worker:
         config.KernelManager.ip = str(KernelFolders.of(scratch, s.assignment).runtime / "k")
         config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")
         config.AsyncKernelManager.client_class = f"{QuickReadyClient.__module__}.{QuickReadyClient.__name__}"
+        config.GraderExecute.kernel_manager_class = (f"{QuickStopKernelManager.__module__}."
+                                                     f"{QuickStopKernelManager.__name__}")
         return config
 
     def write_kernelspec(self, job: Job, scratch: Path) -> None:
