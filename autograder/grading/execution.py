@@ -136,6 +136,10 @@ class GraderExecute(Execute):
     kernel_home = Unicode("", help="the kernel's HOME, whose start-up folders are emptied before each kernel "
                                    "starts; empty: left alone").tag(config=True)
 
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("kernel_manager_class", QuickStopKernelManager)  # (nbgrader's Execute sets its own)
+        super().__init__(*args, **kwargs)
+
     def preprocess(self, nb, resources=None, km=None):
         """Run the notebook, recording what happened in the progress file."""
         self._notebook = (resources or {}).get("nbgrader", {}).get("notebook", "")

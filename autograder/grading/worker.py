@@ -36,7 +36,6 @@ from autograder.grading.execution import (
     NOT_RUN,
     GraderExecute,
     QuickReadyClient,
-    QuickStopKernelManager,
     read_progress,
 )
 from autograder.grading.feedback_pages import FeedbackWriter
@@ -306,8 +305,6 @@ class Worker:
         config.KernelManager.ip = str(KernelFolders.of(scratch, s.assignment).runtime / "k")
         config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")
         config.AsyncKernelManager.client_class = f"{QuickReadyClient.__module__}.{QuickReadyClient.__name__}"
-        config.GraderExecute.kernel_manager_class = (f"{QuickStopKernelManager.__module__}."
-                                                     f"{QuickStopKernelManager.__name__}")
         return config
 
     def write_kernelspec(self, job: Job, scratch: Path) -> None:
