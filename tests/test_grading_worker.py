@@ -6,6 +6,7 @@ kernelspec.
 import json
 
 import nbformat
+import zmq
 
 from autograder.grading import worker as worker_module
 from autograder.grading.attempt import Job, Skip
@@ -75,6 +76,10 @@ def test_kernels_are_started_and_stopped_by_the_quick_manager_and_client(tmp_pat
     executor = GraderExecute(config=config)
     assert executor.kernel_manager_class is QuickStopKernelManager
     assert import_item(executor.kernel_manager_class(config=config).client_class) is QuickReadyClient
+    client = QuickReadyClient()
+    socket = client.context.socket(zmq.DEALER)
+    assert socket.getsockopt(zmq.RECONNECT_IVL) == QuickReadyClient.RECONNECT_MS < 100  # ZeroMQ's: 100
+    socket.close(linger=0)
 
 
 def test_the_kernelspec_starts_the_grading_kernel_with_its_channel(tmp_path):
