@@ -18,6 +18,7 @@ Three layers against the attacks tests/test_hub_browser_xss.py tries:
    extension here.
 """
 
+import functools
 import html
 import re
 
@@ -40,6 +41,7 @@ KEPT_OUTPUT_TYPES = frozenset({"text/plain", "text/html", "text/markdown", "text
 KEPT_ATTACHMENT_TYPES = frozenset({"image/png", "image/jpeg", "image/gif"})
 EMPTY_GIF = "R0lGODlhAQABAAAAACwAAAAAAQABAAA="  # a 1x1 transparent GIF
 KEPT_NOTEBOOK_METADATA = frozenset({"kernelspec", "language_info", "nbgrader"})
+REMEMBERED_MARKDOWN = 8_000  # characters (the course's longest markdown cell has about 2,900)
 SAFE_GRADE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 HEAD = re.compile(r"<head(\s[^>]*)?>", re.IGNORECASE)
 RASTER_DATA = re.compile(r"^data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
@@ -69,11 +71,27 @@ def clean_html(text) -> str:
 
 
 def inert_markdown(source: str, attachments: dict) -> str:
-    """Return markdown rendered to cleaned HTML, as one HTML block that a later markdown pass leaves alone."""
+    """Return markdown rendered to cleaned HTML, as one HTML block that a later markdown pass leaves alone.
+
+    Most markdown on a class's pages is the instructor's, the same for every student: a cell without
+    attachments and no longer than REMEMBERED_MARKDOWN characters is rendered once per process and
+    remembered (256 at most: a student's cell may be megabytes long, and a grader's memory is shared).
+    """
+    if not attachments and len(source) <= REMEMBERED_MARKDOWN:
+        return _remembered_markdown(source)
+    return _inert_markdown(source, attachments)
+
+
+def _inert_markdown(source: str, attachments: dict) -> str:
     renderer = IPythonRenderer(escape=False, attachments=attachments, anchor_link_text="\u00b6")
     cleaned = clean_html(MarkdownWithMath(renderer=renderer).render(source))
     # A blank line would end the HTML block; a newline entity keeps the same text (inside <pre> too).
     return '<div class="inert-markdown">\n' + re.sub(r"\n[ \t]*(?=\n)", "&#10;", cleaned.strip()) + "\n</div>"
+
+
+@functools.lru_cache(maxsize=256)
+def _remembered_markdown(source: str) -> str:
+    return _inert_markdown(source, {})
 
 
 class InertStudentContent(Preprocessor):

@@ -229,3 +229,16 @@ def test_the_grader_server_renders_formgrader_inert_and_sandboxes_submitted_file
             del SubmissionFilesHandler.content_security_policy
         else:
             SubmissionFilesHandler.content_security_policy = saved
+
+
+def test_short_markdown_is_rendered_once_and_long_or_attached_markdown_every_time() -> None:
+    remembered = safe_html._remembered_markdown
+    remembered.cache_clear()
+    hostile = "# Task\n\n<img src=x onerror=alert(1)> and <script>alert(2)</script>"
+    first, again = safe_html.inert_markdown(hostile, {}), safe_html.inert_markdown(hostile, {})
+    assert first == again == safe_html._inert_markdown(hostile, {})
+    assert "onerror" not in first and "<script" not in first
+    assert remembered.cache_info().hits == 1
+    safe_html.inert_markdown("word " * (safe_html.REMEMBERED_MARKDOWN // 5 + 1), {})
+    safe_html.inert_markdown("![p](attachment:p.png)", {"p.png": {"image/png": "iVBORw0KGgo="}})
+    assert remembered.cache_info().currsize == 1  # neither was kept
