@@ -199,6 +199,41 @@ def test_scan_waits_for_nbgrader_to_finish_copying_a_submission(tmp_path: Path) 
     assert scan(place, queue) == 1, "a folder that never gets its secret is graded after the grace"
 
 
+def test_the_zygotes_start_importing_only_once_an_assignment_is_graded_on_submit(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    from autograder.hub import autograde_service
+    from autograder.hub.autograde_service import Place, Waiting, _loop
+
+    launched = []
+
+    class Recording:
+        def __init__(self, folder, env):
+            self.folder = folder
+
+        def launch(self, count):
+            launched.append(count)
+
+        def ready(self, count):
+            return ()
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(autograde_service, "Standby", Recording)
+    monkeypatch.setattr(autograde_service.shutil, "which", lambda name: f"/usr/bin/{name}")
+    place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
+    place.inbound.mkdir(parents=True)
+    waiting = Waiting(2)
+    _loop(place, 2, True, 4, waiting)
+    assert launched == [] and not waiting.launched  # no assignment graded on submit: no torch anywhere
+    place.queue().configure("ps01", True)
+    _loop(place, 2, True, 4, waiting)
+    assert launched == [2] and waiting.launched
+    _loop(place, 2, True, 4, waiting)
+    assert launched == [2]  # once
+    waiting.stop()
+
+
 # Deadlines, without a hub: the service itself on a scratch course and exchange
 
 class ScratchClass:

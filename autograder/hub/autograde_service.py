@@ -327,36 +327,66 @@ def run(place: Place, jobs: int | None = None, once: bool = False) -> None:
 
     os.umask(0o077)
     size = BATCH_PER_CORE * (jobs or default_jobs())
-    standby = start_standby(jobs or default_jobs())
+    waiting = Waiting(jobs or default_jobs())
     try:
-        _loop(place, jobs, once, size, standby)
+        _loop(place, jobs, once, size, waiting)
     finally:
-        if standby is not None:
-            standby.stop()
-            shutil.rmtree(standby.folder, ignore_errors=True)
+        waiting.stop()
 
 
-def start_standby(count: int) -> Standby | None:
-    """Start the zygotes that wait for the next submissions (where bubblewrap is: they serve no other
-    sandbox), so that a submission's kernel is forked at once, with torch already imported."""
-    from autograder.grading import scratch
-    from autograder.grading.worker import KEEP_ENV, zygote_environment
+@dataclass
+class Waiting:
+    """The zygotes that wait for the next submissions (where bubblewrap is: they serve no other sandbox), so
+    that a submission's kernel is forked at once, with torch already imported. They start importing once an
+    assignment is graded on submit: until then a hub holds no torch in memory and spends no CPU on it."""
 
-    if not shutil.which("bwrap"):
-        return None
-    folder = scratch.make_run_root()
-    standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV))
-    try:
-        standby.ready(count)
-    except (WarmStartError, OSError) as exc:
+    count: int
+    standby: Standby | None = None
+    launched: bool = False
+    checked: bool = False
+
+    def launch(self) -> None:
+        """Start the zygotes importing (once), without waiting for them."""
+        from autograder.grading import scratch
+        from autograder.grading.worker import KEEP_ENV, zygote_environment
+
+        if self.launched:
+            return
+        self.launched = True
+        if not shutil.which("bwrap"):
+            return
+        folder = scratch.make_run_root()
+        self.standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV))
+        try:
+            self.standby.launch(self.count)
+        except (WarmStartError, OSError) as exc:
+            self._give_up(exc)
+
+    def ready(self) -> Standby | None:
+        """Return the running zygotes (launched now if they were not), or None where they could not start."""
+        self.launch()
+        if self.standby is not None and not self.checked:
+            self.checked = True
+            try:
+                self.standby.ready(self.count)
+                logger.info(f"{self.count} zygotes wait for submissions (torch imported)")
+            except (WarmStartError, OSError) as exc:
+                self._give_up(exc)
+        return self.standby
+
+    def _give_up(self, exc: Exception) -> None:
         logger.info(f"no zygotes waiting (each batch starts its own): {exc}")
-        standby.stop()
-        return None
-    logger.info(f"{count} zygotes wait for submissions (torch imported)")
-    return standby
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the zygotes, if any were started."""
+        if self.standby is not None:
+            self.standby.stop()
+            shutil.rmtree(self.standby.folder, ignore_errors=True)
+            self.standby = None
 
 
-def _loop(place: Place, jobs: int | None, once: bool, size: int, standby: Standby | None) -> None:
+def _loop(place: Place, jobs: int | None, once: bool, size: int, waiting: Waiting) -> None:
     """Scan, grade, release, pass back, until stopped (or until nothing is left, with once)."""
     queue = place.queue()
     for e in queue.recover():
@@ -371,10 +401,12 @@ def _loop(place: Place, jobs: int | None, once: bool, size: int, standby: Standb
         logger.info("grade passback to the LMS is on")
     while True:
         scan(place, queue)
+        if not waiting.launched and queue.enabled():
+            waiting.launch()
         batch = queue.next_batch(size)
         if batch:
             try:
-                grade_batch(place, queue, batch, jobs, standby)
+                grade_batch(place, queue, batch, jobs, waiting.ready())
             except Exception:
                 logger.exception("grading a batch failed")
                 queue.recover()
