@@ -143,3 +143,21 @@ def test_process_children_finds_a_child_whatever_its_name_and_agrees_with_psutil
     finally:
         child.kill()
         child.wait()
+
+
+def test_removing_a_cap_ends_what_still_runs_in_it_and_nothing_else():
+    cap = sandbox.TaskCap.create(f"devicelab-test-{os.getpid()}")
+    if cap is None:
+        pytest.skip("this machine gives no cgroup with a pids controller")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    inside = subprocess.Popen(sleeper)
+    outside = subprocess.Popen(sleeper)
+    try:
+        cap.join(inside.pid)  # a kernel still tearing down when its worker's cap goes
+        cap.remove()
+        assert inside.wait(timeout=5) == -9 and not cap.path.exists()
+        assert outside.poll() is None
+    finally:
+        for process in (inside, outside):
+            process.kill()
+            process.wait()

@@ -273,8 +273,38 @@ class TaskCap:
         return str(self.path / "pids.events")
 
     def remove(self) -> None:
-        """Delete the cgroup (once its processes are gone)."""
-        _remove_dir(self.path)
+        """Delete the cgroup, ending whatever still runs in it (its worker has gone: what is left was started
+        for students, such as a kernel still tearing down on a busy machine)."""
+        for _ in range(250):  # 5 s
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                self.kill_members()
+                time.sleep(0.02)
+
+    def kill_members(self) -> None:
+        """SIGKILL every process in the cgroup (each through a pidfd checked to be in it still, so that a
+        number the system gave to another process meanwhile is never signalled)."""
+        try:
+            pids = [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return
+        for pid in pids:
+            try:
+                handle = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                where = {line.rsplit(":", 1)[-1] for line in Path(f"/proc/{pid}/cgroup").read_text().split()}
+                if f"/{self.path.name}" in where:
+                    signal.pidfd_send_signal(handle, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(handle)
 
 
 def refused_tasks(events_file: str) -> int:
