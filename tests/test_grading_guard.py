@@ -286,6 +286,11 @@ def test_tracing_starts_as_ipython_runs_the_tests_code_and_stops_after_it(shell)
         guard._stop_test()
         assert guard.findings == []
 
+        guard._start_test("assert True")  # IPython never ran it: something ran it without exec or eval
+        guard._stop_test()
+        assert guard.findings == ["ran a test without IPython running its code (so it could not be traced)"]
+        guard.findings = []
+
         guard._start_test("assert True")
         guard._exec((compile("assert True", "<cell-2>", "exec"),), ipython)
         sys.settrace(None)  # what a student's code would do to escape it

@@ -139,6 +139,22 @@ CHANNEL_FORGE = ("import json, os, sys, threading, time\n"
                  "        time.sleep(0.0002)\n\n"
                  "threading.Thread(target=_forge, daemon=True).start()\n")
 
+# Family 5b: a thread that waits for each test cell to be under way (IPython has stored its input, so the
+# guard has already looked), swaps `exec` for a C callable that takes its three arguments and runs nothing
+# (no Python frame for the tracer), and puts it back once IPython counts the cell done, before the guard
+# looks again.
+EXEC_SWAP = ("import builtins, sys, threading\n"
+             "_ip = get_ipython()\n_real = builtins.exec\n_stored = _ip.history_manager.input_hist_raw\n"
+             "sys.setswitchinterval(1e-6)\n\n"
+             "def _swap():\n    seen = len(_stored)\n    while True:\n"
+             "        if len(_stored) == seen:\n            continue\n"
+             "        seen, count = len(_stored), _ip.execution_count\n"
+             "        if 'assert' in _stored[-1]:\n"
+             "            setattr(builtins, 'ex' + 'ec', slice)\n"
+             "            while _ip.execution_count == count:\n                pass\n"
+             "            setattr(builtins, 'ex' + 'ec', _real)\n\n"
+             "threading.Thread(target=_swap, daemon=True).start()\n")
+
 # Family 5: patches that undo themselves before the guard looks again (installed by the answer the test
 # calls).
 TRANSIENT_CUSTOM_EXC = ("import types\n\n"
@@ -177,7 +193,7 @@ def _students() -> dict[str, nbformat.NotebookNode]:
         "guard-frames": appended(GUARD_FRAMES), "guard-globals": appended(GUARD_GLOBALS),
         "guard-gc-event-loop": appended(GUARD_EVENT_LOOP),
         "zmq-class-patch": appended(ZMQ_PATCH), "ctypes-code-swap": appended(CTYPES_CODE_SWAP),
-        "channel-forge": appended(CHANNEL_FORGE),
+        "channel-forge": appended(CHANNEL_FORGE), "exec-swap": appended(EXEC_SWAP),
         "transient-custom-exc": appended(TRANSIENT_CUSTOM_EXC),
         "transient-showtraceback": appended(TRANSIENT_SHOWTRACEBACK),
         "lying-objects": liar, "stand-in-torch": stand_in, "patched-torch-equal": patched,
@@ -192,6 +208,7 @@ FLAGS = {
     "guard-globals": r"input transformer|grader's own|record",
     "zmq-class-patch": r"Socket\.send_multipart", "ctypes-code-swap": r"ctypes|raw memory",
     "channel-forge": r"channel|record|background",
+    "exec-swap": r"without IPython running its code|exec|background|changed while it ran",
     "transient-custom-exc": r"test called|ran code the test",
     "transient-showtraceback": r"test called|ran code",
     "lying-objects": r"__eq__|__torch_function__|__len__|test called", "stand-in-torch": r"torch",

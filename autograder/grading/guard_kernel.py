@@ -467,6 +467,16 @@ def _test_names(source: str) -> tuple[frozenset, frozenset]:
     return frozenset(variables), frozenset(attributes)
 
 
+def _runs_code(source: str) -> bool:
+    """Return True for a cell of Python with statements: IPython runs it through `exec` (or `eval`), which
+    raise the audit event the tracer starts at. (Cells Python cannot parse, IPython's own syntax among them,
+    are not checked.)"""
+    try:
+        return bool(ast.parse(source).body)
+    except (SyntaxError, ValueError):
+        return False
+
+
 def _allowed_codes(names: frozenset, ns: dict) -> frozenset:
     """Return the code a test may call by name: functions it names, and the methods of classes it names."""
     codes = set()
@@ -598,6 +608,7 @@ class Guard:
         self.ns: dict | None = None  # the notebook's namespace
         self.machinery: frozenset = frozenset()
         self.test_file: list = [None]
+        self.test_runs_code = False  # the graded test cell running is Python with statements in it
         self.tracer = None
         self.tracer_cells: tuple = ()
         self.tracer_code = make_tracer({}, frozenset(), [None], frozenset(), frozenset()).__code__
@@ -758,12 +769,15 @@ class Guard:
                     and not _defined_by_library(value)):
                 self._note(f"shadows the builtin {name} in the notebook's namespace")
         self.test_file = [None]
+        self.test_runs_code = _runs_code(source)
         self.tracer = make_tracer(self.ns, self.machinery, self.test_file, attributes,
                                   _allowed_codes(names, self.ns), self.roots)
         self.tracer_cells = tuple((c, c.cell_contents) for c in self.tracer.__closure__ or ())
 
     def _stop_test(self) -> None:
         started = self.test_file[0] is not None  # (a cell of comments only never runs any code)
+        if self.test_runs_code and not started:
+            self._note("ran a test without IPython running its code (so it could not be traced)")
         self.quiet = True
         try:
             if sys.gettrace() is self.tracer and started:
