@@ -275,15 +275,7 @@ class TaskCap:
     def remove(self) -> None:
         """Delete the cgroup, ending whatever still runs in it (its worker has gone: what is left was started
         for students, such as a kernel still tearing down on a busy machine)."""
-        for _ in range(250):  # 5 s
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                self.kill_members()
-                time.sleep(0.02)
+        _remove_dir(self.path, tries=250, between=self.kill_members)  # 5 s at most
 
     def kill_members(self) -> None:
         """SIGKILL every process in the cgroup (each through a pidfd checked to be in it still, so that a
@@ -317,14 +309,16 @@ def refused_tasks(events_file: str) -> int:
     return int(fields[fields.index("max") + 1]) if "max" in fields else 0
 
 
-def _remove_dir(path: Path) -> None:
-    for _ in range(50):
+def _remove_dir(path: Path, tries: int = 50, between=lambda: None) -> None:
+    """Remove a cgroup folder, trying again every 20 ms while it is busy (`between` runs before each try)."""
+    for _ in range(tries):
         try:
             path.rmdir()
             return
         except FileNotFoundError:
             return
         except OSError:
+            between()
             time.sleep(0.02)
 
 

@@ -32,12 +32,7 @@ from autograder.cells import grade_id
 from autograder.course import course_config, course_directory, error_line
 from autograder.grading import guard_kernel
 from autograder.grading.attempt import AttemptReport, Failure, FailureKind, Job, Outcome, progress_events
-from autograder.grading.execution import (
-    NOT_RUN,
-    GraderExecute,
-    QuickReadyClient,
-    read_progress,
-)
+from autograder.grading.execution import NOT_RUN, GraderExecute, QuickReadyClient, read_progress
 from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.gradebook import set_extension
 from autograder.grading.restore import RestoreCells, read_notes

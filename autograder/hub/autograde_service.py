@@ -347,12 +347,12 @@ class Waiting:
 
     def launch(self) -> None:
         """Start the zygotes importing (once), without waiting for them."""
-        from autograder.grading import scratch
-        from autograder.grading.worker import KEEP_ENV, zygote_environment
-
         if self.launched:
             return
         self.launched = True
+        from autograder.grading import scratch
+        from autograder.grading.worker import KEEP_ENV, zygote_environment
+
         if not shutil.which("bwrap"):
             return
         folder = scratch.make_run_root()
