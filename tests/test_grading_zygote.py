@@ -178,6 +178,11 @@ def test_the_libraries_to_preload_are_those_the_notebooks_import(tmp_path):
     assert libraries_imported([torch_nn]) == ("torch",)
     assert libraries_imported([numpy_from, torch_nn]) == ("torch", "numpy")
     assert libraries_imported([magic_only, markdown]) == ()
+    # autograd or an optimizer: what torch imports at their first use (torch._dynamo) too; never without torch
+    training = notebook("e.ipynb", "import torch\nopt = torch.optim.SGD(params, lr=0.1)")
+    backward = notebook("f.ipynb", "import torch", "loss.backward()")
+    assert libraries_imported([training]) == libraries_imported([backward]) == ("torch", "torch._dynamo")
+    assert libraries_imported([notebook("g.ipynb", "import numpy\nloss.backward()")]) == ("numpy",)
 
 
 def test_a_warm_kernel_has_its_own_environment_and_nothing_of_the_zygotes(zygote, place, outside_port):

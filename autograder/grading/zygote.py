@@ -41,7 +41,11 @@ KERNEL_MODULES = ("IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipyke
                   "ipykernel.debugger", "sqlite3", "pdb", "faulthandler", "psutil", "resource",
                   "tornado.platform.asyncio")
 # Preloaded when the assignment imports them (`libraries_imported`), always for a Standby (any assignment).
-LIBRARIES = ("torch", "numpy")
+# torch._dynamo (and sympy, 900 modules, 1.2 s) is what torch imports at the first call of a function it wraps
+# in `_disable_dynamo`: an optimizer's constructor, autograd on the meta device. Preloaded when the
+# assignment's code uses autograd or optimizers (AUTOGRAD_NAMES), it is not paid again by every student.
+LIBRARIES = ("torch", "numpy", "torch._dynamo")
+AUTOGRAD_NAMES = frozenset({"backward", "optim"})
 # The holder's namespaces, in the order nsenter(1) joins them (user first: it grants the rights to the rest).
 # Not its PID namespace: the kernel gets one of its own (unshare refuses a new one after joining one).
 NAMESPACES = (("user", 0x10000000), ("cgroup", 0x02000000), ("ipc", 0x08000000), ("uts", 0x04000000),
@@ -151,7 +155,8 @@ class Zygote:
 
 
 def top_level_imports(source: str) -> set[str]:
-    """Return the top-level modules that Python source imports anywhere (SyntaxError: it cannot parse)."""
+    """Return the top-level modules that Python source imports anywhere (SyntaxError: it cannot parse), and
+    torch._dynamo where it uses a name of AUTOGRAD_NAMES (`loss.backward()`, `torch.optim.SGD`)."""
     import ast
 
     found: set[str] = set()
@@ -160,6 +165,8 @@ def top_level_imports(source: str) -> set[str]:
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found.add(node.module.split(".")[0])
+        elif (node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)) in AUTOGRAD_NAMES:
+            found.add("torch._dynamo")
     return found
 
 
@@ -178,6 +185,8 @@ def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:
                 found |= top_level_imports("".join(source) if isinstance(source, list) else str(source))
             except (SyntaxError, ValueError):
                 continue
+    if "torch" not in found:
+        found.discard("torch._dynamo")
     return tuple(name for name in LIBRARIES if name in found)
 
 
