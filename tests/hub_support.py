@@ -26,7 +26,7 @@ import pytest
 from autograder.grading.demo import solved
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
-from autograder.hub.install import find_proxy
+from autograder.hub.install import IMPORTS_CHECK, find_proxy
 from autograder.hub.settings import HubSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def free_port() -> int:
 def runs_as_nobody(python: str) -> bool:
     """Return whether an unprivileged account can run this interpreter and import the hub's packages."""
     done = subprocess.run(["runuser", "-u", "nobody", "--", python, "-c",
-                           "import jupyterhub, nbgrader, devicelab"],
+                           IMPORTS_CHECK.replace(", autograder", "")],  # autograder: the course's folder
                           capture_output=True, cwd="/", check=False)
     return done.returncode == 0
 

@@ -67,7 +67,11 @@ def _retyped_test() -> nbformat.NotebookNode:
 
 
 LOOP = "while True:\n        pass"
-DEAF_LOOP = "import signal\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n        pass"
+# Stuck, but not spinning: each spinning student burns a core for the whole time limit, taken from the rest
+# of the suite (the hostile class's `loop` is the one that spins).
+WAITING_LOOP = "import time\n    while True:\n        time.sleep(0.1)"
+DEAF_LOOP = ("import signal, time\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n"
+             "        time.sleep(0.1)")
 
 # student -> (files, expected status, expected score (of 3), pattern the detail must match)
 CLASS = {
@@ -297,9 +301,11 @@ def test_rerun_changes_nothing_and_an_interrupted_run_finishes_the_rest(graded, 
 
 
 def grading_in_background(tmp_path: Path, correct: int, saved: int) -> tuple[Path, dict, subprocess.Popen]:
-    """Start grading `correct` right students and one who loops; return once `saved` results are saved."""
+    """Start grading `correct` right students and one who never finishes; return once `saved` results are
+    saved."""
     course = make_course(tmp_path)
-    students = {f"s{k}": CLASS["correct"] for k in range(correct)} | {"loop": CLASS["loop"]}
+    students = {f"s{k}": CLASS["correct"] for k in range(correct)} | {
+        "loop": ({"tiny.ipynb": assignment(square=WAITING_LOOP)},)}
     write_class(course / "incoming", students, course)
     cmd = [sys.executable, "-m", "autograder", "grade", "tiny", str(course / "incoming"), "--course",
            str(course), "--jobs", "2", "--timeout", str(TIMEOUT), "--memory", str(MEMORY_MIB), "--quiet"]

@@ -75,6 +75,7 @@ def definition(db_url: str, course: str, assignment: str) -> dict | None:
 def register(root: Path, assignment: str, template: Path, db_url: str, course: str, scratch: Path) -> bool:
     """Define the assignment in the course gradebook as the template does; return False if it already was."""
     wanted = definition(f"sqlite:///{template / 'gradebook.db'}", course, assignment)
+    gbook.ensure_schema(db_url)  # a new gradebook: made here, not by nbgrader's `alembic heads` (1.2 s)
     if wanted is not None and definition(db_url, course, assignment) == wanted:
         return False
     gbook.generate_apart(root, assignment, scratch, db_url=db_url)

@@ -85,11 +85,17 @@ def _host(url: str) -> str:
     return urlsplit(url).hostname or ""
 
 
+# The hub's packages imported; the kernel's (devicelab imports torch: 2 s more) found and readable.
+IMPORTS_CHECK = ("import importlib.util, jupyterhub, nbgrader, autograder\n"
+                 "for name in ('devicelab', 'torch'):\n"
+                 "    open(importlib.util.find_spec(name).origin, 'rb').close()")
+
+
 def check_python(s: HubSettings) -> None:
     """Raise HubError unless the grader account can run the Python environment and import the hub's packages.
     """
-    done = accounts.run_as(s.grader, [s.python, "-c", "import jupyterhub, nbgrader, devicelab, autograder"],
-                           cwd=Path("/"), env={"PYTHONPATH": s.course_source}, check=False)
+    done = accounts.run_as(s.grader, [s.python, "-c", IMPORTS_CHECK], cwd=Path("/"),
+                           env={"PYTHONPATH": s.course_source}, check=False)
     if done.returncode != 0:
         raise HubError(f"other accounts cannot use {s.python} "
                        f"({(done.stderr or done.stdout).strip()[-300:]}). Every user's server runs it: make "
