@@ -155,24 +155,38 @@ class Zygote:
 
 
 def top_level_imports(source: str) -> set[str]:
-    """Return the top-level modules that Python source imports anywhere (SyntaxError: it cannot parse), and
-    torch._dynamo where it uses a name of AUTOGRAD_NAMES (`loss.backward()`, `torch.optim.SGD`)."""
+    """Return the top-level modules that Python source imports anywhere (SyntaxError: it cannot parse)."""
+    import ast
+
+    return _imports(ast.parse(source))
+
+
+def _imports(tree) -> set[str]:
     import ast
 
     found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found.add(node.module.split(".")[0])
-        elif (node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)) in AUTOGRAD_NAMES:
-            found.add("torch._dynamo")
     return found
 
 
+def _uses_autograd(tree) -> bool:
+    """Return whether code uses a name of AUTOGRAD_NAMES (`loss.backward()`, `torch.optim.SGD`)."""
+    import ast
+
+    return any((node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)) in AUTOGRAD_NAMES
+               for node in ast.walk(tree))
+
+
 def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:
-    """Return those of LIBRARIES that the notebooks' code cells import (cells Python cannot parse are skipped:
-    a library they alone import is imported in the kernel instead)."""
+    """Return those of LIBRARIES that the notebooks' code cells import, and torch._dynamo where they import
+    torch and use autograd or optimizers (cells Python cannot parse are skipped: a library they alone import
+    is imported in the kernel instead)."""
+    import ast
+
     found: set[str] = set()
     for path in notebooks:
         with open(path, encoding="utf-8") as handle:
@@ -182,9 +196,12 @@ def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:
                 continue
             source = cell.get("source", "")
             try:
-                found |= top_level_imports("".join(source) if isinstance(source, list) else str(source))
+                tree = ast.parse("".join(source) if isinstance(source, list) else str(source))
             except (SyntaxError, ValueError):
                 continue
+            found |= _imports(tree)
+            if _uses_autograd(tree):
+                found.add("torch._dynamo")
     if "torch" not in found:
         found.discard("torch._dynamo")
     return tuple(name for name in LIBRARIES if name in found)
