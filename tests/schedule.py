@@ -1,37 +1,40 @@
-"""The order in which the parallel run starts test modules: the longest first.
+"""The order in which the parallel run starts test modules.
 
 `make test` hands out whole modules to the workers (`--dist loadfile --no-loadscope-reorder`), in collection
-order, each worker taking the next module when it finishes one. Started last, a long module runs alone while
-the other worker idles: on 2026-11-26 one worker finished at 630 s and the other ran on to 972 s, the
-machine half idle, with the two longest hub tests. Started first, the long modules overlap each other and the
-short ones fill in at the end (longest processing time first).
+order, each worker taking the next module when it has two tests or fewer left. The suite is CPU-bound on the
+project's 2-core machine except where the hub tests wait (for a time limit, a server, a batch): on
+2026-11-26 the cores were idle for 160 s of a 782 s run, most of it while test_hub_autograde and
+test_hub_end_to_end waited side by side. Started in this order (found by simulating the two workers on each
+test's CPU and wall time measured alone, then checked by a full run), the hub modules, which mostly wait,
+mostly run on one worker beside the grading and notebook modules, which use the cores, on the other; the long
+ones start early, the short ones fill in at the end.
 """
 
 from collections.abc import Sequence
 
-# Test modules by their time in a full parallel run on the project's 2-core machine (2026-11-26), longest
-# first; every other module follows them in collection order.
+# Test modules in the order they start, with their CPU and wall seconds when run alone on the project's
+# 2-core machine (2026-11-26); every other module follows them in collection order.
 LONGEST_FIRST = (
-    "test_hub_autograde",  # 198 s
-    "test_grading_nbgrader_compat",  # 198 s
-    "test_grading_honest_answers",  # 140 s
-    "test_hub_redteam",  # 118 s
-    "test_hub_end_to_end",  # 113 s
-    "test_grading_end_to_end",  # 110 s
-    "test_lessons",  # 99 s
-    "test_colab",  # 87 s
-    "test_hub_lti",  # 71 s
-    "test_browser",  # 70 s
-    "test_hub_browser_xss",  # 58 s
-    "test_validate",  # 48 s
-    "test_grading_tamper",  # 43 s
-    "test_hub_hidden_tests",  # 43 s
-    "test_grading_zygote",  # 41 s
-    "test_hub_server_limits",  # 37 s
-    "test_hub_lti_browser",  # 30 s
-    "test_grading_tamper_round2",  # 28 s
-    "test_hub_browser",  # 25 s
-    "test_grading_honest_corpus",  # 22 s
+    "test_hub_lti",  # CPU 46, wall 47
+    "test_hub_autograde",  # CPU 119, wall 195
+    "test_grading_nbgrader_compat",  # CPU 121, wall 81
+    "test_lessons",  # CPU 48, wall 48
+    "test_grading_honest_answers",  # CPU 85, wall 53
+    "test_grading_tamper",  # CPU 45, wall 35
+    "test_hub_server_limits",  # CPU 21, wall 25
+    "test_hub_hidden_tests",  # CPU 38, wall 35
+    "test_grading_tamper_round2",  # CPU 25, wall 25
+    "test_hub_end_to_end",  # CPU 63, wall 112
+    "test_hub_browser_xss",  # CPU 43, wall 53
+    "test_hub_browser",  # CPU 49, wall 45
+    "test_browser",  # CPU 91, wall 75
+    "test_grading_end_to_end",  # CPU 93, wall 96
+    "test_hub_lti_browser",  # CPU 29, wall 28
+    "test_colab",  # CPU 69, wall 71
+    "test_validate",  # CPU 40, wall 51
+    "test_hub_redteam",  # CPU 65, wall 67
+    "test_grading_zygote",  # CPU 38, wall 40
+    "test_grading_honest_corpus",  # CPU 19, wall 12
 )
 
 

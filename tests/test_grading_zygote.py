@@ -81,11 +81,17 @@ def place(tmp_path):
     return tmp_path, isolation
 
 
-@pytest.fixture
-def zygote(tmp_path):
+def start_zygote(folder: Path) -> Zygote:
+    """Start a zygote that preloads torch and numpy (what the probe imports) in `folder`."""
     env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "PYTHONNOUSERSITE": "1", "HOME": str(tmp_path)}
-    started = Zygote.start(str(tmp_path / "zygote"), env)
+           "PYTHONNOUSERSITE": "1", "HOME": str(folder)}
+    return Zygote.start(str(folder / "zygote"), env, libraries=("torch", "numpy"))
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    """One zygote for the module's kernels, as a grading worker's serves one student after another."""
+    started = start_zygote(tmp_path_factory.mktemp("zygote"))
     yield started
     started.stop()
 
@@ -288,7 +294,8 @@ def test_the_zygote_answers_only_its_own_user(zygote):
     assert out.stdout.startswith("refused") or out.stdout.strip() == "b''", out.stderr
 
 
-def test_where_warm_start_fails_the_kernel_starts_cold(zygote, place, outside_port):
+def test_where_warm_start_fails_the_kernel_starts_cold(tmp_path, place, outside_port):
+    zygote = start_zygote(tmp_path)
     zygote.stop()  # no zygote to answer: the launcher becomes the cold command
     done = launch(zygote, place, "a", "0", outside_port)
     assert done.returncode == 0 and "warm start failed" in done.stderr
