@@ -4,10 +4,10 @@
 order, each worker taking the next module when it has two tests or fewer left. The suite is CPU-bound on the
 project's 2-core machine except where the hub tests wait (for a time limit, a server, a batch): on
 2026-11-26 the cores were idle for 160 s of a 782 s run, most of it while test_hub_autograde and
-test_hub_end_to_end waited side by side. Started in this order (found by simulating the two workers on each
-test's CPU and wall time measured alone, then checked by a full run), the hub modules, which mostly wait,
-mostly run on one worker beside the grading and notebook modules, which use the cores, on the other; the long
-ones start early, the short ones fill in at the end.
+test_hub_end_to_end waited side by side. In this order (found by `benchmarks/suite_time.py order`, which
+simulates the two workers on each test's CPU and wall time measured alone; then checked by a full run), the
+hub modules, which mostly wait, mostly run on one worker beside the grading and notebook modules, which use
+the cores, on the other; the long ones start early, the short ones fill in at the end.
 """
 
 from collections.abc import Sequence
