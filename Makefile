@@ -5,6 +5,10 @@ PY     := $(VENV)/bin/python
 # Re-install whenever the dependency list changes.
 STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
+# Which PyTorch to install, as a pip requirement: empty lets pip choose (on Linux that is the CUDA build, 5 GB
+# unpacked). On a machine without an NVIDIA GPU, PyTorch's CPU-only build does everything the course runs there in
+# a tenth of the space: e.g. make venv TORCH='torch==2.13.0+cpu' PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH  ?=
 # Whole test modules to each worker, the longest first (tests/schedule.py), so that none is left to run alone.
 DIST   := --dist loadfile --no-loadscope-reorder
 # An environment shaped like Google Colab's, for tests/test_colab.py: ipywidgets 7.7.1, ipykernel 6,
@@ -32,6 +36,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || { echo "Creating the virtual environment in $(VENV)/"; $(PYTHON) -m venv $(VENV); }
 	@echo "Installing the course and its tools (torch is large: the first time takes a few minutes)"
 	$(PY) -m pip install --upgrade --progress-bar on pip
+	$(if $(TORCH),$(PY) -m pip install --progress-bar on "$(TORCH)")
 	$(PY) -m pip install --progress-bar on -e ".[dev]"
 	$(SLOW_VALIDATOR_OFF)
 	@touch $(STAMP)
@@ -40,7 +45,7 @@ venv: $(STAMP)  ## Create or update the virtual environment
 
 $(COLAB_STAMP): pyproject.toml $(wildcard devicelab/*.py devicelab/*/*.py)
 	@test -x $(COLAB_VENV)/bin/python || $(PYTHON) -m venv $(COLAB_VENV)
-	$(COLAB_VENV)/bin/python -m pip install --quiet --progress-bar off --no-compile torch numpy matplotlib tqdm "ipywidgets==7.7.1" "ipykernel>=6,<7" "notebook>=6.5,<7"
+	$(COLAB_VENV)/bin/python -m pip install --quiet --progress-bar off --no-compile "$(or $(TORCH),torch)" numpy matplotlib tqdm "ipywidgets==7.7.1" "ipykernel>=6,<7" "notebook>=6.5,<7"
 	rm -rf build/lib build/bdist.*  # setuptools reuses build/lib: a stale copy would slip old packages into the wheel
 	$(COLAB_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall .
 	$(COLAB_VENV)/bin/python -m ipykernel install --prefix $(COLAB_VENV) --name colab-like --display-name "Colab-like"
