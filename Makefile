@@ -13,13 +13,18 @@ TORCH  ?=
 DIST   := --dist loadfile --no-loadscope-reorder
 # An environment shaped like Google Colab's, for tests/test_colab.py: ipywidgets 7.7.1, ipykernel 6,
 # no nbgrader, no JupyterLab, and the helper package installed without its dependencies. Only the test suite uses
-# it (as the user who built it), so its modules are compiled when first imported, not all of torch's at install.
+# it (as the user who built it), so its modules are compiled when first imported, not all of torch's at install:
+# its kernels keep what they compile even where PYTHONDONTWRITEBYTECODE is set, as Colab's own do.
 COLAB_VENV  := .colab-venv
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 # jsonschema (through nbformat, jupyter_events, nbgrader) imports rfc3987_syntax when it is installed, which builds
 # some 30 Lark parsers at import: 1.3 s of CPU in every Jupyter server, nbgrader command and grader, for an `iri`
 # format no Jupyter schema uses (python-jsonschema/jsonschema#1428). Without it jsonschema skips that format.
 SLOW_VALIDATOR_OFF = $(PY) -m pip uninstall --yes --quiet rfc3987-syntax
+# The course's own packages are installed editable, so pip compiles none of them. Where PYTHONDONTWRITEBYTECODE is
+# set, every grader, kernel and hub process of the test suite would compile them again (0.2 s of CPU each):
+# compile them before the tests (quick when nothing changed; Python checks each file's time and size).
+COMPILE_COURSE = $(PY) -m compileall -q -j 0 devicelab autograder tests benchmarks
 # `make lab` adds this Jupyter config folder: it switches off nbgrader's instructor tools (a student's view).
 STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student
 # JupyterLab refuses to run as root unless told (containers, cloud VMs).
@@ -61,9 +66,11 @@ lab-instructor: $(STAMP)  ## Open the course in JupyterLab with nbgrader's instr
 
 test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks and browser included)
 	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
+	$(COMPILE_COURSE)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) $(DIST) --durations=25
 
 test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
+	$(COMPILE_COURSE)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not notebook and not bench" -n $(JOBS) $(DIST)
 
 build: $(STAMP)  ## Regenerate release/ from source/

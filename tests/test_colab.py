@@ -109,7 +109,10 @@ def colab_kernel(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         # where the runner finds the kernel
         patch.setenv("JUPYTER_PATH", str(COLAB_VENV / "share" / "jupyter"))
-        yield {**os.environ, "IPYTHONDIR": str(ipython_dir)}
+        # Colab's Python keeps what it compiles; without that, every kernel here would compile torch again
+        # where the machine sets PYTHONDONTWRITEBYTECODE (the environment is installed without compiling)
+        kept = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        yield {**kept, "IPYTHONDIR": str(ipython_dir)}
 
 
 def test_colab_environment_is_shaped_like_colab(colab_kernel, tmp_path):
@@ -119,6 +122,19 @@ def test_colab_environment_is_shaped_like_colab(colab_kernel, tmp_path):
     out = subprocess.run([COLAB_VENV / "bin" / "python", "-c", probe], capture_output=True, text=True,
                          check=True, cwd=tmp_path)
     assert out.stdout.split() == ["7.7.1", "6", "True", "True"]
+
+
+def test_colab_kernels_keep_what_they_compile(colab_kernel, tmp_path):
+    machine = {**colab_kernel, "PYTHONDONTWRITEBYTECODE": "1"}  # as on a machine that sets it
+    kept = {}
+    for name, env in (("machine", machine), ("kernel", colab_kernel)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "lesson_helpers.py").write_text("X = 1\n")
+        subprocess.run([COLAB_VENV / "bin" / "python", "-c", "import lesson_helpers"], check=True, cwd=folder,
+                       env=env)
+        kept[name] = any((folder / "__pycache__").glob("lesson_helpers.*.pyc"))
+    assert kept == {"machine": False, "kernel": True}
 
 
 def test_the_wheel_colab_installs_carries_the_student_package_only(colab_kernel, tmp_path):
