@@ -5,9 +5,9 @@ PY     := $(VENV)/bin/python
 # Re-install whenever the dependency list changes.
 STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
-# Which PyTorch to install, as a pip requirement: empty lets pip choose (on Linux that is the CUDA build, 5 GB
-# unpacked). On a machine without an NVIDIA GPU, PyTorch's CPU-only build does everything the course runs there in
-# a tenth of the space: e.g. make venv TORCH='torch==2.13.0+cpu' PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Which PyTorch to install, as a pip requirement: empty lets pip choose (on Linux that is the CUDA build, 5.3 GB
+# with its libraries). On a machine without an NVIDIA GPU, PyTorch's CPU-only build runs the course in under 1 GB:
+# make venv TORCH='torch==2.13.0+cpu' PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu (README).
 TORCH  ?=
 # Whole test modules to each worker, the longest first (tests/schedule.py), so that none is left to run alone.
 DIST   := --dist loadfile --no-loadscope-reorder
