@@ -23,15 +23,14 @@ COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 SLOW_VALIDATOR_OFF = $(PY) -m pip uninstall --yes --quiet rfc3987-syntax
 # The course's own packages are installed editable, so pip compiles none of them. Where PYTHONDONTWRITEBYTECODE is
 # set, every grader, kernel and hub process of the test suite would compile them again (0.2 s of CPU each):
-# compile them before the tests (quick when nothing changed; Python checks each file's time and size).
-COMPILE_COURSE = $(PY) -m compileall -q -j 0 devicelab autograder tests benchmarks
+# `make compile` does so before the tests (quick when nothing changed; Python checks each file's time and size).
 # `make lab` adds this Jupyter config folder: it switches off nbgrader's instructor tools (a student's view).
 STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student
 # JupyterLab refuses to run as root unless told (containers, cloud VMs).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv colab-env lab lab-instructor test test-fast build tidy validate lint mywork clean-venv
+.PHONY: help venv colab-env lab lab-instructor test test-fast compile build tidy validate lint mywork clean-venv
 
 help:  ## List the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,12 +65,15 @@ lab-instructor: $(STAMP)  ## Open the course in JupyterLab with nbgrader's instr
 
 test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks and browser included)
 	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
-	$(COMPILE_COURSE)
+	@$(MAKE) --no-print-directory compile
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) $(DIST) --durations=25
 
 test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
-	$(COMPILE_COURSE)
+	@$(MAKE) --no-print-directory compile
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not notebook and not bench" -n $(JOBS) $(DIST)
+
+compile: $(STAMP)  ## Compile the course's own packages, which an editable install leaves uncompiled (make test does)
+	$(PY) -m compileall -q -j 0 devicelab autograder tests benchmarks
 
 build: $(STAMP)  ## Regenerate release/ from source/
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder build

@@ -105,6 +105,7 @@ def measure(pytest_args: list[str]) -> None:
            "SUITE_TIME_OUT": str(OUT), "PYTHONPATH": str(Path(__file__).parent),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     args = pytest_args or ["-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder"]
+    subprocess.run(["make", "--no-print-directory", "compile"], cwd=ROOT, check=True)  # as `make test` does
     (run_group / "cgroup.procs").write_text(str(os.getpid()))  # the controller (and what it starts) too
     before, started = _usage(run_group), time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_time", "-q", *args], cwd=ROOT,
