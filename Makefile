@@ -5,8 +5,8 @@ PY     := $(VENV)/bin/python
 # Re-install whenever the dependency list changes.
 STAMP  := $(VENV)/.installed-stamp
 JOBS   ?= auto
-# Which PyTorch to install, as a pip requirement: empty lets pip choose (on Linux that is the CUDA build, 5.3 GB
-# with its libraries). On a machine without an NVIDIA GPU, PyTorch's CPU-only build runs the course in under 1 GB:
+# Which PyTorch to install, as a pip requirement: empty lets pip choose (on Linux that is the CUDA build, 5.3 GiB
+# with its libraries). On a machine without an NVIDIA GPU, PyTorch's CPU-only build runs the course in under 1 GiB:
 # make venv TORCH='torch==2.13.0+cpu' PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu (README).
 TORCH  ?=
 # Whole test modules to each worker, the longest first (tests/schedule.py), so that none is left to run alone.
