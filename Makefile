@@ -21,9 +21,6 @@ COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 # some 30 Lark parsers at import: 1.3 s of CPU in every Jupyter server, nbgrader command and grader, for an `iri`
 # format no Jupyter schema uses (python-jsonschema/jsonschema#1428). Without it jsonschema skips that format.
 SLOW_VALIDATOR_OFF = $(PY) -m pip uninstall --yes --quiet rfc3987-syntax
-# The course's own packages are installed editable, so pip compiles none of them. Where PYTHONDONTWRITEBYTECODE is
-# set, every grader, kernel and hub process of the test suite would compile them again (0.2 s of CPU each):
-# `make compile` does so before the tests (quick when nothing changed; Python checks each file's time and size).
 # `make lab` adds this Jupyter config folder: it switches off nbgrader's instructor tools (a student's view).
 STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student
 # JupyterLab refuses to run as root unless told (containers, cloud VMs).
@@ -72,6 +69,9 @@ test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
 	@$(MAKE) --no-print-directory compile
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not notebook and not bench" -n $(JOBS) $(DIST)
 
+# The course's own packages are installed editable, so pip compiles none of them. Where PYTHONDONTWRITEBYTECODE is
+# set, every grader, kernel and hub process of the test suite would compile them again (0.2 s of CPU each), so the
+# tests compile them first (quick when nothing changed: Python checks each file's time and size).
 compile: $(STAMP)  ## Compile the course's own packages, which an editable install leaves uncompiled (make test does)
 	$(PY) -m compileall -q -j 0 devicelab autograder tests benchmarks
 

@@ -120,17 +120,24 @@ def measure(pytest_args: list[str]) -> None:
 
 
 def load() -> list[Timed]:
+    """Return the tests of the last measured run, their start counted from the run's first test."""
     lines = [json.loads(line) for line in OUT.read_text(encoding="utf-8").splitlines()]
     first = min(line["start"] for line in lines)
     return [Timed(line["test"].split("::")[0].rsplit("/", 1)[-1].removesuffix(".py"), line["worker"],
                  line["start"] - first, line["wall"], line["cpu"]) for line in lines]
 
 
-def report(tests: list[Timed], at_least: float = 5.0) -> None:
-    """Print each module over `at_least` seconds: worker, start, end, CPU, wall and wall not spent on CPU."""
+def by_module(tests: list[Timed]) -> dict[str, list[Timed]]:
+    """Return the tests grouped by module, in the order the modules first appear."""
     modules: dict[str, list[Timed]] = defaultdict(list)
     for test in tests:
         modules[test.module].append(test)
+    return modules
+
+
+def report(tests: list[Timed], at_least: float = 5.0) -> None:
+    """Print each module over `at_least` seconds: worker, start, end, CPU, wall and wall not spent on CPU."""
+    modules = by_module(tests)
     print(f"{'worker':6} {'start':>6} {'end':>6} {'CPU':>6} {'wall':>6} {'waits':>6}  module")
     for name, group in sorted(modules.items(), key=lambda kv: min(t.start for t in kv[1])):
         cpu, wall = sum(t.cpu for t in group), sum(t.wall for t in group)
@@ -175,9 +182,7 @@ def simulate(order: list[str], modules: dict[str, list[Timed]], step: float = 0.
 
 def order(tests: list[Timed], long_s: float = 20.0, tries: int = 3000, seed: int = 1) -> list[str]:
     """Return the long modules in the order the simulation finishes soonest with (a local search)."""
-    modules: dict[str, list[Timed]] = defaultdict(list)
-    for test in tests:
-        modules[test.module].append(test)
+    modules = by_module(tests)
     long = [m for m, group in modules.items() if sum(t.wall for t in group) >= long_s]
     rest = [m for m in modules if m not in long]
     rng = random.Random(seed)

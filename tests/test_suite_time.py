@@ -1,7 +1,7 @@
 """The suite-time benchmark's simulation of two workers (benchmarks/suite_time.py), which orders
 tests/schedule.py."""
 
-from benchmarks.suite_time import Timed, order, simulate
+from benchmarks.suite_time import Timed, by_module, order, simulate
 
 
 def module(name: str, tests: int, cpu: float, wall: float) -> list[Timed]:
@@ -30,7 +30,7 @@ def test_a_worker_takes_the_next_module_when_it_has_two_tests_left():
 
 def test_the_order_found_starts_the_long_waiting_module_beside_the_busy_ones(capsys):
     timed = [*module("hub", 4, 0, 120), *module("grade", 4, 120, 60), *module("lessons", 4, 60, 60)]
-    modules = {m: [t for t in timed if t.module == m] for m in ("hub", "grade", "lessons")}
+    modules = by_module(timed)
     found = order(timed, long_s=20, tries=200)
     assert found[-1] != "hub"  # started last, the hub's two minutes of waiting would end the run alone
     assert simulate(found, modules) < simulate(["grade", "lessons", "hub"], modules)
