@@ -179,16 +179,30 @@ def nbgrader(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
     return [tuple(result) for result in json.loads(results.read_text())]
 
 
+def define_assignments(folder: Path, course: Course) -> None:
+    """Define the course's assignments (with the due date) in a new gradebook, as `nbgrader db assignment add`
+    does (the same Gradebook call, in this process: no Python and no `alembic heads` process per course)."""
+    from nbgrader.api import Gradebook
+
+    from autograder.course import course_directory
+    from autograder.grading.gradebook import ensure_schema
+
+    directory = course_directory(folder)
+    ensure_schema(directory.db_url)
+    with Gradebook(directory.db_url, directory.course_id) as gb:
+        for assignment in course.sources:
+            gb.update_or_create_assignment(assignment, duedate=course.duedate)
+
+
 def prepare(name: str, folder: Path) -> None:
     """Write a course and define its assignments (with the due date) in its gradebook."""
     course = COURSES[name]
     course.write(folder)
-    due = ["--duedate", course.duedate] if course.duedate else []
-    commands = [["db", "assignment", "add", assignment, *due] for assignment in course.sources]
+    define_assignments(folder, course)
     released = {assignment: where for (course_name, assignment), where in RELEASED.items()
                 if course_name == name}
-    commands += [["generate_assignment", assignment, "--force"] for assignment in released]
-    for args, (code, log) in zip(commands, nbgrader(folder, *commands), strict=True):
+    commands = [["generate_assignment", assignment, "--force"] for assignment in released]
+    for args, (code, log) in zip(commands, nbgrader(folder, *commands) if commands else [], strict=True):
         assert code == 0, f"nbgrader {' '.join(args)}: {log[-2000:]}"
     for assignment, (student, notebook) in released.items():
         target = folder / "submitted" / student / assignment
