@@ -5,17 +5,31 @@
 Run in the course folder. Each command is nbgrader's own application, set up, started and reset by
 `nbgrader.tests.run_nbgrader`, so a course graded this way pays Python's and nbgrader's start-up once instead
 of once per command. Writes [[exit status, nbgrader's log], ...] to RESULTS.json, one per command (a command
-that failed gives status 1 and the helper's message in place of the log).
+that failed gives status 1 and the helper's message in place of the log). Tests call it through
+`in_one_python`.
 """
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
-from nbgrader.tests import run_nbgrader
+
+def in_one_python(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
+    """Run nbgrader commands in a course folder in one Python, as nbgrader's tests do; return each outcome."""
+    from autograder.course import with_venv_on_path
+
+    results = folder.parent / f"{folder.name}-nbgrader.json"
+    done = subprocess.run([sys.executable, __file__, str(results), json.dumps(commands)], cwd=folder,
+                          env=with_venv_on_path(), capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [tuple(result) for result in json.loads(results.read_text())]
 
 
 def run(args: list[str]) -> tuple[int, str]:
     """Run one command; return its exit status and its log."""
+    from nbgrader.tests import run_nbgrader
+
     try:
         return 0, run_nbgrader(args)
     except AssertionError as failed:  # the helper's way of saying the command did not exit 0

@@ -9,7 +9,6 @@ their gradebooks are compared student by student: scores, max scores, what needs
 penalties. Nothing is hard-coded: whatever nbgrader gives is the expected answer.
 """
 
-import json
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
+from tests.nbgrader_commands import in_one_python
 from tests.once_per_run import once_per_run
 
 pytestmark = pytest.mark.notebook
@@ -169,16 +169,6 @@ COURSES = {
 RELEASED = {("hidden-and-missing", "hidden"): ("foo", "p1.ipynb")}
 
 
-def nbgrader(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
-    """Run nbgrader commands in a course folder in one Python, as nbgrader's tests do; return each outcome."""
-    results = folder.parent / f"{folder.name}-nbgrader.json"
-    script = Path(__file__).with_name("nbgrader_commands.py")
-    done = subprocess.run([sys.executable, str(script), str(results), json.dumps(commands)], cwd=folder,
-                          env=with_venv_on_path(), capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return [tuple(result) for result in json.loads(results.read_text())]
-
-
 def define_assignments(folder: Path, course: Course) -> None:
     """Define the course's assignments (with the due date) in a new gradebook, as `nbgrader db assignment add`
     does (the same Gradebook call, in this process: no Python and no `alembic heads` process per course)."""
@@ -202,7 +192,7 @@ def prepare(name: str, folder: Path) -> None:
     released = {assignment: where for (course_name, assignment), where in RELEASED.items()
                 if course_name == name}
     commands = [["generate_assignment", assignment, "--force"] for assignment in released]
-    for args, (code, log) in zip(commands, nbgrader(folder, *commands) if commands else [], strict=True):
+    for args, (code, log) in zip(commands, in_one_python(folder, *commands) if commands else [], strict=True):
         assert code == 0, f"nbgrader {' '.join(args)}: {log[-2000:]}"
     for assignment, (student, notebook) in released.items():
         target = folder / "submitted" / student / assignment
@@ -243,8 +233,9 @@ def grade_both(name: str, base: Path) -> dict:
     assignments = list(COURSES[name].sources)
     commands = [[command, assignment, *(["--force"] if command == "generate_assignment" else [])]
                 for assignment in assignments for command in ("generate_assignment", "autograde")]
+    plain_outcomes = in_one_python(plain, *commands)
     outcome = {"plain": [[args[0], args[1], code, log[-1500:]]
-                         for args, (code, log) in zip(commands, nbgrader(plain, *commands), strict=True)],
+                         for args, (code, log) in zip(commands, plain_outcomes, strict=True)],
                "ours": []}
     for assignment in assignments:
         if (ours / "submitted").is_dir():
