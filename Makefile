@@ -12,7 +12,7 @@ TORCH  ?=
 # Which installer: pip by default; `make venv colab-env UV=uv` installs with uv (https://docs.astral.sh/uv/)
 # instead: the same packages in a fraction of the time (downloads and unpacking in parallel, and torch unpacked
 # once into uv's cache, then hard-linked into both environments). CI installs this way (.ci/run). uv reads
-# its own settings, not pip's (README, "Running on a GPU").
+# its own settings, not pip's (README, where it says how to install).
 UV     ?=
 ifeq ($(strip $(UV)),)
 new_venv      = $(PYTHON) -m venv $(1)

@@ -16,8 +16,12 @@ from pathlib import Path
 
 
 def in_one_python(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
-    """Run nbgrader commands in a course folder in one Python, as nbgrader's tests do; return each outcome."""
+    """Run nbgrader commands in a course folder in one Python, as nbgrader's tests do; return each outcome
+    (none asked: no Python started)."""
     from autograder.course import with_venv_on_path
+
+    if not commands:
+        return []
 
     results = folder.parent / f"{folder.name}-nbgrader.json"
     done = subprocess.run([sys.executable, __file__, str(results), json.dumps(commands)], cwd=folder,

@@ -192,7 +192,7 @@ def prepare(name: str, folder: Path) -> None:
     released = {assignment: where for (course_name, assignment), where in RELEASED.items()
                 if course_name == name}
     commands = [["generate_assignment", assignment, "--force"] for assignment in released]
-    for args, (code, log) in zip(commands, in_one_python(folder, *commands) if commands else [], strict=True):
+    for args, (code, log) in zip(commands, in_one_python(folder, *commands), strict=True):
         assert code == 0, f"nbgrader {' '.join(args)}: {log[-2000:]}"
     for assignment, (student, notebook) in released.items():
         target = folder / "submitted" / student / assignment
