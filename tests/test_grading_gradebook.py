@@ -91,3 +91,30 @@ def test_a_second_run_finds_the_gradebook_busy_until_the_first_lets_go(tmp_path)
         first.join(60)
     with locked(db_url):  # free again once the first run has finished
         assert (tmp_path / "gradebook.db.lock").exists()
+
+
+def test_gradebooks_share_an_engine_per_database_and_process_and_still_let_go_of_the_file(tmp_path,
+                                                                                           monkeypatch):
+    import os
+
+    import nbgrader.api
+
+    monkeypatch.setattr(nbgrader.api, "create_engine", nbgrader.api.create_engine)  # undone afterwards
+    gradebook.share_engines()
+    gradebook.share_engines()  # twice changes nothing
+    first, other = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    with Gradebook(first) as gb:
+        gb.update_or_create_student("ada")
+        engine = gb.engine
+    assert engine.pool.checkedout() == 0  # closed: no connection holds the file
+    with Gradebook(first) as gb, Gradebook(other) as elsewhere:
+        assert gb.engine is engine and elsewhere.engine is not engine
+        assert [s.id for s in gb.students] == ["ada"] and elsewhere.students == []
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked worker gets an engine of its own, never its parent's
+        with Gradebook(first) as gb:
+            os.write(write, b"own" if gb.engine is not engine and gb.students else b"parent's")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"own"

@@ -9,6 +9,8 @@ silently keeping the old total.
 
 import contextlib
 import datetime
+import functools
+import os
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -21,6 +23,30 @@ from autograder.grading.errors import GenerateFailed, GradebookBusy
 from autograder.grading.results import Status, StudentResult
 
 AUTOTESTS = "autotests.yml"
+
+
+def share_engines() -> None:
+    """Make nbgrader's Gradebooks in this process share one SQLAlchemy engine per database and process.
+
+    nbgrader opens a Gradebook a dozen times for one student's autograde, each with an engine of its own, and
+    an engine's cache of compiled SQL dies with it: a quarter of a worker's CPU went into compiling the same
+    queries again. `Gradebook.close` still disposes of the engine's connections, so no file stays open.
+    """
+    import nbgrader.api
+
+    if getattr(nbgrader.api.create_engine, "shared", False):
+        return
+    create = nbgrader.api.create_engine
+
+    @functools.lru_cache(maxsize=8)  # a worker's scratch gradebooks come one student after another
+    def engine_of(pid: int, url: str, options: tuple) -> object:
+        return create(url, **dict(options))
+
+    def shared_engine(url, **kwargs):
+        return engine_of(os.getpid(), str(url), tuple(sorted(kwargs.items())))  # a forked worker: its own
+
+    shared_engine.shared = True
+    nbgrader.api.create_engine = shared_engine
 
 
 def course_db_url(root: Path) -> str:

@@ -230,6 +230,7 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
     Raises a GradingError subclass (errors.py) when the run cannot start or go on.
     """
     root = root.resolve()
+    gbook.share_engines()
     # as nbgrader does: plugins (late penalties, exporters) live beside the config
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
