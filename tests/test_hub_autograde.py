@@ -201,17 +201,21 @@ def test_scan_waits_for_nbgrader_to_finish_copying_a_submission(tmp_path: Path) 
 
 def test_the_zygotes_start_importing_only_once_an_assignment_is_graded_on_submit(tmp_path: Path,
                                                                                    monkeypatch) -> None:
+    """And they import what the assignments turned on import: nothing heavy for one without torch; torch
+    (once more, in new zygotes) when one that imports it is turned on too; nothing again after that."""
     from autograder.hub import autograde_service
     from autograder.hub.autograde_service import Place, Waiting, _loop
+    from tests.factories import tiny_assignment
 
     launched = []
 
     class Recording:
-        def __init__(self, folder, env):
+        def __init__(self, folder, env, libraries):
             self.folder = folder
+            self.libraries = libraries
 
         def launch(self, count):
-            launched.append(count)
+            launched.append((count, self.libraries))
 
         def ready(self, count):
             return ()
@@ -223,14 +227,24 @@ def test_the_zygotes_start_importing_only_once_an_assignment_is_graded_on_submit
     monkeypatch.setattr(autograde_service.shutil, "which", lambda name: f"/usr/bin/{name}")
     place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
     place.inbound.mkdir(parents=True)
+    for name, first_cell in (("tiny", None), ("ps01", "import torch\nimport numpy as np")):
+        nb = tiny_assignment()
+        if first_cell:
+            nb.cells.insert(0, nbformat.v4.new_code_cell(first_cell))
+        (place.course / "source" / name).mkdir(parents=True)
+        nbformat.write(nb, place.course / "source" / name / f"{name}.ipynb")
     waiting = Waiting(2)
     _loop(place, 2, True, 4, waiting)
     assert launched == [] and not waiting.launched  # no assignment graded on submit: no torch anywhere
+    place.queue().configure("tiny", True)
+    _loop(place, 2, True, 4, waiting)
+    assert launched == [(2, ())] and waiting.launched
     place.queue().configure("ps01", True)
     _loop(place, 2, True, 4, waiting)
-    assert launched == [2] and waiting.launched
+    assert launched == [(2, ()), (2, ("torch", "numpy"))]
+    place.queue().configure("tiny", False)
     _loop(place, 2, True, 4, waiting)
-    assert launched == [2]  # once
+    assert launched == [(2, ()), (2, ("torch", "numpy"))]  # fewer wanted: the running ones serve
     waiting.stop()
 
 
@@ -255,9 +269,14 @@ class ScratchClass:
         self.queue.configure("tiny", True, timeout=30)
 
     def due(self, moment: datetime.datetime) -> None:
-        """Set the due date as `hub release --due` does."""
-        subprocess.run(["nbgrader", "db", "assignment", "add", "tiny", "--duedate", nbgrader_time(moment)],
-                       cwd=self.course, env=with_venv_on_path(), capture_output=True, check=True)
+        """Set the due date as `hub release --due` does (its `nbgrader db assignment add --duedate`: the same
+        Gradebook call, made here, without a Python and an `alembic heads` process each time)."""
+        from autograder.grading.gradebook import ensure_schema
+
+        db_url = f"sqlite:///{self.course / 'gradebook.db'}"
+        ensure_schema(db_url)
+        with Gradebook(db_url, COURSE) as gb:
+            gb.update_or_create_assignment("tiny", duedate=nbgrader_time(moment))
 
     def submit(self, claimed: datetime.datetime) -> str:
         """Write a right answer into the exchange, as nbgrader's submit does, claiming this time; return it.

@@ -109,6 +109,12 @@ def test_only_the_grader_service_may_be_framed(tmp_path: Path) -> None:
     assert grader.ServerApp.jpserver_extensions["nbgrader.server_extensions.formgrader"] is True
 
 
+def test_no_server_starts_the_language_server_bridge_the_course_has_no_server_for(tmp_path: Path) -> None:
+    s = written(tmp_path)
+    for etc in (s.paths.grader_etc, s.paths.student_etc):
+        assert load(etc / "jupyter_server_config.py").ServerApp.jpserver_extensions["jupyter_lsp"] is False
+
+
 def test_nbgrader_configs_share_the_exchange(tmp_path: Path) -> None:
     s = written(tmp_path)
     for folder in (s.paths.student_etc, s.paths.grader_etc):

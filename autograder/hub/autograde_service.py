@@ -23,7 +23,7 @@ from pathlib import Path
 
 from autograder.grading.report import not_graded_page
 from autograder.grading.results import Status, StudentResult
-from autograder.grading.zygote import Standby, WarmStartError
+from autograder.grading.zygote import LIBRARIES, Standby, WarmStartError
 from autograder.hub import exchange
 from autograder.hub.autograde_queue import MAX_TRIES, AutogradeSetting, Entry, HiddenTests, Queue, State
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
@@ -338,25 +338,41 @@ def run(place: Place, jobs: int | None = None, once: bool = False) -> None:
 class Waiting:
     """The zygotes that wait for the next submissions (where bubblewrap is: they serve no other sandbox), so
     that a submission's kernel is forked at once, with torch already imported. They start importing once an
-    assignment is graded on submit: until then a hub holds no torch in memory and spends no CPU on it."""
+    assignment is graded on submit, and import what those assignments import (torch, NumPy: the grader's own
+    rule, `assignment_libraries`): until then a hub holds no torch in memory and spends no CPU on it. An
+    assignment turned on later that imports more starts them again with more."""
 
     count: int
     standby: Standby | None = None
     launched: bool = False
     checked: bool = False
+    libraries: tuple[str, ...] = ()
+    imports: dict[str, tuple[str, ...]] = field(default_factory=dict)  # assignment -> its libraries
 
-    def launch(self) -> None:
-        """Start the zygotes importing (once), without waiting for them."""
-        if self.launched:
+    def libraries_of(self, course: Path, assignments: list[str]) -> tuple[str, ...]:
+        """Return what these assignments' source notebooks import, of LIBRARIES (each read once)."""
+        from autograder.grading.session import assignment_libraries
+
+        for name in assignments:
+            if name not in self.imports:
+                self.imports[name] = assignment_libraries(course, name)
+        return tuple(name for name in LIBRARIES if any(name in self.imports[a] for a in assignments))
+
+    def launch(self, libraries: tuple[str, ...] = LIBRARIES) -> None:
+        """Start the zygotes importing `libraries` (once; again, with these added, when they lack one);
+        return without waiting for them."""
+        wanted = tuple(name for name in LIBRARIES if name in {*self.libraries, *libraries})
+        if self.launched and wanted == self.libraries:
             return
-        self.launched = True
+        self.stop()
+        self.launched, self.checked, self.libraries = True, False, wanted
         from autograder.grading import scratch
         from autograder.grading.worker import KEEP_ENV, zygote_environment
 
         if not shutil.which("bwrap"):
             return
         folder = scratch.make_run_root()
-        self.standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV))
+        self.standby = Standby(str(folder), zygote_environment(folder, KEEP_ENV), wanted)
         try:
             self.standby.launch(self.count)
         except (WarmStartError, OSError) as exc:
@@ -364,12 +380,14 @@ class Waiting:
 
     def ready(self) -> Standby | None:
         """Return the running zygotes (launched now if they were not), or None where they could not start."""
-        self.launch()
+        if not self.launched:
+            self.launch()
         if self.standby is not None and not self.checked:
             self.checked = True
             try:
                 self.standby.ready(self.count)
-                logger.info(f"{self.count} zygotes wait for submissions (torch imported)")
+                logger.info(f"{self.count} zygotes wait for submissions "
+                            f"({', '.join(self.libraries) or 'nothing but the kernel'} imported)")
             except (WarmStartError, OSError) as exc:
                 self._give_up(exc)
         return self.standby
@@ -401,8 +419,9 @@ def _loop(place: Place, jobs: int | None, once: bool, size: int, waiting: Waitin
         logger.info("grade passback to the LMS is on")
     while True:
         scan(place, queue)
-        if not waiting.launched and queue.enabled():
-            waiting.launch()
+        enabled = queue.enabled()
+        if enabled:
+            waiting.launch(waiting.libraries_of(place.course, enabled))
         batch = queue.next_batch(size)
         if batch:
             try:
