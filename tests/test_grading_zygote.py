@@ -170,6 +170,40 @@ def test_standing_zygotes_stop_together_at_once_and_leave_no_socket(tmp_path):
     assert standby.zygotes == {}
 
 
+def test_zygotes_started_together_import_once_and_each_serves_its_own_kernels(tmp_path, place, outside_port):
+    """A Standby's zygotes started together are forked from one process that imported for them all: each its
+    own process (its own tree, watched as one slot's) and socket, each serving warm, sandboxed kernels; one
+    that dies is replaced alone, the other serving on."""
+    env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONNOUSERSITE": "1", "HOME": str(tmp_path)}
+    standby = Standby(str(tmp_path / "standby"), env, libraries=("torch", "numpy"))
+    try:
+        first, second = standby.ready(2)
+        template = first.process
+        assert second.process is template and len({first.pid, second.pid, template.pid}) == 3
+        assert [psutil.Process(z.pid).ppid() for z in (first, second)] == [template.pid] * 2
+        assert first.socket_path != second.socket_path
+        for name, zygote in (("a", first), ("b", second)):
+            done = launch(zygote, place, name, "0", outside_port)
+            assert done.returncode == 0, done.stderr
+            facts = facts_of(done)
+            assert facts["preloaded"] and facts["processes"] == [1, 2] and not facts["hidden_seen"]
+        os.kill(second.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while second.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not second.alive() and first.alive()
+        again = standby.ready(2)
+        assert again[0] is first and again[1] is not second and again[1].process is not template
+        assert launch(again[1], place, "c", "0", outside_port).returncode == 0
+        assert launch(first, place, "d", "0", outside_port).returncode == 0
+    finally:
+        standby.stop()
+    assert template.returncode is not None and not psutil.pid_exists(first.pid)
+    left = [z.socket_path for z in (first, again[1]) if os.path.exists(z.socket_path)]
+    assert left == []  # they ended, not killed: each removed its socket
+
+
 def test_the_libraries_to_preload_are_those_the_notebooks_import(tmp_path):
     def notebook(name: str, *sources: str, kind: str = "code") -> str:
         path = tmp_path / name

@@ -5,11 +5,12 @@ A cold kernel pays a new Python, IPython, ipykernel and, in the student's first 
 nothing of any student in it yet. This file plays every part (it runs as a script, standard library only
 until the zygote preloads):
 
-- `serve`, the zygote (one per worker, started by worker.py, outside any sandbox): imports the kernel's
-  modules and those of LIBRARIES that the assignment imports (`libraries_imported`), checks that it runs
-  one thread only, and listens on a Unix socket in a folder that only the grader can reach and
-  the sandbox hides. For each connection it forks a child *before reading anything*, so the zygote itself
-  never holds anything of a student.
+- `serve`, the zygote (one per worker, outside any sandbox): imports the kernel's modules and those of
+  LIBRARIES that the assignment imports (`libraries_imported`), checks that it runs one thread only, and
+  listens on a Unix socket in a folder that only the grader can reach and the sandbox hides. For each
+  connection it forks a child *before reading anything*, so the zygote itself never holds anything of a
+  student. Zygotes started together (a Standby's: one per worker) import once: a template imports, binds
+  their sockets, forks one zygote per socket, closes them all and only waits.
 - `launch`, the kernelspec's program (one per kernel, started by jupyter_client as a cold kernel would be):
   starts the holder, bubblewrap with the very arguments a cold kernel gets, running `cat`; hands the zygote
   its standard streams and the holder's namespaces, root and working folder (SCM_RIGHTS); then lives
@@ -67,18 +68,69 @@ class WarmStartError(RuntimeError):
 # --- the grader's handle (worker.py) -------------------------------------------------------------------
 
 
+class Template:
+    """The grader's handle on a zygote that imported once for several slots and forked a zygote for each
+    (`Zygote.spawn_together`): it says their process ids, and ends once they have."""
+
+    def __init__(self, process, count: int) -> None:
+        self.process = process
+        self.count = count
+        self.pids: list[int] | None = None
+        self.released: set[int] = set()  # slots whose zygote the Standby no longer uses
+
+    def wait_ready(self) -> list[int]:
+        """Wait for the zygotes' process ids, then "ready"; WarmStartError if the template says otherwise."""
+        if self.pids is None:
+            said = self.process.stdout.readline().decode(errors="replace").strip()
+            ready = self.process.stdout.readline().decode(errors="replace").strip()
+            pids = [int(word) for word in said.split()[1:] if word.isdigit()]
+            if not said.startswith("zygotes ") or len(pids) != self.count or ready != "ready":
+                self.process.kill()
+                self.process.wait()
+                raise WarmStartError(f"the zygotes did not start ({said or 'no answer'})")
+            self.pids = pids
+        return self.pids
+
+    def ask_to_stop(self) -> None:
+        """Close the template's stdin, which ends it and each of its zygotes (`stop` waits for that)."""
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+
+    def release(self, index: int) -> None:
+        """Let go of one slot's zygote (ended, or no longer wanted); stop the template once none is used."""
+        self.released.add(index)
+        if len(self.released) == self.count:
+            self.stop()
+
+    def stop(self) -> None:
+        """End the template and its zygotes (killed if they linger); close our ends of its pipes."""
+        if self.process.stdout.closed:
+            return
+        try:
+            self.ask_to_stop()
+            self.process.wait(timeout=5)
+        except Exception:  # noqa: BLE001  (a template that will not stop is killed, and its zygotes with it)
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+
+
 class Zygote:
     """A worker's zygote process: started once, asked for kernels through `launcher_argv`."""
 
-    def __init__(self, process, socket_path: str) -> None:
-        self.process = process
+    def __init__(self, process, socket_path: str, template: Template | None = None, index: int = 0) -> None:
+        self.process = process  # a Popen: the zygote, or (with a template) the template that forked it
         self.socket_path = socket_path
+        self.template = template
+        self.index = index  # which of the template's zygotes
         self.parent = os.getpid()
         self.answered = False  # its "ready" line has been read
 
     @property
     def pid(self) -> int:
         """Return the zygote's process id (the grader leaves it out of a student's memory)."""
+        if self.template is not None:
+            return self.template.wait_ready()[self.index]
         return self.process.pid
 
     @classmethod
@@ -92,18 +144,39 @@ class Zygote:
     def spawn(cls, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> "Zygote":
         """Start a zygote that preloads `libraries` (of LIBRARIES) and the kernel's modules; return at once
         (it imports while the caller goes on; `wait_ready` first)."""
+        return cls._spawn([folder], env, libraries)[0]
+
+    @classmethod
+    def spawn_together(cls, folders: list[str], env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES
+                       ) -> list["Zygote"]:
+        """Start one zygote per folder that import once, together: a template imports, then forks them (each
+        its own process and socket, serving one slot as `spawn`'s does); return at once."""
+        return cls._spawn(folders, env, libraries)
+
+    @classmethod
+    def _spawn(cls, folders: list[str], env: dict[str, str], libraries: tuple[str, ...]) -> list["Zygote"]:
         import subprocess
 
-        os.makedirs(folder, mode=0o700)
-        path = os.path.join(folder, "zygote.sock")
-        process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", path,
+        paths = []
+        for folder in folders:
+            os.makedirs(folder, mode=0o700)
+            paths.append(os.path.join(folder, "zygote.sock"))
+        also = [word for path in paths[1:] for word in ("--also", path)]
+        process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", paths[0], *also,
                                     *(name for name in libraries if name in LIBRARIES)], env=env,
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=folder)
-        return cls(process, path)
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=folders[0])
+        if len(paths) == 1:
+            return [cls(process, paths[0])]
+        template = Template(process, len(paths))
+        return [cls(process, path, template, index) for index, path in enumerate(paths)]
 
     def wait_ready(self) -> None:
         """Wait for the zygote's "ready" (it has imported everything); WarmStartError if it says otherwise."""
         if self.answered:
+            return
+        if self.template is not None:
+            self.template.wait_ready()
+            self.answered = True
             return
         line = self.process.stdout.readline().decode(errors="replace").strip()
         if line != "ready":
@@ -129,22 +202,29 @@ class Zygote:
             json.dump(spec, handle)
 
     def ask_to_stop(self) -> None:
-        """Close the zygote's stdin, which ends it (`stop` waits for that)."""
-        if not self.process.stdin.closed:
+        """Close the zygote's stdin, which ends it (`stop` waits for that); a template's zygotes end together.
+        """
+        if self.template is not None:
+            self.template.ask_to_stop()
+        elif not self.process.stdin.closed:
             self.process.stdin.close()
 
     def alive(self) -> bool:
         """Return True while the zygote runs (also asked in a forked worker, which is not its parent)."""
+        if self.template is not None:
+            if self.template.pids is None:
+                return self.template.process.poll() is None if os.getpid() == self.parent else False
+            return _running(self.pid)
         if os.getpid() == self.parent:
             return self.process.poll() is None
-        try:
-            with open(f"/proc/{self.pid}/stat", encoding="ascii", errors="replace") as handle:
-                return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-        except (OSError, IndexError):
-            return False
+        return _running(self.pid)
 
     def stop(self) -> None:
-        """End the zygote (its stdin closing ends it; killed if it lingers); close our ends of its pipes."""
+        """End the zygote (its stdin closing ends it; killed if it lingers); close our ends of its pipes. One
+        of a template's is let go: the template ends once none of its zygotes is used."""
+        if self.template is not None:
+            self.template.release(self.index)
+            return
         try:
             self.ask_to_stop()
             self.process.wait(timeout=5)
@@ -152,6 +232,15 @@ class Zygote:
             self.process.kill()
             self.process.wait()
         self.process.stdout.close()
+
+
+def _running(pid: int) -> bool:
+    """Return True while the process runs (not ended, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def top_level_imports(source: str) -> set[str]:
@@ -208,8 +297,9 @@ def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:
 
 
 class Standby:
-    """Zygotes kept running between grading runs (the hub's autograde service), so that a submission's kernel
-    is forked at once; each serves one worker at a time (its slot)."""
+    """Zygotes kept running between grading runs (the hub's autograde service) or started while a run is set
+    up (`early_zygotes`), so that a submission's kernel is forked at once; each serves one worker at a time
+    (its slot), and those started together import once."""
 
     def __init__(self, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> None:
         self.folder = folder
@@ -219,15 +309,20 @@ class Standby:
         self.started = 0
 
     def launch(self, count: int) -> None:
-        """Start the zygotes of slots 0..count-1 that are missing or dead, without waiting for them."""
-        for slot in range(count):
-            zygote = self.zygotes.get(slot)
-            if zygote is None or not zygote.alive():
-                if zygote is not None:
-                    zygote.stop()
-                self.started += 1
-                self.zygotes[slot] = Zygote.spawn(os.path.join(self.folder, f"z{self.started}"), self.env,
-                                                   self.libraries)
+        """Start the zygotes of slots 0..count-1 that are missing or dead, without waiting for them (several
+        at once import together: `Zygote.spawn_together`)."""
+        missing = [slot for slot in range(count)
+                   if slot not in self.zygotes or not self.zygotes[slot].alive()]
+        for slot in missing:
+            if slot in self.zygotes:
+                self.zygotes.pop(slot).stop()
+        folders = []
+        for _slot in missing:
+            self.started += 1
+            folders.append(os.path.join(self.folder, f"z{self.started}"))
+        if folders:
+            self.zygotes.update(zip(missing, Zygote.spawn_together(folders, self.env, self.libraries),
+                                    strict=True))
 
     def ready(self, count: int) -> tuple[Zygote, ...]:
         """Return `count` running zygotes (slots 0..count-1), starting those missing or dead."""
@@ -306,12 +401,13 @@ def threads() -> int:
 # --- the zygote ---------------------------------------------------------------------------------------
 
 
-def serve(path: str, libraries: list[str]) -> None:
-    """Preload `libraries` and the kernel's modules, then fork a child for each connection until the grader
-    closes our stdin."""
+def serve(paths: list[str], libraries: list[str]) -> None:
+    """Preload `libraries` and the kernel's modules, then fork a child for each connection on the socket at
+    `paths[0]` until the grader closes our stdin. Given several paths, be their template instead: fork one
+    zygote per path, each serving its own socket as above (the imports paid once for all of them), say their
+    process ids, and wait until they have ended."""
     import gc
     import importlib
-    import select
 
     libc = _libc()
     die_with_parent(libc)
@@ -329,10 +425,56 @@ def serve(path: str, libraries: list[str]) -> None:
     if threads() != 1:
         print(f"not single-threaded after preloading ({threads()} threads)", flush=True)
         raise SystemExit(3)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path)
-    listener.listen(64)
+    listeners = []
+    for path in paths:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(path)
+        listener.listen(64)
+        listeners.append(listener)
+    if len(listeners) == 1:
+        print("ready", flush=True)
+        _serve_on(listeners[0], paths[0], libc)
+    pids = []
+    for mine, path in zip(listeners, paths, strict=True):
+        pid = os.fork()
+        if pid == 0:
+            for listener in listeners:
+                if listener is not mine:
+                    listener.close()
+            die_with_parent(libc)  # with this template, which dies with the grader
+            _serve_on(mine, path, libc)
+        pids.append(pid)
+    for listener in listeners:
+        listener.close()
+    print("zygotes " + " ".join(map(str, pids)), flush=True)
     print("ready", flush=True)
+    _wait_for_zygotes(pids)
+
+
+def _wait_for_zygotes(pids: list[int]) -> None:
+    """Be the template until the grader closes our stdin (which ends each zygote too), reaping the zygotes as
+    they end; exit 0 when each ended on its own, with 0."""
+    import select
+
+    stdin = sys.stdin.fileno()
+    codes = {}
+    closed = False
+    while len(codes) < len(pids):
+        if not closed:
+            readable, _, _ = select.select([stdin], [], [], 1.0)
+            closed = bool(readable) and not os.read(stdin, 4096)
+        for pid in pids:
+            if pid not in codes:
+                done, status = os.waitpid(pid, 0 if closed else os.WNOHANG)
+                if done:
+                    codes[pid] = status
+    os._exit(0 if all(status == 0 for status in codes.values()) else 1)
+
+
+def _serve_on(listener: socket.socket, path: str, libc) -> None:
+    """Fork a child for each connection from our own user until our stdin closes; then end (never returns)."""
+    import select
+
     stdin = sys.stdin.fileno()
     while True:
         readable, _, _ = select.select([listener, stdin], [], [], 1.0)
@@ -624,10 +766,15 @@ def _follow(connection: socket.socket) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`zygote.py serve SOCKET [LIBRARY ...]` or `zygote.py launch SPEC -f CONNECTION_FILE`."""
-    if argv[:1] == ["serve"] and len(argv) >= 2 and set(argv[2:]) <= set(LIBRARIES):
-        serve(argv[1], argv[2:])
-        return 0
+    """`zygote.py serve SOCKET [--also SOCKET ...] [LIBRARY ...]`, or `zygote.py launch SPEC -f FILE`."""
+    if argv[:1] == ["serve"] and len(argv) >= 2:
+        paths, rest = [argv[1]], argv[2:]
+        while rest[:1] == ["--also"] and len(rest) >= 2:
+            paths.append(rest[1])
+            rest = rest[2:]
+        if set(rest) <= set(LIBRARIES):
+            serve(paths, rest)
+            return 0
     if argv[:1] == ["launch"] and len(argv) >= 2:
         return launch(argv[1], argv[2:])
     print(main.__doc__, file=sys.stderr)
