@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.grading.report import not_graded_page
 from autograder.grading.results import Status, StudentResult
 from autograder.grading.zygote import LIBRARIES, Standby, WarmStartError
 from autograder.hub import exchange
@@ -187,6 +186,8 @@ def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path
             pages = {p.stem: p.read_text(encoding="utf-8") for p in sorted(pages_dir.glob("*.html"))}
     if pages:
         return pages
+    from autograder.grading.report import not_graded_page  # nbconvert: not for `autograde on`, `status`
+
     names = (sorted(p.stem for p in (work / entry.student / entry.assignment).glob("*.ipynb"))
              or [entry.assignment])
     return {name: not_graded_page(entry.assignment, name, result.max_score, result.status,

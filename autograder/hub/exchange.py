@@ -24,9 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nbgrader.utils import notebook_hash, parse_utc
-
-from autograder.hub.arrival import STAMP_FILE, Arrival
+from autograder.hub.arrival import STAMP_FILE, Arrival, parse_utc
 from autograder.safe_copy import CopyReport, Limits, Refusal, copy_tree, read_small, write_new
 
 SECRET_FILE = "submission_secret.txt"
@@ -289,6 +287,8 @@ def release_feedback(ex: Exchange, course: Path, student: str, assignment: str, 
     if not ex.feedback.is_dir():
         ex.feedback.mkdir()
         ex.feedback.chmod(FEEDBACK_MODE)
+    from nbgrader.utils import notebook_hash
+
     for notebook, text in pages.items():
         write_new(mine, f"{notebook}.html", text.encode())
         checksum = notebook_hash(secret=secret, notebook_id=(ids or {}).get(notebook, notebook))

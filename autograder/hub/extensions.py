@@ -17,9 +17,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nbgrader.utils import parse_utc
-
 from autograder.grading.gradebook import extensions, set_extension, student_due_date
+from autograder.hub.arrival import parse_utc
 
 
 class ExtensionError(Exception):

@@ -7,9 +7,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbgrader.utils import parse_utc
-
 from autograder.hub import accounts, exchange
+from autograder.hub.arrival import parse_utc
 from autograder.hub.exchange import BadName, CollectReport, Exchange
 from autograder.hub.extensions import Extension
 from autograder.hub.grade_export import ExportFormat, read_table, write_csv
