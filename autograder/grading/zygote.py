@@ -144,17 +144,13 @@ class Zygote:
     def spawn(cls, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> "Zygote":
         """Start a zygote that preloads `libraries` (of LIBRARIES) and the kernel's modules; return at once
         (it imports while the caller goes on; `wait_ready` first)."""
-        return cls._spawn([folder], env, libraries)[0]
+        return cls.spawn_together([folder], env, libraries)[0]
 
     @classmethod
     def spawn_together(cls, folders: list[str], env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES
                        ) -> list["Zygote"]:
-        """Start one zygote per folder that import once, together: a template imports, then forks them (each
-        its own process and socket, serving one slot as `spawn`'s does); return at once."""
-        return cls._spawn(folders, env, libraries)
-
-    @classmethod
-    def _spawn(cls, folders: list[str], env: dict[str, str], libraries: tuple[str, ...]) -> list["Zygote"]:
+        """Start one zygote per folder that import once, together: with several, a template imports, then
+        forks them (each its own process and socket, serving one slot as `spawn`'s does); return at once."""
         import subprocess
 
         paths = []
@@ -313,11 +309,10 @@ class Standby:
         at once import together: `Zygote.spawn_together`)."""
         missing = [slot for slot in range(count)
                    if slot not in self.zygotes or not self.zygotes[slot].alive()]
+        folders = []
         for slot in missing:
             if slot in self.zygotes:
                 self.zygotes.pop(slot).stop()
-        folders = []
-        for _slot in missing:
             self.started += 1
             folders.append(os.path.join(self.folder, f"z{self.started}"))
         if folders:
