@@ -6,6 +6,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -163,8 +164,15 @@ def nbgrader(s: HubSettings, *args: str, timeout: float | None = 600):
                            env=grader_env(s), timeout=timeout)
 
 
+def course_gradebook(s: HubSettings, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Write students or a due date into the course gradebook as the grader account (course_gradebook.py)."""
+    return accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.course_gradebook", *args, "--course",
+                                      str(s.paths.course), "--course-id", s.course_id],
+                           cwd=s.paths.course, env=grader_env(s), check=check)
+
+
 def write_students_csv(handle, students: list[Member], prefix: str) -> None:
-    """Write students as the CSV `nbgrader db student import` reads (names quoted as the csv module does)."""
+    """Write students as a CSV that `nbgrader db student import` reads too (names quoted as csv does)."""
     writer = csv.writer(handle)
     writer.writerow(["id", "first_name", "last_name", "email"])
     writer.writerows([m.username(prefix), *m.first_last, ""] for m in students)
@@ -183,7 +191,7 @@ def register_students(s: HubSettings, members: list[Member]) -> None:
     path = Path(handle.name)
     os.chown(path, grader.uid, grader.gid)
     try:
-        nbgrader(s, "db", "student", "import", path.name)
+        course_gradebook(s, "students", path.name)
     finally:
         path.unlink(missing_ok=True)
 

@@ -12,7 +12,7 @@ from autograder.hub.arrival import parse_utc
 from autograder.hub.exchange import BadName, CollectReport, Exchange
 from autograder.hub.extensions import Extension
 from autograder.hub.grade_export import ExportFormat, read_table, write_csv
-from autograder.hub.install import grader_env, nbgrader, secure_exchange
+from autograder.hub.install import course_gradebook, grader_env, nbgrader, secure_exchange
 from autograder.hub.roster import read_roster
 from autograder.hub.settings import HubError, HubSettings
 from autograder.safe_copy import Refusal
@@ -60,8 +60,7 @@ def release(s: HubSettings, assignment: str, force: bool = False, due: str | Non
     said = "\n".join([*repaired, f"released {assignment} to {_exchange(s).outbound / assignment}"])
     if due_utc is None:
         return said
-    dated = nbgrader(s, "db", "assignment", "add", assignment, "--duedate",
-                     f"{due_utc:%Y-%m-%d %H:%M:%S} UTC")
+    dated = course_gradebook(s, "due", assignment, f"{due_utc:%Y-%m-%d %H:%M:%S} UTC", check=False)
     if dated.returncode != 0:
         raise HubError(
             f"released, but the due date was not recorded: {(dated.stdout + dated.stderr).strip()}")
