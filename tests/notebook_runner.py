@@ -47,16 +47,25 @@ def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | N
     """Run every cell of the notebook in a fresh kernel started in its folder; raise on the first error.
 
     Cells tagged raises-exception may fail (nbclient's own rule); cells tagged requires-cuda are
-    dropped when `gpu` is False.
+    dropped when `gpu` is False. The kernel is forked from a server that imported torch already
+    (tests/warm_kernels.py), unless DEVICELAB_COLD_KERNELS is set.
     """
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
+
+    from tests.warm_kernels import warm_kernels
 
     nb = nbformat.read(path, as_version=4)
     skipped = 0
     if not gpu:
         nb, skipped = without_gpu_cells(nb)
-    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+    warm = warm_kernels().data_folder(kernel_name, env)
+    km = None if warm is None else AsyncKernelManager(
+        kernel_name=kernel_name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[f"{warm}/kernels"]))
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, km=km,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute(**({"env": env} if env is not None else {}))
+    # a kernel manager given to nbclient is not shut down by it unless asked (cleanup_kc)
+    client.execute(cleanup_kc=True, **({"env": env} if env is not None else {}))
     return ExecutionResult(nb, time.perf_counter() - start, skipped)

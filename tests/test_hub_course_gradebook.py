@@ -20,7 +20,8 @@ MEMBERS = [Member("ann", 'Ann "Annie" Lee, Jr.', "student"), Member("bob", "Bob"
 def course(folder):
     """Return a course folder with an nbgrader_config.py naming the course, and its gradebook's URL."""
     folder.mkdir()
-    (folder / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.course_id = {COURSE!r}\n")
+    config = f"c = get_config()\nc.CourseDirectory.course_id = {COURSE!r}\n"
+    (folder / "nbgrader_config.py").write_text(config)
     return folder, f"sqlite:///{folder / 'gradebook.db'}"
 
 

@@ -1,12 +1,16 @@
 """The notebook runner drops GPU-only cells without a GPU and honours raises-exception."""
 
+import os
+
 import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
 
 from tests.notebook_runner import execute_notebook, without_gpu_cells
+from tests.warm_kernels import COLD
 
 pytestmark = pytest.mark.notebook
+warm_only = pytest.mark.skipif(bool(os.environ.get(COLD)), reason=f"warm kernels switched off ({COLD})")
 
 
 def _notebook(tmp_path, *cells):
@@ -42,3 +46,80 @@ def test_without_gpu_cells_leaves_the_original_alone():
                 nbformat.v4.new_code_cell("b")]
     copy, dropped = without_gpu_cells(nb)
     assert dropped == 1 and [c.source for c in copy.cells] == ["b"] and len(nb.cells) == 2
+
+
+# --- warm kernels (tests/warm_kernels.py): forked from a server that imported torch, yet fresh each -------
+
+PROBE = ("import os, sys\nwarm = 'torch' in sys.modules\nimport numpy, torch\n"
+         "print(os.getpid(), warm, numpy.random.randint(1 << 30), int(torch.randint(1 << 30, (1,))), "
+         "os.getcwd(), os.environ.get('DL_PROBE'))")
+
+
+@warm_only
+def test_each_notebook_gets_a_warm_kernel_of_its_own(tmp_path):
+    path = _notebook(tmp_path, nbformat.v4.new_code_cell(PROBE))
+    seen = [execute_notebook(path, gpu=False, env={**os.environ, "DL_PROBE": f"run-{n}"})
+            .notebook.cells[0].outputs[0]["text"].split() for n in range(2)]
+    (pid1, warm1, np1, torch1, cwd1, env1), (pid2, warm2, np2, torch2, _, env2) = seen
+    assert warm1 == warm2 == "True"  # torch was imported before the notebook ran
+    assert pid1 != pid2 and np1 != np2 and torch1 != torch2  # its own process, its own seeds
+    assert cwd1 == str(tmp_path) and (env1, env2) == ("run-0", "run-1")
+
+
+def _warm_kernel():
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    from tests.warm_kernels import warm_kernels
+
+    folder = warm_kernels().data_folder("python3")
+    specs = KernelSpecManager(kernel_dirs=[f"{folder}/kernels"])
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=specs)
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    said = []
+    kc.execute_interactive("import os; print(os.getpid())", timeout=60,
+                           output_hook=lambda msg: said.append(msg["content"].get("text", "")))
+    return km, kc, int("".join(said).strip())
+
+
+def _gone(pid: int, seconds: float = 10) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@warm_only
+def test_an_interrupt_reaches_a_warm_kernel_and_killing_its_launcher_ends_it():
+    import signal
+    import threading
+
+    km, kc, pid = _warm_kernel()
+    try:
+        assert pid != km.provisioner.process.pid  # the launcher is not the kernel
+        threading.Timer(1.0, km.interrupt_kernel).start()
+        reply = kc.execute_interactive("import time; time.sleep(60)", timeout=30)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        km.provisioner.process.send_signal(signal.SIGKILL)
+        assert _gone(pid), "the kernel outlived its launcher"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+@warm_only
+def test_a_shut_down_warm_kernel_leaves_no_process():
+    km, kc, pid = _warm_kernel()
+    launcher = km.provisioner.process.pid
+    kc.stop_channels()
+    km.shutdown_kernel()
+    assert _gone(pid) and _gone(launcher)

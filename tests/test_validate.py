@@ -1,5 +1,7 @@
 """nbgrader's own Validator agrees: source notebooks pass, release notebooks fail every graded cell."""
 
+import os
+
 import nbformat
 import pytest
 
@@ -8,8 +10,17 @@ from autograder.build import build_release
 from autograder.course import assignment_notebooks, assignments
 from autograder.validate import validate_course, validate_notebook
 from tests.factories import tiny_assignment
+from tests.warm_kernels import warm_kernels
 
 pytestmark = pytest.mark.notebook
+
+@pytest.fixture(autouse=True)
+def warm_python3(monkeypatch):
+    """nbgrader's Validator starts the notebooks' python3 kernel: found here first, forked warm."""
+    folder = warm_kernels().data_folder("python3")
+    if folder is not None:
+        monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [folder, os.getenv("JUPYTER_PATH")])))
+
 
 SOURCES = [nb for a in assignments() for nb in assignment_notebooks(a)]
 RELEASES = [nb for a in assignments() for nb in assignment_notebooks(a, folder="release")]
