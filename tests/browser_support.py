@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from autograder import COURSE_ROOT
+from tests.warm_kernels import warm_kernels
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # Flags for a closed network and a root user (containers, CI); see the README's testing notes.
@@ -102,6 +103,9 @@ def running_lab(root: Path, log: Path):
     env = {**os.environ,
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config")}
+    warm = warm_kernels().data_folder("python3")  # the notebooks' kernels, forked warm (warm_kernels.py)
+    if warm is not None:
+        env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [warm, env.get("JUPYTER_PATH")]))
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
                "--LabApp.expose_app_in_browser=True", f"--LabApp.user_settings_dir={root / '.lab-settings'}",

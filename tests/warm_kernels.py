@@ -160,7 +160,7 @@ class WarmKernels:
             (data / "kernels" / kernel_name).mkdir(parents=True)
             launcher = [sys.executable, "-I", "-S", __file__, "launch", sock, *argv[at + 2:]]
             (data / "kernels" / kernel_name / "kernel.json").write_text(json.dumps(
-                {"argv": launcher, "display_name": f"{spec.display_name} (warm)", "language": spec.language,
+                {"argv": launcher, "display_name": spec.display_name, "language": spec.language,
                  "interrupt_mode": "signal", "metadata": spec.metadata}))
             self.specs[key] = str(data)
         return self.specs[key]
