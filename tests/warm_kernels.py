@@ -123,7 +123,9 @@ class WarmKernels:
 
     def __init__(self) -> None:
         import tempfile
+        import threading
 
+        self.lock = threading.Lock()  # tests may start kernels from several threads
         self.folder = tempfile.mkdtemp(prefix="warm-kernels-")  # 0700: only this user reaches the sockets
         self.specs: dict[tuple, str] = {}  # (kernel, interpreter options, environment) -> data folder
         self.servers: list = []
@@ -132,8 +134,6 @@ class WarmKernels:
         """Return a Jupyter data folder whose `kernel_name` kernel is forked warm (for JUPYTER_PATH or a
         KernelSpecManager), or None where that kernel is not `python -m ipykernel_launcher`."""
         import shutil
-        import subprocess
-        from pathlib import Path
 
         from jupyter_client.kernelspec import KernelSpecManager
 
@@ -143,27 +143,36 @@ class WarmKernels:
         env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTEST_CURRENT_TEST"}
         spec = KernelSpecManager().get_kernel_spec(kernel_name)
         argv = list(spec.argv)
-        if "-m" not in argv or argv[argv.index("-m") + 1:argv.index("-m") + 2] != ["ipykernel_launcher"]:
+        at = argv.index("-m") if "-m" in argv else -1
+        if at < 0 or argv[at + 1:at + 2] != ["ipykernel_launcher"]:
             return None
-        at = argv.index("-m")
         python = shutil.which(argv[0], path=env.get("PATH")) or argv[0]
         key = (kernel_name, python, tuple(argv[1:at]), tuple(sorted(env.items())))
-        if key not in self.specs:
-            number = len(self.specs)
-            sock = os.path.join(self.folder, f"server-{number}.sock")
-            server = subprocess.Popen([python, *argv[1:at], __file__, "serve", sock], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, env=env, cwd=self.folder)
-            self.servers.append(server)
-            if server.stdout.readline().strip() != b"ready":
-                raise RuntimeError(f"the warm kernel server for {kernel_name} did not start")
-            data = Path(self.folder) / f"data-{number}"
-            (data / "kernels" / kernel_name).mkdir(parents=True)
-            launcher = [sys.executable, "-I", "-S", __file__, "launch", sock, *argv[at + 2:]]
-            (data / "kernels" / kernel_name / "kernel.json").write_text(json.dumps(
-                {"argv": launcher, "display_name": spec.display_name, "language": spec.language,
-                 "interrupt_mode": "signal", "metadata": spec.metadata}))
-            self.specs[key] = str(data)
+        with self.lock:
+            if key not in self.specs:
+                self.specs[key] = self._start(spec, kernel_name, [python, *argv[1:at]], argv[at + 2:], env)
         return self.specs[key]
+
+    def _start(self, spec, kernel_name: str, interpreter: list[str], kernel_args: list[str],
+               env: dict[str, str]) -> str:
+        """Start a server for the kernel; return the data folder of its warm kernelspec."""
+        import subprocess
+        from pathlib import Path
+
+        number = len(self.specs)
+        sock = os.path.join(self.folder, f"server-{number}.sock")
+        server = subprocess.Popen([*interpreter, __file__, "serve", sock], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, env=env, cwd=self.folder)
+        self.servers.append(server)
+        if server.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"the warm kernel server for {kernel_name} did not start")
+        data = Path(self.folder) / f"data-{number}"
+        (data / "kernels" / kernel_name).mkdir(parents=True)
+        launcher = [sys.executable, "-I", "-S", __file__, "launch", sock, *kernel_args]
+        (data / "kernels" / kernel_name / "kernel.json").write_text(json.dumps(
+            {"argv": launcher, "display_name": spec.display_name, "language": spec.language,
+             "interrupt_mode": "signal", "metadata": spec.metadata}))
+        return str(data)
 
     def stop(self) -> None:
         """End the servers (their kernels end with their launchers)."""
