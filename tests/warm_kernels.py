@@ -137,7 +137,7 @@ class WarmKernels:
 
         from jupyter_client.kernelspec import KernelSpecManager
 
-        if os.environ.get(COLD):
+        if os.environ.get(COLD) or not hasattr(os, "pidfd_open"):  # Linux 5.3 and later: elsewhere, cold
             return None
         # pytest names the running test in the environment: the rest is what a kernel starts with
         env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTEST_CURRENT_TEST"}
