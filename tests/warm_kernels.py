@@ -40,7 +40,7 @@ def serve(path: str) -> None:
     if threading.active_count() != 1:
         raise SystemExit(f"warm_kernels: {threading.active_count()} threads after the imports; cannot fork")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernels are reaped as they end
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # a request is one message
     listener.bind(path)
     listener.listen(16)
     print("ready", flush=True)
@@ -98,15 +98,21 @@ def kernel(connection: socket.socket) -> None:
 def launch(path: str, argv: list[str]) -> int:
     """Ask the server for a kernel with these arguments; live as long as it does."""
     read_end, write_end = os.pipe()
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     connection.connect(path)
     request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
     socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2, read_end])
     os.close(read_end)
     pid = json.loads(connection.recv(4096))["pid"]
     kernel_exit = os.pidfd_open(pid)
+    def forward(sig, _frame) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # ended already: the loop below sees it
+            pass
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda sig, _frame: os.kill(pid, sig))
+        signal.signal(sig, forward)
     while not select.select([kernel_exit], [], [])[0]:
         pass
     os.close(write_end)
