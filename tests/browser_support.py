@@ -100,12 +100,9 @@ def scratch_course(target: Path) -> Path:
 def running_lab(root: Path, log: Path):
     """Start JupyterLab on a free loopback port and stop it afterwards."""
     port, token = _free_port(), "devicelab-e2e"
-    env = {**os.environ,
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-           "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config")}
-    warm = warm_kernels().data_folder("python3")  # the notebooks' kernels, forked warm (warm_kernels.py)
-    if warm is not None:
-        env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [warm, env.get("JUPYTER_PATH")]))
+    env = warm_kernels().with_python3({  # the notebooks' kernels, forked warm (warm_kernels.py)
+        **os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config")})
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
                "--LabApp.expose_app_in_browser=True", f"--LabApp.user_settings_dir={root / '.lab-settings'}",

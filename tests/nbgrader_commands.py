@@ -18,8 +18,6 @@ from pathlib import Path
 def in_one_python(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
     """Run nbgrader commands in a course folder in one Python, as nbgrader's tests do; return each outcome
     (none asked: no Python started)."""
-    import os
-
     from autograder.course import with_venv_on_path
     from tests.warm_kernels import warm_kernels
 
@@ -27,10 +25,7 @@ def in_one_python(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
         return []
 
     results = folder.parent / f"{folder.name}-nbgrader.json"
-    env = with_venv_on_path()
-    warm = warm_kernels().data_folder("python3")  # the kernels nbgrader starts, forked warm (warm_kernels.py)
-    if warm is not None:
-        env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [warm, env.get("JUPYTER_PATH")]))
+    env = warm_kernels().with_python3(with_venv_on_path())  # nbgrader's kernels forked warm (warm_kernels.py)
     done = subprocess.run([sys.executable, __file__, str(results), json.dumps(commands)], cwd=folder,
                           env=env, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.notebook
 @pytest.fixture(autouse=True)
 def warm_python3(monkeypatch):
     """nbgrader's Validator starts the notebooks' python3 kernel: found here first, forked warm."""
-    folder = warm_kernels().data_folder("python3")
-    if folder is not None:
-        monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [folder, os.getenv("JUPYTER_PATH")])))
+    env = warm_kernels().with_python3(dict(os.environ))
+    if "JUPYTER_PATH" in env:
+        monkeypatch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])
 
 
 SOURCES = [nb for a in assignments() for nb in assignment_notebooks(a)]

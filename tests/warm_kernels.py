@@ -159,6 +159,14 @@ class WarmKernels:
                 self.specs[key] = self._start(spec, kernel_name, [python, *argv[1:at]], argv[at + 2:], env)
         return self.specs[key]
 
+    def with_python3(self, env: dict[str, str]) -> dict[str, str]:
+        """Return `env` with JUPYTER_PATH finding the warm python3 kernel first (unchanged where there is
+        none): for programs that start kernels themselves (JupyterLab, nbgrader)."""
+        warm = self.data_folder("python3")
+        if warm is None:
+            return env
+        return {**env, "JUPYTER_PATH": os.pathsep.join(filter(None, [warm, env.get("JUPYTER_PATH")]))}
+
     def _start(self, spec, kernel_name: str, interpreter: list[str], kernel_args: list[str],
                env: dict[str, str]) -> str:
         """Start a server for the kernel; return the data folder of its warm kernelspec."""

@@ -16,17 +16,19 @@ import os
 import sys
 from pathlib import Path
 
-STUDENT_COLUMNS = ("id", "first_name", "last_name", "email", "lms_user_id")  # nbgrader's Student table
-
 
 def read_students(path: Path) -> list[dict[str, str | None]]:
-    """Return the CSV's rows as `nbgrader db student import` reads them: known columns, '' as None."""
+    """Return the CSV's rows as `nbgrader db student import` reads them: the Student table's columns, '' as
+    None."""
+    from nbgrader.api import Student
+
+    columns = set(Student.__table__.c.keys())
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
         reader.fieldnames = [name.strip() for name in reader.fieldnames or []]
         if "id" not in reader.fieldnames:
             raise ValueError(f"{path} has no 'id' column")
-        return [{k: v or None for k, v in row.items() if k in STUDENT_COLUMNS} for row in reader]
+        return [{k: v or None for k, v in row.items() if k in columns} for row in reader]
 
 
 def add_students(db_url: str, course_id: str, rows: list[dict[str, str | None]]) -> None:
