@@ -4,8 +4,9 @@
 submissions (find each student's notebooks), restore (put back deleted or retyped test cells), sandbox
 (limits, caps and isolation for student code), guard_kernel (the grading kernel: every cell on the pristine
 execution path), tamper (the grader's side of it: confirm tests, word flags), execution (nbgrader's Execute
-with budgets, capped output and the guard), attempt (the typed jobs and reports between grader and workers,
-and the retry rule), worker (grade one student in a scratch course), pool (run workers in parallel and
-survive them), gradebook (merge results into the course gradebook, one at a time), report (grades.csv and
-the class summary), results (what a student's grading produced), demo (a realistic class to try it all on).
+with budgets, capped output and the guard), channels (kernel waits that cannot sleep through a reply),
+attempt (the typed jobs and reports between grader and workers, and the retry rule), worker (grade one
+student in a scratch course), pool (run workers in parallel and survive them), gradebook (merge results into
+the course gradebook, one at a time), report (grades.csv and the class summary), results (what a student's
+grading produced), demo (a realistic class to try it all on).
 """

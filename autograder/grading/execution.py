@@ -27,7 +27,6 @@ from queue import Empty
 
 import zmq
 import zmq.asyncio
-from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -38,6 +37,7 @@ from traitlets import Dict, Float, Integer, Unicode, default
 
 from autograder.cells import grade_id
 from autograder.grading.attempt import EventKind
+from autograder.grading.channels import SlicedKernelClient
 from autograder.grading.guard_kernel import GRADER_KEY
 from autograder.grading.sandbox import MAX_FILE_MIB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
@@ -74,8 +74,9 @@ def _size(content: dict) -> int:
     return len(content.get("evalue", "")) + sum(len(line) for line in content.get("traceback", []))
 
 
-class QuickReadyClient(AsyncKernelClient):
-    """jupyter_client's kernel client, told a kernel is ready without its fixed waits.
+class QuickReadyClient(SlicedKernelClient):
+    """jupyter_client's kernel client, told a kernel is ready without its fixed waits (and with channels that
+    cannot sleep through a reply, channels.py).
 
     jupyter_client's wait_for_ready ends by draining IOPub until nothing came for 0.2 s, which every kernel of
     a class pays. Here the drain takes what is already there: what arrives later (the kernel's status after

@@ -1,0 +1,47 @@
+"""Kernel client channels whose waits cannot sleep through a message that has arrived.
+
+jupyter_client's async channels wait for a message with pyzmq's asyncio poll, which is woken by the socket's
+edge-triggered file descriptor. On a loaded machine that wake-up can be missed: the kernel's reply then waits
+in the socket until the poll's timeout, which for an nbclient cell is the whole cell timeout. Measured on the
+project's 2-core machine with two busy processes beside it: lesson 05's widget cell got its reply in 2 s
+and nbclient saw it 118 s later, when the 120 s cell timeout came (the cell still passed, so nothing failed,
+it was only slow). A new poll looks at the socket before it waits, so waiting in short slices bounds a missed
+wake-up to one slice.
+"""
+
+import time
+from queue import Empty
+
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
+from traitlets import Type
+
+SLICE_S = 0.25  # longest single wait; a missed wake-up costs at most this
+
+
+class SlicedChannel(AsyncZMQSocketChannel):
+    """An async channel whose `get_msg` waits in polls of at most SLICE_S seconds, up to its timeout."""
+
+    async def get_msg(self, timeout: float | None = None) -> dict:
+        """Return the next message; Empty when none came within `timeout` seconds (None: wait for one)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = SLICE_S if deadline is None else max(0.0, min(SLICE_S, deadline - time.monotonic()))
+            try:
+                return await super().get_msg(timeout=step)
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+
+class SlicedKernelClient(AsyncKernelClient):
+    """jupyter_client's async kernel client, with SlicedChannel for shell, IOPub, stdin and control."""
+
+    shell_channel_class = Type(SlicedChannel)
+    iopub_channel_class = Type(SlicedChannel)
+    stdin_channel_class = Type(SlicedChannel)
+    control_channel_class = Type(SlicedChannel)
+
+
+# for KernelManager.client_class
+CLIENT_CLASS = f"{SlicedKernelClient.__module__}.{SlicedKernelClient.__name__}"
