@@ -52,8 +52,11 @@ def validate_notebook(path: Path, direction: str, root: Path) -> NotebookCheck:
     """Run nbgrader's Validator on one notebook: direction 'solution' or 'release' (inverted)."""
     from nbgrader.validator import Validator
 
+    from autograder.grading.channels import CLIENT_CLASS
+
     config = course_config(root)
     config.Validator.invert = direction == "release"
+    config.AsyncKernelManager.client_class = CLIENT_CLASS  # no reply slept through on a loaded machine
     with venv_on_path():
         results = Validator(config=config).validate(str(path))
     check = NotebookCheck(path, direction, graded_cell_count(path))

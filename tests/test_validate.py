@@ -56,3 +56,19 @@ def test_validation_catches_a_wrong_solution(scratch_course):
     report = validate_course(scratch_course, ["tiny"])
     source_check = next(c for c in report.checks if c.direction == "solution")
     assert any("fails on the solution" in p and "negative numbers too" in p for p in source_check.problems)
+
+
+def test_validation_waits_for_replies_in_slices(scratch_course, monkeypatch):
+    from autograder.grading.channels import SlicedChannel
+
+    waits = []
+    real = SlicedChannel.get_msg
+
+    async def counted(self, timeout=None):
+        waits.append(timeout)
+        return await real(self, timeout)
+
+    monkeypatch.setattr(SlicedChannel, "get_msg", counted)
+    check = validate_notebook(scratch_course / "source" / "tiny" / "tiny.ipynb", "solution", scratch_course)
+    assert check.ok, check.problems
+    assert waits, "nbgrader's Validator did not wait through the sliced channels"
