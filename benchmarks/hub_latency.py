@@ -2,14 +2,17 @@
 
 Run as root, with what the hub tests need (README, "Run a class on a hub"):
 
-    sudo .venv/bin/python benchmarks/hub_latency.py [--students 20] [--single 5]
+    sudo .venv/bin/python benchmarks/hub_latency.py [--students 20] [--single 5] [--cold-submit]
 
 It sets up a hub on loopback with N students (accounts removed afterwards), releases the smallest assignment
-and turns autograding on. Each student fetches it and submits a right answer with nbgrader's own commands run
-as their Unix account (what the Assignments tab's Submit button runs, without a browser or a server per
-student). The clock starts when a student's submit returns and stops when their feedback is in the exchange,
-i.e. when their Assignments tab offers Fetch Feedback. First one student alone, several times in a row; then
-every student at once. It prints the median and the 95th percentile of each.
+and turns autograding on. Each student fetches it and submits a right answer with nbgrader's own submit run
+as their Unix account, without a browser or a server per student. The Assignments tab's Submit button runs
+nbgrader's submit inside the student's running server, where nbgrader is imported already: so each student's
+submit runs in a Python of their own that imported nbgrader before the clock (`--cold-submit`: a new
+`nbgrader submit` process instead, which also charges the 20 students' Python start-ups, about 1.5 s of CPU
+each, to the grading beside them). The clock starts when a student's submit returns and stops when their
+feedback is in the exchange, i.e. when their Assignments tab offers Fetch Feedback. First one student alone,
+several times in a row; then every student at once. It prints the median and the 95th percentile of each.
 """
 
 import argparse
@@ -32,14 +35,49 @@ from autograder.hub import accounts
 from autograder.hub.install import NO_HUB_AUTH
 from tests.hub_support import COURSE, Hub, answers, class_hub, smallest_assignment
 
+# nbgrader imported before the click, as in the student's running server; the submit runs when a line comes
+WARM_SUBMIT = ("import sys\n"
+               "from nbgrader.apps.nbgraderapp import NbGraderApp\n"
+               "print('ready', flush=True)\n"
+               "sys.stdin.readline()\n"
+               "NbGraderApp.launch_instance(sys.argv[1:])\n")
+
+
+def student_env(hub: Hub) -> dict[str, str]:
+    """Return the environment of nbgrader in a student's server (their config, the course's Python)."""
+    s = hub.settings
+    return {"JUPYTER_CONFIG_PATH": str(s.paths.student_etc), "PATH": f"{s.bin_dir}:/usr/bin:/bin"}
+
 
 def as_student(hub: Hub, member: str, *args: str) -> subprocess.CompletedProcess:
     """Run an nbgrader command as the student's Unix account, in their home, as their server would."""
-    s = hub.settings
-    env = {"JUPYTER_CONFIG_PATH": str(s.paths.student_etc), "PATH": f"{s.bin_dir}:/usr/bin:/bin"}
     home = accounts.lookup(hub.user(member)).home
-    return accounts.run_as(hub.user(member), [str(s.bin_dir / "nbgrader"), *args, "--course", COURSE,
-                                              NO_HUB_AUTH], cwd=home, env=env, timeout=600)
+    command = [str(hub.settings.bin_dir / "nbgrader"), *args, "--course", COURSE, NO_HUB_AUTH]
+    return accounts.run_as(hub.user(member), command, cwd=home, env=student_env(hub), timeout=600)
+
+
+class WarmSubmit:
+    """A Python of the student's (their account, home and environment) that has imported nbgrader and submits
+    the assignment when told to, as the Assignments tab's Submit button does in their server."""
+
+    def __init__(self, hub: Hub, member: str, assignment: str) -> None:
+        account = accounts.lookup(hub.user(member))
+        env = {"HOME": str(account.home), "USER": account.name, "LOGNAME": account.name, "LANG": "C.UTF-8",
+               **student_env(hub)}
+        self.process = subprocess.Popen(
+            ["runuser", "-u", account.name, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+             str(hub.settings.bin_dir / "python"), "-c", WARM_SUBMIT, "submit", assignment, "--course",
+             COURSE, NO_HUB_AUTH],
+            cwd=account.home, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{member}'s submit did not start: {self.process.communicate()[1][-2000:]}")
+
+    def submit(self) -> None:
+        """Submit now; return when nbgrader's submit has returned."""
+        _, err = self.process.communicate("go\n", timeout=600)
+        if self.process.returncode != 0:
+            raise RuntimeError(f"submit failed (exit {self.process.returncode}): {err[-2000:]}")
 
 
 def prepare(hub: Hub, member: str, assignment: str, notebook: str) -> None:
@@ -58,9 +96,14 @@ def newest_secret(hub: Hub, member: str, assignment: str) -> tuple[str, str]:
     return folder.name.split("+")[2], (folder / "submission_secret.txt").read_text().strip()
 
 
-def submit_and_wait(hub: Hub, member: str, assignment: str, timeout: float = 600) -> float:
-    """Submit, then wait for the feedback of that submission; return the seconds in between."""
-    as_student(hub, member, "submit", assignment)
+def submit_and_wait(hub: Hub, member: str, assignment: str, warm: WarmSubmit | None,
+                    timeout: float = 600) -> float:
+    """Submit (through `warm`, or a new `nbgrader submit` process), then wait for the feedback of that
+    submission; return the seconds in between."""
+    if warm is not None:
+        warm.submit()
+    else:
+        as_student(hub, member, "submit", assignment)
     start = time.monotonic()
     _, secret = newest_secret(hub, member, assignment)
     page = (hub.settings.paths.exchange / COURSE / "feedback"
@@ -88,6 +131,9 @@ def main() -> int:
     parser.add_argument("--students", type=int, default=20)
     parser.add_argument("--single", type=int, default=5,
                         help="submissions of one student, one after the other")
+    parser.add_argument("--cold-submit", action="store_true",
+                        help="submit with a new `nbgrader submit` process per student (Python start-up and "
+                             "imports included) instead of a warm one, as in the student's server")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("run as root (it makes Unix accounts and starts a hub)", file=sys.stderr)
@@ -103,17 +149,22 @@ def main() -> int:
         hub.cli("autograde", "on", assignment)
         for member in members:
             prepare(hub, member, assignment, right)
-        single = [submit_and_wait(hub, members[0], assignment) for _ in range(args.single)]
+        def ready(member: str) -> WarmSubmit | None:
+            return None if args.cold_submit else WarmSubmit(hub, member, assignment)
+
+        single = [submit_and_wait(hub, members[0], assignment, ready(members[0])) for _ in range(args.single)]
         crowd: dict[str, float] = {}
-        threads = [threading.Thread(target=lambda m=m: crowd.__setitem__(m,
-                                                                         submit_and_wait(hub, m, assignment)))
-                   for m in members]
+        submits = {m: ready(m) for m in members}
+        threads = [threading.Thread(target=lambda m=m: crowd.__setitem__(
+            m, submit_and_wait(hub, m, assignment, submits[m]))) for m in members]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         print(f"{assignment} on {platform.node()}: {len(os.sched_getaffinity(0))} cores, "
-              f"{os.getloadavg()[0]:.1f} load")
+              f"{os.getloadavg()[0]:.1f} load; each submit "
+              + ("a new `nbgrader submit` process" if args.cold_submit
+                 else "in a warm Python, as in a student's server"))
         print(line("one submission", single))
         print(line(f"{len(members)} students at once", list(crowd.values())))
         print(hub.cli("autograde", "status", assignment).stdout.splitlines()[0])
