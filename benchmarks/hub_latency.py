@@ -62,14 +62,11 @@ class WarmSubmit:
 
     def __init__(self, hub: Hub, member: str, assignment: str) -> None:
         account = accounts.lookup(hub.user(member))
-        env = {"HOME": str(account.home), "USER": account.name, "LOGNAME": account.name, "LANG": "C.UTF-8",
-               **student_env(hub)}
-        self.process = subprocess.Popen(
-            ["runuser", "-u", account.name, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
-             str(hub.settings.bin_dir / "python"), "-c", WARM_SUBMIT, "submit", assignment, "--course",
-             COURSE, NO_HUB_AUTH],
-            cwd=account.home, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
+        command = [str(hub.settings.bin_dir / "python"), "-c", WARM_SUBMIT, "submit", assignment, "--course",
+                   COURSE, NO_HUB_AUTH]
+        self.process = subprocess.Popen(accounts.as_account(account.name, command, student_env(hub)),
+                                        cwd=account.home, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
         if self.process.stdout.readline().strip() != "ready":
             raise RuntimeError(f"{member}'s submit did not start: {self.process.communicate()[1][-2000:]}")
 

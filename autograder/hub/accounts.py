@@ -95,15 +95,21 @@ def set_password(name: str, password: str) -> None:
         raise HubError(f"chpasswd for {name} failed: {done.stderr.strip()}")
 
 
-def run_as(name: str, command: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None = None,
-           check: bool = True) -> subprocess.CompletedProcess:
-    """Run a command as the account (runuser, a login-less switch), with exactly the environment given."""
+def as_account(name: str, command: list[str], env: dict[str, str]) -> list[str]:
+    """Return the command line that runs `command` as the account (runuser, a login-less switch), with exactly
+    the environment given besides its HOME, USER, LOGNAME and LANG."""
     account = lookup(name)
     if account is None:
         raise HubError(f"no Unix account {name}")
     base = {"HOME": str(account.home), "USER": name, "LOGNAME": name, "LANG": "C.UTF-8"}
-    full = ["runuser", "-u", name, "--", "env", "-i", *(f"{k}={v}" for k, v in {**base, **env}.items()),
+    return ["runuser", "-u", name, "--", "env", "-i", *(f"{k}={v}" for k, v in {**base, **env}.items()),
             *command]
+
+
+def run_as(name: str, command: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None = None,
+           check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command as the account (runuser, a login-less switch), with exactly the environment given."""
+    full = as_account(name, command, env)
     done = subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     if check and done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-12:]
