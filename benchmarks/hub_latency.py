@@ -61,12 +61,12 @@ class WarmSubmit:
     the assignment when told to, as the Assignments tab's Submit button does in their server."""
 
     def __init__(self, hub: Hub, member: str, assignment: str) -> None:
-        account = accounts.lookup(hub.user(member))
+        name = hub.user(member)
         command = [str(hub.settings.bin_dir / "python"), "-c", WARM_SUBMIT, "submit", assignment, "--course",
                    COURSE, NO_HUB_AUTH]
-        self.process = subprocess.Popen(accounts.as_account(account.name, command, student_env(hub)),
-                                        cwd=account.home, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(accounts.as_account(name, command, student_env(hub)),
+                                        cwd=accounts.lookup(name).home, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if self.process.stdout.readline().strip() != "ready":
             raise RuntimeError(f"{member}'s submit did not start: {self.process.communicate()[1][-2000:]}")
 

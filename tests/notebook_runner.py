@@ -63,10 +63,10 @@ def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | N
     if not gpu:
         nb, skipped = without_gpu_cells(nb)
     warm = warm_kernels().data_folder(kernel_name, env)
-    specs = {} if warm is None else {"kernel_spec_manager": KernelSpecManager(kernel_dirs=[f"{warm}/kernels"])
-                                     }
     # its channels cannot sleep through a reply on a loaded machine (autograder/grading/channels.py)
-    km = AsyncKernelManager(kernel_name=kernel_name, client_class=CLIENT_CLASS, **specs)
+    km = AsyncKernelManager(kernel_name=kernel_name, client_class=CLIENT_CLASS)
+    if warm is not None:
+        km.kernel_spec_manager = KernelSpecManager(kernel_dirs=[f"{warm}/kernels"])
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, km=km,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
