@@ -129,7 +129,7 @@ def show_script() -> None:
 # that reads JPEG files; this synthetic one only flips), the cost of handing a batch from a worker process to
 # the loop, and the rate of the host copy that pinning a batch makes (near the 10.9 GB/s FACTS.md measured for
 # host copies). Not modelled: starting the worker processes, paid at every epoch unless
-# persistent_workers=True (97-121 ms for 2 workers on the course's H100 host, benchmarks/capstone_gpu.py).
+# persistent_workers=True (97-170 ms for 2 workers on the course's H100 host, benchmarks/capstone_gpu.py).
 LOAD_S_PER_SAMPLE = 4e-6
 WORKER_HANDOFF_S = 50e-6
 HOST_COPY_Bps = 10e9
