@@ -128,6 +128,8 @@ def main() -> int:
     parser.add_argument("--students", type=int, default=20)
     parser.add_argument("--single", type=int, default=5,
                         help="submissions of one student, one after the other")
+    parser.add_argument("--service-log", type=Path, default=None,
+                        help="write the autograde service's lines of the hub's log here (its batches, timed)")
     parser.add_argument("--cold-submit", action="store_true",
                         help="submit with a new `nbgrader submit` process per student (Python start-up and "
                              "imports included) instead of a warm one, as in the student's server")
@@ -165,6 +167,9 @@ def main() -> int:
         print(line("one submission", single))
         print(line(f"{len(members)} students at once", list(crowd.values())))
         print(hub.cli("autograde", "status", assignment).stdout.splitlines()[0])
+        if args.service_log:
+            lines = hub.log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+            args.service_log.write_text("".join(x for x in lines if x.startswith("[autograde ")))
     return 0
 
 

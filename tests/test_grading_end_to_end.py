@@ -442,8 +442,20 @@ from pathlib import Path
 from autograder.grading.session import GradeOptions, grade_class
 
 course, subs = Path(sys.argv[1]), Path(sys.argv[2])
+late = Path(sys.argv[3]) if len(sys.argv) > 3 else None  # students who join the run once it has begun
 out = course / "graded" / "tiny"
 seen = []
+asked = []
+
+def joining():
+    asked.append(len(seen))
+    if late is None or len(asked) > 1:
+        return []
+    names = sorted(p.name for p in late.iterdir())
+    for name in names:
+        (late / name).rename(subs / name)
+    (subs / "eve").symlink_to(subs / "ada")  # a link is no student folder
+    return [*names, "ada", "eve", "nobody"]  # ada is graded already; nobody has no folder
 
 def on_result(result):
     seen.append({"student": result.student, "status": result.status, "score": result.final_score,
@@ -451,12 +463,17 @@ def on_result(result):
                  "feedback": sorted(p.name for p in (out / "feedback" / result.student).glob("*.html"))})
 
 summary = grade_class(course, "tiny", subs, GradeOptions(jobs=2, timeout=10, memory_mib=600, progress=False),
-                      echo=lambda line: None, on_result=on_result)
-print(json.dumps({"seen": seen, "graded": summary.graded, "reused": summary.reused}))
+                      echo=lambda line: None, on_result=on_result, joining=joining if late else None)
+if late:
+    (subs / "eve").unlink()
+print(json.dumps({"seen": seen, "graded": summary.graded, "reused": summary.reused, "asked": asked,
+                  "rows": [r.student for r in summary.results]}))
 """
 
 
 def test_each_graded_student_is_announced_once_when_recorded_and_reused_ones_are_not(tmp_path):
+    """Students who join the run once it has begun (as the hub's late submissions do) are graded and announced
+    like the others; a name already graded, a link and a name without a folder do not join."""
     course = make_course(tmp_path)
     with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:  # counts its own executions
         config.write("\nimport os as _os\n"
@@ -466,21 +483,26 @@ def test_each_graded_student_is_announced_once_when_recorded_and_reused_ones_are
                 "bob": ({"tiny.ipynb": assignment(double="return x")},),
                 "cat": ({"notes.txt": "no notebook here"},)}
     write_class(course / "incoming", students, course)
+    write_class(tmp_path / "late", {"dan": ({"tiny.ipynb": assignment(square="return x")},)}, course)
 
-    def run() -> dict:
-        done = subprocess.run([sys.executable, "-c", ANNOUNCE, str(course), str(course / "incoming")],
+    def run(*late: Path) -> dict:
+        done = subprocess.run([sys.executable, "-c", ANNOUNCE, str(course), str(course / "incoming"),
+                               *map(str, late)],
                               cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
                               timeout=600, check=False)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    first = run()
+    first = run(tmp_path / "late")
     assert (course / "config-runs").read_text() == "x"  # the course's config was executed once for the run
     by_student = {s["student"]: s for s in first["seen"]}
-    assert sorted(s["student"] for s in first["seen"]) == ["ada", "bob", "cat"]  # each exactly once
+    assert sorted(s["student"] for s in first["seen"]) == ["ada", "bob", "cat", "dan"]  # each exactly once
     assert by_student["ada"]["status"] == "graded" and by_student["ada"]["score"] == 3
     assert by_student["bob"]["score"] == 1 and by_student["cat"]["status"] == "missing"
+    assert by_student["dan"]["status"] == "graded" and by_student["dan"]["score"] == 2  # joined, and graded
     assert all(s["saved"] for s in first["seen"])  # announced only once their result is saved...
-    assert by_student["ada"]["feedback"] == ["tiny.html"]  # ...and their feedback written
+    assert by_student["ada"]["feedback"] == by_student["dan"]["feedback"] == ["tiny.html"]  # ...feedback too
+    assert first["graded"] == 3 and len(first["asked"]) >= 2  # dan counted; asked again once he had joined
+    assert first["rows"] == ["ada", "bob", "cat", "dan"]  # the reports have everyone, the joiner last
     second = run()
-    assert second["seen"] == [] and second["reused"] == 3  # unchanged students are not announced again
+    assert second["seen"] == [] and second["reused"] == 4  # unchanged students are not announced again

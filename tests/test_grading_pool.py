@@ -67,3 +67,24 @@ def test_follow_up_jobs_run_next_and_no_worker_is_left(fake_pool):
     pids = [w.pid for w in fake_pool.workers]
     fake_pool.shutdown()
     assert not fake_pool.workers and all(not Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_jobs_that_join_are_run_while_the_run_lasts_and_then_it_ends(fake_pool):
+    asked, reports = [], []
+    late = [[Job(2, "cat", {}), Job(3, "die", {})], [Job(4, "dan", {})]]
+
+    def more():
+        asked.append(sorted(r for r in reports))
+        return late.pop(0) if late else []
+
+    fake_pool.run([Job(0, "ada", {}), Job(1, "ben", {})], lambda job: 5.0,
+                  lambda job, report: reports.append(job.student) or [], more)
+    assert sorted(reports) == ["ada", "ben", "cat", "dan", "die"]  # a joiner that crashed is reported too
+    assert not late and asked[0] != sorted(reports)  # asked while the run was going, not only at its end
+    assert asked[-1] == sorted(reports)  # and once more when everyone was done: nothing came, so it ended
+
+
+def test_without_joiners_a_run_is_asked_nothing(fake_pool):
+    reports = []
+    fake_pool.run([Job(0, "ada", {})], lambda job: 5.0, lambda job, report: reports.append(job.student) or [])
+    assert reports == ["ada"] and len(fake_pool.workers) == 1

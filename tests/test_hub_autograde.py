@@ -11,6 +11,7 @@ import csv
 import datetime
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -86,6 +87,31 @@ def test_a_batch_is_fair_and_bounded(queue: Queue) -> None:
         add(queue, f"s{i:02}", "t1", now=103)
     order = [e.student for b in iter(lambda: queue.next_batch(8, now=104), []) for e in b]
     assert order.index("late") == 12 and order[:12] == [f"s{i:02}" for i in range(8, 20)]
+
+
+def test_a_running_batch_takes_late_submissions_only_in_its_assignment_s_turn(queue: Queue) -> None:
+    queue.configure("ps02", True)
+    for i in range(3):
+        add(queue, f"s{i}", "t1", now=i)
+    running = queue.next_batch(2, now=3)
+    assert [e.student for e in running] == ["s0", "s1"]
+    add(queue, "s0", "t2", now=4)  # s0 again, while their first submission is graded: not in the same run
+    add(queue, "s3", "t1", now=5)
+    grading = frozenset(e.student for e in running)
+    joined = queue.next_batch(8, now=6, joining="ps01", grading=grading)
+    assert [e.student for e in joined] == ["s2", "s3"]
+    assert {e.student for e in queue.entries(state=State.GRADING)} == {"s0", "s1", "s2", "s3"}
+    add(queue, "ann", "t1", now=7, assignment="ps02")  # ps02's turn comes before the next of ps01
+    add(queue, "s4", "t1", now=8)
+    grading |= {e.student for e in joined}
+    # s0's resubmission waits for a run of its own, and does not hold ann's turn for the next of ps01
+    assert queue.next_batch(8, now=9, joining="ps01", grading=grading) == []
+    for e in queue.entries(state=State.GRADING):
+        queue.record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="", now=10)
+    assert [e.student for e in queue.next_batch(8, now=11)] == ["s0", "s4"]  # the next run: s0 came first
+    add(queue, "s5", "t1", now=12)
+    assert queue.next_batch(8, now=12, joining="ps01", grading=frozenset({"s0", "s4"})) == []  # ann's turn
+    assert [e.assignment for e in queue.next_batch(8, now=13)] == ["ps02"]
 
 
 def test_one_assignment_per_batch_and_only_enabled_ones(queue: Queue) -> None:
@@ -564,8 +590,13 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
 
     servers = {m: start_server(hub, m, hub.token(m)) for m in plan}
     submitted_at = {}
-    for member, kind in plan.items():
-        hand_in(servers[member], assignment, notebooks[kind])
+    for member in ("cat", "ann", "bob"):
+        if member == "bob":  # once cat's batch is being graded: bob's submission joins it
+            deadline = time.monotonic() + 60
+            while not [e for e in queue_of(hub).entries(assignment, State.GRADING)
+                       if e.student == hub.user("cat")] and time.monotonic() < deadline:
+                time.sleep(0.2)
+        hand_in(servers[member], assignment, notebooks[plan[member]])
         submitted_at[member] = time.monotonic()
     stamps, scores = {}, {}
     waited = {}
@@ -573,8 +604,14 @@ def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> 
         stamps[member] = wait_for_feedback(servers[member], assignment)
         waited[member] = time.monotonic() - submitted_at[member]
         print(f"{member}: feedback {waited[member]:.1f} s after Submit")
-    # The quick students do not wait for the hostile one graded beside them (its loop runs to the time limit).
+        if member == "bob":
+            cat = [e for e in queue_of(hub).entries(assignment) if e.student == hub.user("cat")]
+            assert [e.state for e in cat] == [State.GRADING], "bob waited for cat's whole batch to end"
+    # The quick students do not wait for the hostile one graded beside them (its loop runs to the time limit),
+    # whether they came in its batch or joined it while it ran (2 cores: cat holds one worker, bob the other).
     assert waited["ann"] < waited["cat"] - 10 and waited["bob"] < waited["cat"] - 10, waited
+    assert re.search(rf"{re.escape(hub.user('bob'))} {assignment} [^\n]*: joins the batch being graded",
+                     hub.log.read_text()), "bob's submission did not join the batch being graded"
     for member in plan:
         scores[member] = fetched_score(servers[member], assignment, stamps[member])
     top = scores["ann"][1]

@@ -220,11 +220,19 @@ class Pool:
         return worker
 
     def run(self, jobs: Iterable[Job], seconds_for: Callable[[Job], float],
-            on_report: Callable[[Job, AttemptReport], list[Job]]) -> None:
-        """Grade every job; `on_report(job, report)` may return follow-up jobs (retries), run next."""
+            on_report: Callable[[Job, AttemptReport], list[Job]],
+            more: Callable[[], list[Job]] | None = None) -> None:
+        """Grade every job; `on_report(job, report)` may return follow-up jobs (retries), run next. `more()`,
+        asked whenever nothing is queued and a worker could start, returns jobs that joined the run (none:
+        the run ends once its workers are done)."""
         queue = deque(jobs)
         last_watch = 0.0
-        while queue or any(w.job for w in self.workers):
+        while True:
+            if more is not None and not queue and (any(w.job is None for w in self.workers)
+                                                   or len(self.workers) < self.size):
+                queue.extend(more())
+            if not queue and not any(w.job for w in self.workers):
+                break
             while queue and (any(w.job is None for w in self.workers) or len(self.workers) < self.size):
                 idle = next((w for w in self.workers if w.job is None), None) or self._spawn()
                 job = queue.popleft()

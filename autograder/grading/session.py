@@ -222,11 +222,14 @@ def combine(student: str, assignment: str, attempts: list[AttemptReport], notes:
 
 def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOptions = GradeOptions(), *,
                 out: Path | None = None, echo: Callable[[str], object] = print,
-                on_result: Callable[[StudentResult], object] | None = None) -> RunSummary:
+                on_result: Callable[[StudentResult], object] | None = None,
+                joining: Callable[[], list[str]] | None = None) -> RunSummary:
     """Grade every student folder in `submissions`; write grades, feedback, summary; fill the gradebook.
 
     `on_result` is called with each student's result as soon as they are recorded (gradebook, feedback pages,
     saved result), in the calling thread; students whose saved result is reused are not announced.
+    `joining()`, asked whenever a worker is free and nothing is left to hand it, returns the names of student
+    folders it has just put into `submissions` (a folder): they join the run (the hub's late submissions).
     Raises a GradingError subclass (errors.py) when the run cannot start or go on.
     """
     root = root.resolve()
@@ -262,7 +265,7 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
             isolation = isolate(options.sandbox, [root, inbox, folder, out, run_root, *options.hidden], echo)
             run = ClassRun(root, assignment, submissions, out, run_root, prepared, isolation, options, echo,
                            on_result)
-            return run.grade(folder)
+            return run.grade(folder, joining)
     finally:
         if own_standby is not None:
             own_standby.stop()
@@ -388,8 +391,8 @@ class ClassRun:
         """Return the points of each graded cell ((notebook, grade_id) -> points)."""
         return self.prepared.max_points
 
-    def grade(self, folder: Path) -> RunSummary:
-        """Reuse what is unchanged, grade the rest in parallel, write the reports."""
+    def grade(self, folder: Path, joining: Callable[[], list[str]] | None = None) -> RunSummary:
+        """Reuse what is unchanged, grade the rest (and whoever joins) in parallel, write the reports."""
         from autograder.grading.pool import Pool
         from autograder.grading.worker import WorkerSettings
 
@@ -398,6 +401,19 @@ class ClassRun:
         others = frozenset(p.name for p in (self.root / "source").iterdir() if p.is_dir()) - {self.assignment}
         subs = [_matched(f, self.prepared.expected, self.assignment, others) for f in students]
         todo = self.plan(subs)
+        joined: list[Job] = []
+
+        def more() -> list[Job]:
+            """Plan the students who joined (a folder of theirs is new, and so is their name)."""
+            names = [n for n in joining() if n not in self.subs and (folder / n).is_dir()
+                     and not (folder / n).is_symlink()]
+            new = [_matched(folder / n, self.prepared.expected, self.assignment, others) for n in names]
+            subs.extend(new)
+            jobs = self.plan(new, first=len(subs) - len(new))
+            joined.extend(jobs)
+            self.bar.total += len(new)
+            return jobs
+
         self.echo(f"{self.assignment}: {len(subs)} students in {self.submissions}"
                   + (f" ({len(self.reused)} unchanged since the last run)" if self.reused else ""))
         if ignored:
@@ -407,24 +423,24 @@ class ClassRun:
         if todo:
             self.echo(f"{len(todo)} to grade with {min(options.workers, len(todo))} workers, "
                       f"{options.timeout:g} s per notebook, {options.memory_mib} MiB each")
-        workers = min(options.workers, max(1, len(todo)))
+        workers = options.workers if joining is not None else min(options.workers, max(1, len(todo)))
         settings = WorkerSettings(self.root, self.assignment, self.prepared.template, self.run_root,
                                   self.isolation, options.timeout, options.memory_mib,
                                   max(1, default_jobs() // workers), warm=options.warm,
-                                  zygotes=self.standing_zygotes(workers) if todo else (),
+                                  zygotes=self.standing_zygotes(workers) if todo or joining else (),
                                   libraries=options.standby.libraries if options.standby else LIBRARIES)
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not options.progress)
         pool = Pool(settings, workers, options.memory_mib, self.run_root)
         try:
-            pool.run(todo, self.seconds_for, self.on_report)
+            pool.run(todo, self.seconds_for, self.on_report, more if joining is not None else None)
         finally:
             pool.shutdown()
             self.bar.close()
         ordered = [self.results[s.student] for s in subs]
         write_reports(self.out, self.assignment, ordered, self.isolation.description)
-        return RunSummary(ordered, self.out, self.isolation, len(self.reused), len(todo),
+        return RunSummary(ordered, self.out, self.isolation, len(self.reused), len(todo) + len(joined),
                           time.monotonic() - self.started, ignored)
 
     def standing_zygotes(self, workers: int) -> tuple:
@@ -442,14 +458,14 @@ class ClassRun:
         """Return the wall-clock budget of one attempt (past it, its worker is stopped)."""
         return len(job.notebooks) * (self.options.timeout + KERNEL_START_STOP_S) + ATTEMPT_OVERHEAD_S
 
-    def plan(self, subs: list[Submission]) -> list[Job]:
-        """Reuse unchanged results, settle missing and invalid students, and return the jobs for the rest."""
+    def plan(self, subs: list[Submission], first: int = 0) -> list[Job]:
+        """Reuse unchanged results, settle missing and invalid students, and return the jobs for the rest
+        (`first`: the index of the first of them in the run)."""
         digest = hash_tree(regular_files(self.root / "source" / self.assignment),
                            self.root / "source" / self.assignment)
-        self.reused = set()
         todo = []
         extended = gbook.extensions(self.db_url, self.course, self.assignment)
-        for index, sub in enumerate(subs):
+        for index, sub in enumerate(subs, start=first):
             self.subs[sub.student] = sub
             try:
                 files = hash_tree(regular_files(sub.folder), sub.folder)

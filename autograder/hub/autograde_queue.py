@@ -245,17 +245,19 @@ class Queue:
             "finished_at > ? ORDER BY finished_at", (entry.student, entry.assignment, now - HOUR))]
         return now if len(times) < per_hour else times[len(times) - per_hour] + HOUR
 
-    def next_batch(self, size: int, now: float | None = None) -> list[Entry]:
+    def next_batch(self, size: int, now: float | None = None, joining: str | None = None,
+                   grading: frozenset[str] = frozenset()) -> list[Entry]:
         """Pick the next batch (one assignment, one submission per student, first come first served) and mark
-        it grading; empty when nothing may be graded now."""
+        it grading; empty when nothing may be graded now. `joining`: the assignment of a running batch, which
+        takes more only while its assignment's turn lasts, and no student it is `grading` already."""
         now = time.time() if now is None else now
         enabled = {a: self.setting(a) for a in self.enabled()}
         with self.transaction() as db:
             queued = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = ? ORDER BY "
                                                     "place, student", (State.QUEUED,))]
-            ready = [e for e in queued if e.assignment in enabled
+            ready = [e for e in queued if e.assignment in enabled and e.student not in grading
                      and self.waiting_until(e, enabled[e.assignment].per_hour, now) <= now]
-            if not ready:
+            if not ready or (joining is not None and ready[0].assignment != joining):
                 return []
             assignment, batch, students = ready[0].assignment, [], set()
             for e in ready:

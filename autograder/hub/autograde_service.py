@@ -33,8 +33,10 @@ POLL_S = 0.25  # a submission waits at most this long once nbgrader has finished
 # nbgrader's submit copies a submission into the inbound in place and writes its secret last: a folder without
 # one is still being copied. Past this age it is taken anyway (graded, with no secret to return feedback by).
 COPYING_GRACE_S = 10.0
-# a batch holds at most this many students per core (a later submission waits at most that)
+# a batch starts with at most this many students per core; submissions that arrive while it runs join it as
+# workers free up, at most JOINING_PER_CORE per core (then it ends, its reports are written, the next starts)
 BATCH_PER_CORE = 4
+JOINING_PER_CORE = 12
 QUEUE_FILE = "queue.sqlite"
 
 
@@ -141,6 +143,12 @@ def stage(place: Place, batch: list[Entry]) -> Staged:
     if staged.work.exists():
         shutil.rmtree(staged.work)
     staged.work.mkdir(parents=True)
+    stage_into(place, batch, staged)
+    return staged
+
+
+def stage_into(place: Place, batch: list[Entry], staged: Staged) -> None:
+    """Copy more submissions into a batch's work folder (missing and refused ones are noted in `staged`)."""
     skip = exchange.course_ignore(place.course)
     for e in batch:
         found = place.dirs.submission(e.folder)
@@ -161,7 +169,6 @@ def stage(place: Place, batch: list[Entry]) -> Staged:
         if notes:
             staged.notes[e.student] = "; ".join(notes)
             logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: {'; '.join(notes)}"))
-    return staged
 
 
 def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path,
@@ -274,28 +281,23 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
     """Grade one batch and release its feedback, each student's as soon as they are recorded (kernels forked
     from the `standby` zygotes, when given)."""
     from autograder.grading.errors import GradebookBusy
-    from autograder.grading.session import GradeOptions, grade_class
+    from autograder.grading.session import GradeOptions, default_jobs, grade_class
 
     assignment = batch[0].assignment
     setting = queue.setting(assignment)
     staged = stage(place, batch)
-    for e in staged.missing:
-        queue.record_outcome(e, state=State.FAILED, graded=False, status=Status.MISSING, score=None,
-                             max_score=None, detail="its folder left the exchange before it was graded")
-    for e in batch:
-        if e.student in staged.refused:
-            queue.record_outcome(e, state=State.FAILED, graded=False, status=Status.REFUSED, score=None,
-                                 max_score=None, detail=staged.refused[e.student])
-    batch = [e for e in batch if e not in staged.missing and e.student not in staged.refused]
+    batch = settle_unstaged(queue, batch, staged)
     if not batch:
         return
     started = time.monotonic()
     releaser = BatchReleaser(place, queue, batch, staged)
+    joiner = Joiner(place, queue, assignment, releaser, staged, JOINING_PER_CORE * (jobs or default_jobs()))
     options = GradeOptions(jobs=jobs, timeout=setting.timeout, progress=False, hidden=(place.exchange,),
                            standby=standby)
     try:
         summary = grade_class(place.course, assignment, staged.work, options, out=place.graded(assignment),
-                              echo=lambda line: logger.info("  %s", line), on_result=releaser.on_result)
+                              echo=lambda line: logger.info("  %s", line), on_result=releaser.on_result,
+                              joining=joiner)
     except GradebookBusy as exc:  # the instructor's `hub grade`: wait for it
         logger.info(f"waiting: {exc}")
         queue.requeue(list(releaser.pending.values()), "waiting for another grading run")
@@ -303,7 +305,62 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
         return
     releaser.settle({r.student: r for r in summary.results})
     write_assignment_reports(place.graded(assignment), assignment, summary.isolation.description)
-    logger.info(f"batch of {len(batch)} for {assignment} in {time.monotonic() - started:.1f} s")
+    took = time.monotonic() - started
+    logger.info(f"batch of {len(batch) + joiner.joined} for {assignment} in {took:.1f} s"
+                + (f" ({joiner.joined} joined it)" if joiner.joined else ""))
+
+
+def settle_unstaged(queue: Queue, batch: list[Entry], staged: Staged) -> list[Entry]:
+    """Fail the batch's submissions that could not be staged (gone, or refused); return the others."""
+    for e in batch:
+        if e in staged.missing:
+            queue.record_outcome(e, state=State.FAILED, graded=False, status=Status.MISSING, score=None,
+                                 max_score=None, detail="its folder left the exchange before it was graded")
+        elif e.student in staged.refused:
+            queue.record_outcome(e, state=State.FAILED, graded=False, status=Status.REFUSED, score=None,
+                                 max_score=None, detail=staged.refused[e.student])
+    return [e for e in batch if e not in staged.missing and e.student not in staged.refused]
+
+
+class Joiner:
+    """Submissions that arrive while a batch is graded join it as soon as a worker is free, instead of waiting
+    for the whole batch to end (while its assignment's turn lasts, one submission per student, up to a limit).
+    """
+
+    def __init__(self, place: Place, queue: Queue, assignment: str, releaser: "BatchReleaser", staged: Staged,
+                 limit: int) -> None:
+        self.place, self.queue, self.assignment = place, queue, assignment
+        self.releaser, self.staged, self.limit = releaser, staged, limit
+        self.students = set(releaser.pending)  # everyone this run grades: one submission each
+        self.joined = 0
+        self.last = 0.0
+
+    def __call__(self) -> list[str]:
+        """Queue what arrived, stage the next of this assignment's turn; return their student folders."""
+        now = time.monotonic()
+        if self.joined >= self.limit or now - self.last < POLL_S:
+            return []
+        self.last = now
+        try:
+            scan(self.place, self.queue)
+            more = self.queue.next_batch(self.limit - self.joined, joining=self.assignment,
+                                         grading=frozenset(self.students))
+        except Exception:  # the queue's file could not be read: the batch goes on without them
+            logger.exception("looking for submissions to join the batch failed")
+            return []
+        self.students.update(e.student for e in more)
+        try:
+            stage_into(self.place, more, self.staged)
+        except Exception:  # staging failed: they are graded in a batch of their own
+            logger.exception("staging submissions that joined the batch failed")
+            self.queue.requeue(more, "staging failed; graded in the next batch")
+            return []
+        more = settle_unstaged(self.queue, more, self.staged)
+        for e in more:
+            self.releaser.pending[e.student] = e
+            logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: joins the batch being graded"))
+        self.joined += len(more)
+        return [e.student for e in more]
 
 
 def write_assignment_reports(out: Path, assignment: str, isolation: str) -> None:
