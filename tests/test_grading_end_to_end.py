@@ -455,7 +455,7 @@ def joining():
     for name in names:
         (late / name).rename(subs / name)
     (subs / "eve").symlink_to(subs / "ada")  # a link is no student folder
-    return [*names, "ada", "eve", "nobody"]  # ada is graded already; nobody has no folder
+    return [*names, *names, "ada", "eve", "nobody"]  # named twice; ada is graded already; nobody: no folder
 
 def on_result(result):
     seen.append({"student": result.student, "status": result.status, "score": result.final_score,

@@ -405,7 +405,7 @@ class ClassRun:
 
         def more() -> list[Job]:
             """Plan the students who joined (a folder of theirs is new, and so is their name)."""
-            names = [n for n in joining() if n not in self.subs and (folder / n).is_dir()
+            names = [n for n in dict.fromkeys(joining()) if n not in self.subs and (folder / n).is_dir()
                      and not (folder / n).is_symlink()]
             new = [_matched(folder / n, self.prepared.expected, self.assignment, others) for n in names]
             subs.extend(new)
