@@ -114,6 +114,49 @@ def test_a_running_batch_takes_late_submissions_only_in_its_assignment_s_turn(qu
     assert [e.assignment for e in queue.next_batch(8, now=13)] == ["ps02"]
 
 
+def test_the_joiner_stages_late_submissions_up_to_its_limit_and_fails_or_requeues_the_rest(
+        queue: Queue, tmp_path: Path, monkeypatch) -> None:
+    from autograder.hub import autograde_service as service
+
+    for i, student in enumerate(["ann", "bob", "cat", "dan", "eve"]):
+        add(queue, student, "t1", now=i)
+    running = queue.next_batch(1, now=5)  # ann's batch is being graded
+    staged = service.Staged(tmp_path / "work")
+    releaser = service.BatchReleaser(None, queue, running, staged)
+    refuse, broken = {"bob"}, set()
+
+    def stage_into(place, entries, into):
+        for e in entries:
+            (into.work / e.student).mkdir(parents=True)  # as the service's does: fails if it is there
+            if e.student in broken:
+                raise OSError("disk full")
+            if e.student in refuse:
+                into.refused[e.student] = "a link in it"
+            else:
+                (into.work / e.student / e.assignment).mkdir()
+
+    monkeypatch.setattr(service, "stage_into", stage_into)
+    monkeypatch.setattr(service, "scan", lambda place, q: 0)
+    joiner = service.Joiner(None, queue, "ps01", releaser, staged, limit=3)
+    assert joiner() == ["cat", "dan"]  # bob's copy was refused: failed, with the reason
+    states = {e.student: (e.state, e.status) for e in queue.entries()}
+    assert states["bob"] == (State.FAILED, "refused")
+    assert states["cat"][0] == states["dan"][0] == State.GRADING
+    assert set(releaser.pending) == {"ann", "cat", "dan"} and joiner.joined == 2
+    joiner.last = time.monotonic()
+    assert joiner() == []  # asked again within the poll interval: eve waits for the next poll
+    broken.add("eve")
+    joiner.last = 0.0
+    assert joiner() == []  # staging failed: back in the queue, for this batch's next poll or the next batch
+    assert {e.student: e.state for e in queue.entries()}["eve"] == State.QUEUED
+    broken.clear()
+    joiner.last = 0.0
+    assert joiner() == ["eve"] and joiner.joined == 3  # refused ones do not count towards the limit
+    add(queue, "fay", "t1", now=9)
+    joiner.last = 0.0
+    assert joiner() == [] and {e.student: e.state for e in queue.entries()}["fay"] == State.QUEUED  # limit
+
+
 def test_one_assignment_per_batch_and_only_enabled_ones(queue: Queue) -> None:
     add(queue, "ann", "t1", now=1, assignment="ps02")  # not turned on: waits
     add(queue, "ann", "t2", now=2)

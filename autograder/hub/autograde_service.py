@@ -348,13 +348,15 @@ class Joiner:
         except Exception:  # the queue's file could not be read: the batch goes on without them
             logger.exception("looking for submissions to join the batch failed")
             return []
-        self.students.update(e.student for e in more)
         try:
             stage_into(self.place, more, self.staged)
-        except Exception:  # staging failed: they are graded in a batch of their own
+        except Exception:  # staging failed: back in the queue, for a later poll or the next batch
             logger.exception("staging submissions that joined the batch failed")
-            self.queue.requeue(more, "staging failed; graded in the next batch")
+            for e in more:  # (none of them is in the run: their folders are theirs alone)
+                shutil.rmtree(self.staged.work / e.student, ignore_errors=True)
+            self.queue.requeue(more, "staging failed; queued again")
             return []
+        self.students.update(e.student for e in more)
         more = settle_unstaged(self.queue, more, self.staged)
         for e in more:
             self.releaser.pending[e.student] = e
