@@ -35,12 +35,22 @@ def lab(tmp_path_factory):
         yield server, executable
 
 
-@pytest.fixture
-def page(lab):
-    """A fresh headless Chromium page."""
+@pytest.fixture(scope="module")
+def chromium(lab):
+    """One headless Chromium for the module's tests (each test gets a context of its own)."""
     _, executable = lab
     with launched_chromium(executable) as browser:
-        yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        yield browser
+
+
+@pytest.fixture
+def page(chromium):
+    """A fresh page, in a fresh browser context: no cookies or storage of another test."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def test_student_fills_an_exercise_and_check_says_correct(lab, page):

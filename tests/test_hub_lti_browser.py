@@ -38,15 +38,21 @@ def lti_class(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Class]:
         yield connected
 
 
+@pytest.fixture(scope="module")
+def chromium(lti_class: Class):
+    """One headless Chromium for the module's launches (each test gets a context of its own)."""
+    with launched_chromium() as browser:
+        yield browser
+
+
 @pytest.fixture
-def page(lti_class: Class):
-    """A fresh page of headless Chromium (no cookies of another test's launch)."""
-    with launched_chromium() as chromium:
-        context = chromium.new_context(viewport={"width": 1400, "height": 900})
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
+def page(chromium):
+    """A fresh page, in a fresh browser context: no cookies of another test's launch."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def open_tool(page, lms: LmsStandin, person: Person, variant: str = ""):
