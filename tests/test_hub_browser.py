@@ -58,13 +58,17 @@ def browser(hub):
         yield chromium
 
 
-def log_in(browser, hub: Hub, member: str):
-    """Log in at the hub's login page as the member (PAM); return the page, on their JupyterLab."""
+def log_in(browser, hub: Hub, member: str, to: str | None = None):
+    """Log in at the hub's login page as the member (PAM); return the page, on their JupyterLab (or on the
+    hub path `to`, where the login page sends them: then no server of theirs is started)."""
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-    page.goto(f"{hub.public}/hub/login")
+    page.goto(f"{hub.public}/hub/login" + (f"?next={urllib.parse.quote(to)}" if to else ""))
     page.fill("input[name=username]", hub.user(member))
     page.fill("input[name=password]", hub.passwords[member])
     page.click("input[type=submit], button[type=submit]")
+    if to:
+        page.wait_for_url(re.compile(re.escape(to)), timeout=240_000)
+        return page
     page.wait_for_url(re.compile(rf"/user/{re.escape(hub.user(member))}/lab"), timeout=240_000)
     page.wait_for_selector(".jp-LabShell", timeout=120_000)
     dismiss(page)
@@ -136,9 +140,9 @@ def test_a_student_submits_in_the_browser_and_the_grader_sees_it(hub: Hub, brows
     status = hub.cli("status", assignment).stdout
     assert "1 of 1 submitted" in status, status
 
-    grader = log_in(browser, hub, "ivy")
+    # The grader goes straight to formgrader (a hub service: no server of their own is started for it).
+    grader = log_in(browser, hub, "ivy", to=f"/services/{COURSE}/formgrader/manage_submissions/{assignment}")
     try:
-        grader.goto(f"{hub.public}/services/{COURSE}/formgrader/manage_submissions/{assignment}")
         grader.get_by_text(hub.user("ann")).first.wait_for(timeout=120_000)
         grader.screenshot(path=str(IMAGES / "hub-formgrader.png"))
     except Exception:
