@@ -69,6 +69,16 @@ def launched_chromium(executable: str | None = None) -> Iterator:
             chromium.close()
 
 
+@contextlib.contextmanager
+def fresh_page(browser, width: int, height: int) -> Iterator:
+    """Yield a page in a new context of `browser`: no cookies or storage of another test's pages."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
 def _free_port() -> int:
     with contextlib.closing(socket.socket()) as sock:
         sock.bind(("127.0.0.1", 0))

@@ -9,6 +9,7 @@ from tests.browser_support import (
     browser_or_skip,
     cell_index,
     cell_text,
+    fresh_page,
     launched_chromium,
     open_notebook,
     run_all,
@@ -45,12 +46,9 @@ def chromium(lab):
 
 @pytest.fixture
 def page(chromium):
-    """A fresh page, in a fresh browser context: no cookies or storage of another test."""
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
+    """A fresh page, in a fresh browser context."""
+    with fresh_page(chromium, 1400, 1000) as fresh:
+        yield fresh
 
 
 def test_student_fills_an_exercise_and_check_says_correct(lab, page):

@@ -16,7 +16,7 @@ import pytest
 
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
-from tests.browser_support import launched_chromium, screenshot
+from tests.browser_support import fresh_page, launched_chromium, screenshot
 from tests.hub_support import hub_tests_or_skip
 from tests.lms_standin import Class, LmsStandin, Person, connected_class
 
@@ -48,11 +48,8 @@ def chromium(lti_class: Class):
 @pytest.fixture
 def page(chromium):
     """A fresh page, in a fresh browser context: no cookies of another test's launch."""
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
+    with fresh_page(chromium, 1400, 900) as fresh:
+        yield fresh
 
 
 def open_tool(page, lms: LmsStandin, person: Person, variant: str = ""):
