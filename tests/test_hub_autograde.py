@@ -157,6 +157,28 @@ def test_the_joiner_stages_late_submissions_up_to_its_limit_and_fails_or_requeue
     assert joiner() == [] and {e.student: e.state for e in queue.entries()}["fay"] == State.QUEUED  # limit
 
 
+def test_turning_autograding_on_makes_the_template_before_the_first_submission(tmp_path: Path,
+                                                                               caplog) -> None:
+    from autograder.grading import gradebook
+    from autograder.grading.template import CACHE_FOLDER
+    from autograder.hub import autograde_service as service
+    from tests.test_grading_end_to_end import make_course
+
+    course = make_course(tmp_path)
+    place = service.Place(course, tmp_path / "exchange", "course101")
+    caplog.set_level("INFO", logger="devicelab.autograde")
+    with gradebook.locked(gradebook.course_db_url(course)):  # the instructor's `hub grade` holds it
+        service.prepare_ahead(place, "tiny")
+    assert "the template is left to its first batch" in caplog.text
+    assert not (place.graded("tiny") / CACHE_FOLDER).exists()
+    service.prepare_ahead(place, "tiny")
+    assert [p for p in (place.graded("tiny") / CACHE_FOLDER).iterdir() if p.is_dir()]  # made, for the batch
+    with Gradebook(gradebook.course_db_url(course), gradebook.course_id(course)) as gb:
+        assert [a.name for a in gb.assignments] == ["tiny"]  # and the assignment defined, as a batch does
+    service.prepare_ahead(place, "nope")  # no such assignment: logged, left to a batch (which reports it)
+    assert "nope: making the template ahead failed" in caplog.text
+
+
 def test_one_assignment_per_batch_and_only_enabled_ones(queue: Queue) -> None:
     add(queue, "ann", "t1", now=1, assignment="ps02")  # not turned on: waits
     add(queue, "ann", "t2", now=2)

@@ -351,6 +351,17 @@ def prepare(root: Path, assignment: str, out: Path, run_root: Path) -> Assignmen
     return Assignment(template, expected, max_points)
 
 
+def prepare_ahead(root: Path, assignment: str, out: Path) -> None:
+    """Make the assignment's template and define it in the gradebook now, as its next run would (cached for
+    that run): the hub's service does this when autograding is turned on, before the first submission."""
+    run_root = scratch.make_run_root()
+    try:
+        with gbook.locked(gbook.course_db_url(root.resolve())):
+            prepare(root.resolve(), assignment, out.resolve(), run_root)
+    finally:
+        shutil.rmtree(run_root, ignore_errors=True)
+
+
 def isolate(sandbox: str, hide: list[Path], echo: Callable[[str], object]) -> Isolation:
     """Pick the sandbox: hide the given folders (course, submissions, output...); show Python and its
     packages.

@@ -310,6 +310,24 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
                 + (f" ({joiner.joined} joined it)" if joiner.joined else ""))
 
 
+def prepare_ahead(place: Place, assignment: str) -> None:
+    """Make an assignment's template before its first submission (its first batch would), so that submission
+    waits only for its own grading; a failure is logged and left to that batch."""
+    from autograder.grading.errors import GradebookBusy
+    from autograder.grading.session import prepare_ahead as make_template
+
+    started = time.monotonic()
+    try:
+        make_template(place.course, assignment, place.graded(assignment))
+    except GradebookBusy as exc:
+        logger.info(f"{assignment}: the template is left to its first batch ({exc})")
+        return
+    except Exception:  # the first batch makes it, and reports what went wrong to the students it grades
+        logger.exception(f"{assignment}: making the template ahead failed")
+        return
+    logger.info(f"{assignment}: template ready in {time.monotonic() - started:.1f} s")
+
+
 def settle_unstaged(queue: Queue, batch: list[Entry], staged: Staged) -> list[Entry]:
     """Fail the batch's submissions that could not be staged (gone, or refused); return the others."""
     for e in batch:
@@ -477,11 +495,16 @@ def _loop(place: Place, jobs: int | None, once: bool, size: int, waiting: Waitin
 
         pass_back = Pacer(place.lti)
         logger.info("grade passback to the LMS is on")
+    ready: set[str] = set()  # assignments whose template this service has made ahead
     while True:
         scan(place, queue)
         enabled = queue.enabled()
         if enabled:
             waiting.launch(waiting.libraries_of(place.course, enabled))
+            for assignment in enabled:
+                if assignment not in ready:
+                    ready.add(assignment)
+                    prepare_ahead(place, assignment)
         batch = queue.next_batch(size)
         if batch:
             try:
