@@ -455,7 +455,8 @@ def joining():
     for name in names:
         (late / name).rename(subs / name)
     (subs / "eve").symlink_to(subs / "ada")  # a link is no student folder
-    return [*names, *names, "ada", "eve", "nobody"]  # named twice; ada is graded already; nobody: no folder
+    # named twice; ada is graded already; a path, not a name (ada's folder again); nobody has no folder
+    return [*names, *names, "ada", f"../{subs.name}/ada", "eve", "nobody"]
 
 def on_result(result):
     seen.append({"student": result.student, "status": result.status, "score": result.final_score,
@@ -473,7 +474,7 @@ print(json.dumps({"seen": seen, "graded": summary.graded, "reused": summary.reus
 
 def test_each_graded_student_is_announced_once_when_recorded_and_reused_ones_are_not(tmp_path):
     """Students who join the run once it has begun (as the hub's late submissions do) are graded and announced
-    like the others; a name already graded, a link and a name without a folder do not join."""
+    like the others; a name already graded, a path, a link and a name without a folder do not join."""
     course = make_course(tmp_path)
     with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:  # counts its own executions
         config.write("\nimport os as _os\n"

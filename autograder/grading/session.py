@@ -354,10 +354,10 @@ def prepare(root: Path, assignment: str, out: Path, run_root: Path) -> Assignmen
 def prepare_ahead(root: Path, assignment: str, out: Path) -> None:
     """Make the assignment's template and define it in the gradebook now, as its next run would (cached for
     that run): the hub's service does this when autograding is turned on, before the first submission."""
-    run_root = scratch.make_run_root()
+    root, run_root = root.resolve(), scratch.make_run_root()
     try:
-        with gbook.locked(gbook.course_db_url(root.resolve())):
-            prepare(root.resolve(), assignment, out.resolve(), run_root)
+        with gbook.locked(gbook.course_db_url(root)):
+            prepare(root, assignment, out.resolve(), run_root)
     finally:
         shutil.rmtree(run_root, ignore_errors=True)
 
@@ -416,8 +416,8 @@ class ClassRun:
 
         def more() -> list[Job]:
             """Plan the students who joined (a folder of theirs is new, and so is their name)."""
-            names = [n for n in dict.fromkeys(joining()) if n not in self.subs and (folder / n).is_dir()
-                     and not (folder / n).is_symlink()]
+            names = [n for n in dict.fromkeys(joining()) if n not in self.subs and Path(n).name == n
+                     and (folder / n).is_dir() and not (folder / n).is_symlink()]
             new = [_matched(folder / n, self.prepared.expected, self.assignment, others) for n in names]
             subs.extend(new)
             jobs = self.plan(new, first=len(subs) - len(new))
