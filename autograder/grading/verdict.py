@@ -16,6 +16,7 @@ as nbgrader scores them); GraderExecute hands it the kernel's replies in the res
 """
 
 import ast
+import functools
 
 from nbformat import NotebookNode
 from nbgrader import utils
@@ -24,8 +25,10 @@ from nbgrader.preprocessors import SaveAutoGrades
 REPLIES = "devicelab_replies"  # resources key: cell index -> the status of the kernel's execute_reply
 
 
+@functools.lru_cache(maxsize=1024)
 def ends_in_expression(source: str) -> bool:
-    """Return True when a cell's last statement is an expression whose value IPython displays."""
+    """Return True when a cell's last statement is an expression whose value IPython displays (remembered per
+    source: a test cell's source is the instructor's, the same for every student a worker grades)."""
     from IPython.core.inputtransformer2 import TransformerManager
 
     try:
@@ -75,6 +78,7 @@ class SaveVerdicts(SaveAutoGrades):
         """Save every graded cell's score, with the kernel's replies that GraderExecute recorded."""
         self._replies = resources.get(REPLIES)
         self._index = None
+        self._grades = None
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, cell_index):
@@ -89,10 +93,25 @@ class SaveVerdicts(SaveAutoGrades):
             return score_test_cell(cell, "ok")
         return score_test_cell(cell, self._replies.get(self._index))
 
+    def _grade(self, grade_id: str):
+        """Return this submitted notebook's grade of a cell, as nbgrader's `find_grade` would: its grades are
+        read in one query the first time (one `find_grade` per cell was a third of nbgrader's autograde)."""
+        from nbgrader.api import Grade
+        from sqlalchemy.orm import joinedload
+
+        if self._grades is None:
+            submitted = self.gradebook.find_submission_notebook(self.notebook_id, self.assignment_id,
+                                                                self.student_id)
+            grades = self.gradebook.db.query(Grade).options(joinedload(Grade.cell)).filter(
+                Grade.notebook_id == submitted.id)
+            self._grades = {grade.cell.name: grade for grade in grades}
+        if grade_id in self._grades:
+            return self._grades[grade_id]
+        return self.gradebook.find_grade(grade_id, self.notebook_id, self.assignment_id, self.student_id)
+
     def _add_score(self, cell: NotebookNode, resources) -> None:
         """Record the cell's score as nbgrader does (a cell already scored by hand stays up for review)."""
-        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
-                                          self.assignment_id, self.student_id)
+        grade = self._grade(cell.metadata["nbgrader"]["grade_id"])
         grade.auto_score = self._score(cell)
         grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
         self.gradebook.db.commit()
