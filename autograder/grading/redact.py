@@ -35,7 +35,7 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_markdown_cell
 from nbgrader import utils
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
-from traitlets import Unicode
+from traitlets import List, Unicode
 
 from autograder.grading.execution import NOT_RUN, UNCONFIRMED
 
@@ -144,6 +144,9 @@ class RedactHiddenTests(NbGraderPreprocessor):
     default_message = Unicode(DEFAULT_MESSAGE, help="shown when a hidden block that fails has no "
                                                     f"'{FEEDBACK_PREFIX}' line").tag(config=True)
     note = Unicode(NOTE, help="markdown put first in a redacted notebook").tag(config=True)
+    # set by nbconvert's exporters for every NbConvertBase; nbgrader's preprocessors declare it without
+    # config=True, so traitlets would warn about it once per worker: taken here, and unused
+    display_data_priority = List().tag(config=True)
 
     def test_cell(self, cell: NotebookNode, clearer: ClearHiddenTests) -> TestCell:
         """Read a graded test cell: its visible source (as release/ has it) and its hidden blocks."""
@@ -177,7 +180,11 @@ class RedactHiddenTests(NbGraderPreprocessor):
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
         """Redact a notebook that has hidden tests; leave any other as it is."""
-        clearer = ClearHiddenTests(config=self.config)
+        # nbconvert's exporters set NbConvertBase.display_data_priority, which nbgrader's preprocessors do not
+        # take as config: without that section, no "not recognized" warning in the log for every student
+        config = copy.copy(self.config)
+        config.pop("NbConvertBase", None)
+        clearer = ClearHiddenTests(config=config)
         tests = {i: self.test_cell(c, clearer) for i, c in enumerate(nb.cells)
                  if utils.is_grade(c) and not utils.is_solution(c)}
         if not any(t.blocks for t in tests.values()):
