@@ -163,6 +163,19 @@ def test_every_output_of_a_notebook_with_hidden_tests_is_dropped_but_the_grader_
     assert set(redacted.metadata) == {"kernelspec"} and "Feedback on submit" in redacted.cells[0].source
 
 
+def test_redacting_with_the_feedback_exporter_s_config_logs_no_warning(caplog) -> None:
+    # nbconvert's HTML exporter configures NbConvertBase.display_data_priority for every preprocessor;
+    # nbgrader's do not take it as config, and traitlets said so in the log for every student graded
+    from nbconvert.exporters import HTMLExporter
+
+    exporter = HTMLExporter()
+    exporter.register_preprocessor(RedactHiddenTests, enabled=True)
+    with caplog.at_level("WARNING"):
+        redacted, _ = exporter._preprocessors[-1].preprocess(copy.deepcopy(autograded(error(5))), {})
+    assert "SECRET" not in shown(redacted)
+    assert not [r for r in caplog.records if "not recognized" in r.getMessage()], caplog.text
+
+
 def test_a_notebook_without_hidden_tests_is_left_as_it_is() -> None:
     nb = autograded(error(1, evalue="double(2) should be 4"))
     test = graded_cell(nb)
