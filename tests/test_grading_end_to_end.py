@@ -455,8 +455,10 @@ def joining():
     for name in names:
         (late / name).rename(subs / name)
     (subs / "eve").symlink_to(subs / "ada")  # a link is no student folder
-    # named twice; ada is graded already; a path, not a name (ada's folder again); nobody has no folder
-    return [*names, *names, "ada", f"../{subs.name}/ada", "eve", "nobody"]
+    (subs / "__MACOSX" / "ada").mkdir(parents=True)  # a system folder, skipped by the first scan too
+    # named twice; ada is graded already; a path, not a name (ada's folder again); the parent, and folders the
+    # first scan skips; nobody has no folder
+    return [*names, *names, "ada", f"../{subs.name}/ada", "..", ".", "__MACOSX", "eve", "nobody"]
 
 def on_result(result):
     seen.append({"student": result.student, "status": result.status, "score": result.final_score,
@@ -467,6 +469,8 @@ summary = grade_class(course, "tiny", subs, GradeOptions(jobs=2, timeout=10, mem
                       echo=lambda line: None, on_result=on_result, joining=joining if late else None)
 if late:
     (subs / "eve").unlink()
+    (subs / "__MACOSX" / "ada").rmdir()
+    (subs / "__MACOSX").rmdir()
 print(json.dumps({"seen": seen, "graded": summary.graded, "reused": summary.reused, "asked": asked,
                   "rows": [r.student for r in summary.results]}))
 """
@@ -474,7 +478,8 @@ print(json.dumps({"seen": seen, "graded": summary.graded, "reused": summary.reus
 
 def test_each_graded_student_is_announced_once_when_recorded_and_reused_ones_are_not(tmp_path):
     """Students who join the run once it has begun (as the hub's late submissions do) are graded and announced
-    like the others; a name already graded, a path, a link and a name without a folder do not join."""
+    like the others; a name already graded, a path, the parent, a system folder, a link and a name without a
+    folder do not join."""
     course = make_course(tmp_path)
     with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:  # counts its own executions
         config.write("\nimport os as _os\n"

@@ -62,6 +62,7 @@ from autograder.grading.results import (
 from autograder.grading.sandbox import Isolation, IsolationUnavailable, detect_isolation
 from autograder.grading.submissions import (
     Submission,
+    is_student_folder,
     match_submission,
     open_submissions,
     read_notebook_json,
@@ -417,7 +418,7 @@ class ClassRun:
         def more() -> list[Job]:
             """Plan the students who joined (a folder of theirs is new, and so is their name)."""
             names = [n for n in dict.fromkeys(joining()) if n not in self.subs and Path(n).name == n
-                     and (folder / n).is_dir() and not (folder / n).is_symlink()]
+                     and is_student_folder(folder / n)]
             new = [_matched(folder / n, self.prepared.expected, self.assignment, others) for n in names]
             subs.extend(new)
             jobs = self.plan(new, first=len(subs) - len(new))

@@ -118,13 +118,16 @@ def student_folders(root: Path) -> tuple[list[Path], list[str]]:
     """Return the student folders under `root` (sorted) and the names of top-level files that were ignored."""
     folders, ignored = [], []
     for entry in sorted(root.iterdir()):
-        if _skipped(entry):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
+        if is_student_folder(entry):
             folders.append(entry)
-        else:
+        elif not _skipped(entry):
             ignored.append(entry.name)
     return folders, ignored
+
+
+def is_student_folder(entry: Path) -> bool:
+    """Return True for an entry that holds one student's files: a folder, not a link, hidden or system one."""
+    return not _skipped(entry) and entry.is_dir() and not entry.is_symlink()
 
 
 def work_folder(folder: Path, assignment: str) -> Path:
