@@ -56,9 +56,14 @@ def _print_run(run) -> None:
 
 
 def _grade(args) -> int:
+    import gc
     import signal
 
+    gc.disable()  # no collections while importing; frozen after, so the forked workers' leave them alone too
     from autograder.grading.session import GradeOptions, GradingError, grade_class
+
+    gc.freeze()
+    gc.enable()
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     options = GradeOptions(jobs=args.jobs, timeout=args.timeout, memory_mib=args.memory, sandbox=args.sandbox,
