@@ -406,7 +406,7 @@ def serve(paths: list[str], libraries: list[str]) -> None:
 
     libc = _libc()
     die_with_parent(libc)
-    gc.disable()  # no collections while importing (a sixth of torch's import): CPython's advice before forking
+    gc.disable()  # no collections while importing (a sixth of torch's import), as CPython advises before fork
     importlib.import_module("sandbox")  # this folder's sandbox.py (sys.path[0]): the kernel's limits
     # debugpy prints a note as it is imported, not for the grader's terminal (a kernel's environ is its own)
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
