@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -59,3 +60,52 @@ def test_the_course_gradebook_is_generated_into_only_when_its_definition_differs
     assert template.register(course, "tiny", changed, db_url, course_id, tmp_path / "r3")
     grades = dict(template.definition(db_url, course_id, "tiny")["tiny"]["grade"][i][:2] for i in range(2))
     assert grades["double-tests"] == 7
+
+
+def whole_definition(db_url: str, assignment: str) -> dict:
+    """Return everything a gradebook records of an assignment's definition (ids left out: they are random)."""
+    from nbgrader.api import Gradebook
+
+    def plain(row) -> dict:
+        return {k: v for k, v in row.to_dict().items() if k != "id"}
+
+    with Gradebook(db_url) as gb:
+        found = gb.find_assignment(assignment)
+        return {"assignment": plain(found),
+                "notebooks": {nb.name: {"notebook": plain(nb), "kernelspec": nb.kernelspec,
+                                        **{kind: sorted((c.name, plain(c)) for c in getattr(nb, kind))
+                                           for kind in ("grade_cells", "solution_cells", "task_cells",
+                                                        "source_cells")}}
+                              for nb in found.notebooks}}
+
+
+def test_a_new_assignment_is_defined_by_copying_exactly_what_nbgrader_generate_writes(tmp_path, monkeypatch):
+    """nbgrader's user-guide assignment (grade, solution, task and locked cells, two notebooks): the course
+    gradebook gets the template's definition without a second nbgrader run, row for row what nbgrader's own
+    generate_assignment writes into a gradebook."""
+    import nbgrader
+    from nbgrader.api import Gradebook
+
+    from autograder.grading import gradebook
+
+    course = tmp_path / "course"
+    user_guide = Path(nbgrader.__file__).parent / "docs" / "source" / "user_guide"
+    shutil.copytree(user_guide / "source" / "ps1", course / "source" / "ps1")
+    (course / "nbgrader_config.py").write_text("c = get_config()\n", encoding="utf-8")
+    made, _ = template.cached_template(course, "ps1", tmp_path / "cache", tmp_path / "template")
+    by_nbgrader, copied = (f"sqlite:///{tmp_path / name}" for name in ("by-nbgrader.db", "copied.db"))
+    for db_url in (by_nbgrader, copied):  # the assignment and due date known first (`nbgrader db` adds them)
+        gradebook.ensure_schema(db_url)
+        with Gradebook(db_url) as gb:
+            gb.update_or_create_assignment("ps1", duedate="2026-12-01 17:00:00 UTC")
+    gradebook.generate(course, "ps1", tmp_path / "generated", db_url=by_nbgrader)
+
+    def no_second_run(*args, **kwargs):
+        raise AssertionError("nbgrader ran again")
+
+    monkeypatch.setattr(gradebook, "generate_apart", no_second_run)
+    assert template.register(course, "ps1", made, copied, "", tmp_path / "register")
+    expected = whole_definition(by_nbgrader, "ps1")
+    assert expected["notebooks"]["problem1"]["task_cells"], "the scenario has a task cell"
+    assert expected["assignment"]["duedate"] is not None
+    assert whole_definition(copied, "ps1") == expected

@@ -72,11 +72,44 @@ def definition(db_url: str, course: str, assignment: str) -> dict | None:
                 for nb in found.notebooks}
 
 
+def copy_definition(source_url: str, target_url: str, course: str, assignment: str) -> None:
+    """Give the target gradebook the assignment's notebooks and cells as the source has them (what nbgrader's
+    SaveCells writes), through nbgrader's API; the assignment's own row, with its due date, is kept."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(source_url, course) as source, Gradebook(target_url, course) as target:
+        target.update_or_create_assignment(assignment)
+        for nb in source.find_assignment(assignment).notebooks:
+            target.add_notebook(nb.name, assignment, kernelspec=nb.kernelspec)
+            for c in nb.grade_cells:
+                target.update_or_create_grade_cell(c.name, nb.name, assignment, max_score=c.max_score,
+                                                   cell_type=c.cell_type)
+            for c in nb.solution_cells:
+                target.update_or_create_solution_cell(c.name, nb.name, assignment)
+            for c in nb.task_cells:
+                target.update_or_create_task_cell(c.name, nb.name, assignment, max_score=c.max_score,
+                                                  cell_type=c.cell_type)
+            for c in nb.source_cells:
+                target.update_or_create_source_cell(c.name, nb.name, assignment, cell_type=c.cell_type,
+                                                    locked=c.locked, source=c.source, checksum=c.checksum)
+
+
 def register(root: Path, assignment: str, template: Path, db_url: str, course: str, scratch: Path) -> bool:
-    """Define the assignment in the course gradebook as the template does; return False if it already was."""
-    wanted = definition(f"sqlite:///{template / 'gradebook.db'}", course, assignment)
+    """Define the assignment in the course gradebook as the template does; return False if it already was.
+
+    A gradebook without the assignment's notebooks gets the template's definition copied (no second nbgrader
+    run); one that defines them otherwise is generated into by nbgrader, which knows what may change once
+    students have submitted.
+    """
+    template_url = f"sqlite:///{template / 'gradebook.db'}"
+    wanted = definition(template_url, course, assignment)
     gbook.ensure_schema(db_url)  # a new gradebook: made here, not by nbgrader's `alembic heads` (1.2 s)
-    if wanted is not None and definition(db_url, course, assignment) == wanted:
+    have = definition(db_url, course, assignment)
+    if wanted is not None and have == wanted:
         return False
+    if wanted is not None and not have:  # not in the gradebook, or only its name and due date
+        copy_definition(template_url, db_url, course, assignment)
+        if definition(db_url, course, assignment) == wanted:
+            return True
     gbook.generate_apart(root, assignment, scratch, db_url=db_url)
     return True
