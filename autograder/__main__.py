@@ -59,7 +59,7 @@ def _grade(args) -> int:
     import gc
     import signal
 
-    gc.disable()  # no collections while importing; frozen after, so the forked workers' leave them alone too
+    gc.disable()  # no collections while importing; frozen after, so the forked workers' collections skip them
     from autograder.grading.session import GradeOptions, GradingError, grade_class
 
     gc.freeze()
