@@ -9,22 +9,20 @@ reference solution where an exercise has fewer), so each assignment is one small
 import csv
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.course import with_venv_on_path
-from autograder.grading import gradebook
 from autograder.grading.demo import solved
+from autograder.grading.template import CACHE_FOLDER, cached_template
 from tests import test_ps01_tensors_and_devices as ps01
 from tests import test_ps02_moving_tensors as ps02
 from tests import test_ps03_device_mismatch as ps03
 from tests import test_ps04_async_timing as ps04
 from tests import test_ps05_pinned_memory as ps05
+from tests.grade_commands import in_one_python
 from tests.once_per_run import once_per_run
 
 pytestmark = pytest.mark.notebook
@@ -69,23 +67,22 @@ def graded(tmp_path_factory):
 
     def grade_every_assignment(course: Path) -> dict:
         shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-        runs = {}
         for assignment, alternatives in ALTERNATIVES.items():
             shutil.copytree(COURSE_ROOT / "source" / assignment, course / "source" / assignment)
-            generated = gradebook.generate(course, assignment, course.parent / f"generated-{assignment}")
+            # the template the grader makes, in the cache its run looks in (as the hub makes it ahead)
+            generated, _ = cached_template(course, assignment, course / "graded" / assignment / CACHE_FOLDER,
+                                           course.parent / f"generated-{assignment}")
             name = f"{assignment}.ipynb"
             release = nbformat.read(generated / "release" / assignment / name, as_version=4)
             source = nbformat.read(course / "source" / assignment / name, as_version=4)
             for student, nb in class_of(release, source, alternatives).items():
                 (course / "incoming" / assignment / student).mkdir(parents=True)
                 nbformat.write(nb, course / "incoming" / assignment / student / name)
-            cmd = [sys.executable, "-m", "autograder", "grade", assignment,
-                   str(course / "incoming" / assignment),
-                   "--course", str(course), "--jobs", "2", "--timeout", "240", "--quiet"]
-            done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True,
-                                  text=True, timeout=900, check=False)
-            runs[assignment] = {"returncode": done.returncode, "stderr": done.stderr[-3000:]}
-        return runs
+        # one class per assignment, graded one after the other in one Python (tests/grade_commands.py)
+        commands = [["grade", assignment, str(course / "incoming" / assignment), "--course", str(course),
+                     "--jobs", "2", "--timeout", "240", "--quiet"] for assignment in ALTERNATIVES]
+        return {args[1]: {"returncode": code, "stderr": err[-3000:]}
+                for args, (code, err) in zip(commands, in_one_python(course, *commands), strict=True)}
 
     return once_per_run(tmp_path_factory, "honest-answers", grade_every_assignment)
 

@@ -10,8 +10,6 @@ penalties. Nothing is hard-coded: whatever nbgrader gives is the expected answer
 """
 
 import shutil
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +17,7 @@ from pathlib import Path
 import nbgrader
 import pytest
 
-from autograder import COURSE_ROOT
-from autograder.course import with_venv_on_path
+from tests.grade_commands import in_one_python as grade_in_one_python
 from tests.nbgrader_commands import in_one_python
 from tests.once_per_run import once_per_run
 
@@ -237,13 +234,12 @@ def grade_both(name: str, base: Path) -> dict:
     outcome = {"plain": [[args[0], args[1], code, log[-1500:]]
                          for args, (code, log) in zip(commands, plain_outcomes, strict=True)],
                "ours": []}
-    for assignment in assignments:
-        if (ours / "submitted").is_dir():
-            cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(ours / "submitted"),
-                   "--course", str(ours), "--jobs", "1", "--timeout", "120", "--quiet"]
-            done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True,
-                                  text=True, timeout=900, check=False)
-            outcome["ours"].append(["grade", assignment, done.returncode, done.stderr[-1500:]])
+    # ours too, one command after another in one Python (tests/grade_commands.py)
+    ours_commands = [["grade", assignment, str(ours / "submitted"), "--course", str(ours), "--jobs", "1",
+                      "--timeout", "120", "--quiet"]
+                     for assignment in assignments if (ours / "submitted").is_dir()]
+    for args, (code, err) in zip(ours_commands, grade_in_one_python(ours, *ours_commands), strict=True):
+        outcome["ours"].append(["grade", args[1], code, err[-1500:]])
     return {"plain": gradebook_view(plain, assignments), "ours": gradebook_view(ours, assignments),
             "outcome": outcome, "csv": {a: (ours / "graded" / a / "grades.csv").read_text()
                                         for a in assignments

@@ -9,8 +9,6 @@ functions issue a UserWarning in every test cell (0/10 under nbgrader's rule).
 
 import csv
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -18,15 +16,15 @@ import pytest
 from nbformat.v4 import new_code_cell, new_output
 
 from autograder import COURSE_ROOT
-from autograder.course import with_venv_on_path
-from autograder.grading import gradebook
 from autograder.grading.demo import solved
+from autograder.grading.template import CACHE_FOLDER, cached_template
 from autograder.grading.verdict import SaveVerdicts, ends_in_expression
 from autograder.grading.verdict import score_test_cell as verdict
 from autograder.grading.worker import GraderExecute
 from tests.factories import graded_cell_meta
+from tests.grade_commands import in_one_python
 from tests.once_per_run import once_per_run
-from tests.test_grading_end_to_end import grade, make_course, rows, write_class
+from tests.test_grading_end_to_end import TIMEOUT, make_course, rows, write_class
 from tests.test_grading_tamper import flags_of, tampered
 from tests.test_grading_worker import make_worker
 
@@ -135,7 +133,9 @@ WARNING_PS01 = {
 
 def warning_ps01(course: Path) -> nbformat.NotebookNode:
     """Return ps01 solved, with every answer wrapped so that it issues a UserWarning when called."""
-    generated = gradebook.generate(course, PS01, course.parent / "generated-ps01")
+    # the template the grader makes, in the cache its run looks in
+    generated, _ = cached_template(course, PS01, course / "graded" / PS01 / CACHE_FOLDER,
+                                   course.parent / "generated-ps01")
     name = f"{PS01}.ipynb"
     nb = solved(nbformat.read(generated / "release" / PS01 / name, as_version=4),
                 nbformat.read(course / "source" / PS01 / name, as_version=4))
@@ -156,16 +156,16 @@ def graded(tmp_path_factory):
         students["forged-success"] = ({"tiny.ipynb": tampered(FORGED_SUCCESS)},)
         students.update({name: ({"tiny.ipynb": tampered(code, True)},) for name, code in HONEST.items()})
         write_class(course / "incoming", students, course)
-        tiny = grade(course, course / "incoming", "--memory", "3000")
         shutil.copytree(COURSE_ROOT / "source" / PS01, course / "source" / PS01)
         (course / "ps01" / "warns").mkdir(parents=True)
         nbformat.write(warning_ps01(course), course / "ps01" / "warns" / f"{PS01}.ipynb")
-        cmd = [sys.executable, "-m", "autograder", "grade", PS01, str(course / "ps01"),
-               "--course", str(course), "--jobs", "1", "--timeout", "240", "--quiet"]
-        ps01 = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
-                              timeout=900, check=False)
-        return {"tiny": [tiny.returncode, tiny.stderr[-3000:]],
-                "ps01": [ps01.returncode, ps01.stderr[-3000:]]}
+        # both classes graded one after the other in one Python (tests/grade_commands.py)
+        tiny, ps01 = in_one_python(
+            course, ["grade", "tiny", str(course / "incoming"), "--course", str(course), "--jobs", "2",
+                     "--timeout", str(TIMEOUT), "--memory", "3000", "--quiet"],
+            ["grade", PS01, str(course / "ps01"), "--course", str(course), "--jobs", "1", "--timeout", "240",
+             "--quiet"])
+        return {"tiny": [tiny[0], tiny[1][-3000:]], "ps01": [ps01[0], ps01[1][-3000:]]}
 
     course, record = once_per_run(tmp_path_factory, "verdict-class", grade_both)
     assert record["tiny"][0] == 0, record["tiny"][1]
