@@ -111,12 +111,31 @@ def measure(pytest_args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_time", "-q", *args], cwd=ROOT,
                           env=env, check=False)
     wall, cpu = time.monotonic() - started, _usage(run_group) - before
-    for worker in run_group.iterdir():
-        if worker.is_dir():
-            worker.rmdir()  # its processes have ended
     print(f"\n{wall:.0f} s, {cpu:.0f} s of CPU on {os.cpu_count()} cores ({cpu / wall / os.cpu_count():.0%} "
           f"busy); per test in {OUT.name}")
+    for worker in run_group.iterdir():
+        if worker.is_dir():
+            _remove_group(worker)
     sys.exit(done.returncode)
+
+
+def _remove_group(group: Path, seconds: float = 10.0) -> None:
+    """Remove a worker's cgroup once its processes have ended; name any still alive after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    for pid in (group / "cgroup.procs").read_text().split():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            command = "(gone)"
+        print(f"left running after the run: pid {pid} in {group.name}: {command[:200]}")
 
 
 def load() -> list[Timed]:
