@@ -116,12 +116,22 @@ class InertStudentContent(Preprocessor):
             cell.attachments = {}  # embedded above as data: URLs
         for output in cell.get("outputs", []):
             data = output.get("data", {})
-            for mime in [m for m in data if m not in KEPT_OUTPUT_TYPES]:
+            dropped = [m for m in data if m not in KEPT_OUTPUT_TYPES]
+            for mime in dropped:
                 del data[mime]
+            if dropped and not data:  # say what was there, as text (escaped on the page), names cut short
+                data["text/plain"] = left_out(dropped)
         grading = cell.metadata.get("nbgrader", {})
         if not SAFE_GRADE_ID.match(str(grading.get("grade_id", "x"))):
             grading["grade_id"] = html.escape(str(grading["grade_id"]), quote=True)
         return cell, resources
+
+
+def left_out(types: list[str], most: int = 3, longest: int = 60) -> str:
+    """Return the note that stands for an output none of whose types a page shows."""
+    names = [t if len(t) <= longest else t[:longest] + "..." for t in types[:most]]
+    more = f" and {len(types) - most} more" if len(types) > most else ""
+    return f"[an output not shown here: {', '.join(names)}{more}]"
 
 
 def exporter_config() -> Config:

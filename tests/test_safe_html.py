@@ -10,6 +10,7 @@ import base64
 import html
 import html.parser
 import re
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -242,3 +243,18 @@ def test_short_markdown_is_rendered_once_and_long_or_attached_markdown_every_tim
     safe_html.inert_markdown("word " * (safe_html.REMEMBERED_MARKDOWN // 5 + 1), {})
     safe_html.inert_markdown("![p](attachment:p.png)", {"p.png": {"image/png": "iVBORw0KGgo="}})
     assert remembered.cache_info().currsize == 1  # neither was kept
+
+
+def test_an_output_with_nothing_reviewable_says_what_was_left_out_in_escaped_text() -> None:
+    hostile_type = "application/x-<img src=x onerror=alert(1)>" + "y" * 500
+    nb = new_notebook(cells=[new_code_cell("show()", outputs=[
+        new_output("display_data", {"application/javascript": "alert(1)"}),
+        new_output("display_data", {hostile_type: "z"}),
+        new_output("display_data", {"text/plain": "kept"})])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nbconvert warns of an output it has no way to show
+        page = formgrade_page(nb, safe_html.exporter_config())
+    assert "not shown here: application/javascript" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img src=x" not in page
+    assert "y" * 100 not in page  # a type's name is cut short
+    assert "kept" in page and "not shown here: text/plain" not in page
