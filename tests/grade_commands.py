@@ -12,7 +12,6 @@ command. Tests call it through `in_one_python`, as `tests/nbgrader_commands.py` 
 import contextlib
 import io
 import json
-import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -21,15 +20,9 @@ from pathlib import Path
 def in_one_python(folder: Path, *commands: list[str], timeout: float = 900) -> list[tuple[int, str]]:
     """Run grader commands in one Python started in `folder`; return each one's exit status and stderr."""
     from autograder.course import with_venv_on_path
+    from tests.one_python import outcomes
 
-    if not commands:
-        return []
-    results = folder.parent / f"{folder.name}-grade.json"
-    done = subprocess.run([sys.executable, __file__, str(results), json.dumps(commands)], cwd=folder,
-                          env=with_venv_on_path(), capture_output=True, text=True, timeout=timeout,
-                          check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return [tuple(result) for result in json.loads(results.read_text())]
+    return outcomes(__file__, folder, commands, with_venv_on_path(), timeout)
 
 
 def run(args: list[str]) -> tuple[int, str]:

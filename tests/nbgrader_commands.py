@@ -10,7 +10,6 @@ that failed gives status 1 and the helper's message in place of the log). Tests 
 """
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,17 +18,13 @@ def in_one_python(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
     """Run nbgrader commands in a course folder in one Python, as nbgrader's tests do; return each outcome
     (none asked: no Python started)."""
     from autograder.course import with_venv_on_path
+    from tests.one_python import outcomes
     from tests.warm_kernels import warm_kernels
 
     if not commands:
         return []
-
-    results = folder.parent / f"{folder.name}-nbgrader.json"
     env = warm_kernels().with_python3(with_venv_on_path())  # nbgrader's kernels forked warm (warm_kernels.py)
-    done = subprocess.run([sys.executable, __file__, str(results), json.dumps(commands)], cwd=folder,
-                          env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return [tuple(result) for result in json.loads(results.read_text())]
+    return outcomes(__file__, folder, commands, env)
 
 
 def run(args: list[str]) -> tuple[int, str]:
