@@ -44,6 +44,7 @@ KEPT_NOTEBOOK_METADATA = frozenset({"kernelspec", "language_info", "nbgrader"})
 REMEMBERED_MARKDOWN = 8_000  # characters (the course's longest markdown cell has about 2,900)
 SAFE_GRADE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 HEAD = re.compile(r"<head(\s[^>]*)?>", re.IGNORECASE)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # in a name a student chose: no new lines, no ANSI colours
 RASTER_DATA = re.compile(r"^data:image/(png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 KEPT_TAGS = frozenset({*bleach.ALLOWED_TAGS, *HEADINGS, "p", "br", "hr", "div", "span", "pre", "img", "table",
@@ -129,7 +130,7 @@ class InertStudentContent(Preprocessor):
 
 def left_out(types: list[str], most: int = 3, longest: int = 60) -> str:
     """Return the note that stands for an output none of whose types a page shows."""
-    names = [t if len(t) <= longest else t[:longest] + "..." for t in types[:most]]
+    names = [CONTROL.sub("?", t if len(t) <= longest else t[:longest] + "...") for t in types[:most]]
     more = f" and {len(types) - most} more" if len(types) > most else ""
     return f"[an output not shown here: {', '.join(names)}{more}]"
 

@@ -250,6 +250,7 @@ def test_an_output_with_nothing_reviewable_says_what_was_left_out_in_escaped_tex
     nb = new_notebook(cells=[new_code_cell("show()", outputs=[
         new_output("display_data", {"application/javascript": "alert(1)"}),
         new_output("display_data", {hostile_type: "z"}),
+        new_output("display_data", {"application/x-a]\n\x1b[32mScore: 10 of 10": "z"}),
         new_output("display_data", {"text/plain": "kept"})])])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nbconvert warns of an output it has no way to show
@@ -258,3 +259,5 @@ def test_an_output_with_nothing_reviewable_says_what_was_left_out_in_escaped_tex
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img src=x" not in page
     assert "y" * 100 not in page  # a type's name is cut short
     assert "kept" in page and "not shown here: text/plain" not in page
+    # a type's name cannot start a line of its own or colour itself into a fake score
+    assert "not shown here: application/x-a]??[32mScore: 10 of 10]" in page
