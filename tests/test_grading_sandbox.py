@@ -1,6 +1,7 @@
 """Limits and isolation for student code: the commands built, and what a sandboxed program can and cannot do.
 """
 
+import ast
 import os
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ from autograder.grading.sandbox import (
     limits_prefix,
     process_children,
 )
+from tests.isolation_probe import WORLD_WRITABLE
 
 
 def test_bwrap_hides_course_folders_reexposes_python_and_lets_the_kernel_write_only_its_own(tmp_path):
@@ -37,7 +39,9 @@ def test_bwrap_hides_course_folders_reexposes_python_and_lets_the_kernel_write_o
     if Path("/srv").is_dir():
         assert args[args.index("/srv") - 1] == "--tmpfs"
     assert args[args.index(str(venv)) - 1] == "--ro-bind"  # Python comes back, read-only
-    assert "/usr" not in args  # not under a hidden folder: already visible, read-only
+    assert args.count("/usr") == 2  # a system folder: shown once, read-only (not bound again as `visible`)
+    assert args[args.index("/usr") - 1] == "--ro-bind"
+    assert "/" not in args and "/run" not in args and "/home" not in args  # an allow-list, not the machine
     assert args.index(str(venv)) < args.index(str(work)) and args[args.index(str(work)) - 1] == "--bind"
     assert args[-3:] == ["--chdir", str(work), "--"]
 
@@ -119,6 +123,32 @@ def test_bubblewrap_shows_nothing_of_hidden_folders_and_allows_writing_only_its_
     out = _run(isolation, work, code)
     assert out.stdout.split("\n")[:2] == ["False", "read-only 30"], out.stderr
     assert (work / "mine.txt").read_text() == "ok" and (hidden / "secret.txt").exists()
+
+
+def test_bubblewrap_shows_no_folder_another_account_can_write(tmp_path):
+    """Issue 49: hidden tests passed out through a FIFO in /run/lock, and an on-time submission loaded an
+    answer written later into a world-writable folder the sandbox showed. Nothing others can write is shown.
+    """
+    isolation, _, work = _sandboxed("bwrap", tmp_path)
+    planted = []
+    for parent in ("/run/lock", "/srv", "/var/mail", "/opt"):  # a shared lock folder, an exchange's inbox...
+        if Path(parent).is_dir():
+            folder = Path(tempfile.mkdtemp(prefix="dl-planted-", dir=parent))
+            folder.chmod(0o1777)
+            os.mkfifo(folder / "channel")
+            (folder / "answer.py").write_text("ANSWER = 42\n")
+            planted.append(folder)
+    code = "import os, sys\nprint(sorted(p for p in sys.argv[1:] if os.path.exists(p)))\n" + WORLD_WRITABLE
+    try:
+        cmd = [*isolation.prefix([work], work), sys.executable, "-c", code, *map(str, planted)]
+        out = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        for folder in planted:
+            shutil.rmtree(folder, ignore_errors=True)
+    assert planted, "no shared folder to plant in"
+    shown, writable = out.stdout.splitlines()[:2]
+    assert shown == "[]", out.stderr  # neither the FIFO's folder nor the planted answer
+    assert set(ast.literal_eval(writable)) <= {"/tmp", "/var/tmp"}, out.stderr  # at most its own, private
 
 
 def test_bubblewrap_code_cannot_kill_the_process_that_started_it(tmp_path):

@@ -119,3 +119,23 @@ def test_a_cpu_quota_holds_a_busy_process_to_its_share():
         assert float(out) < 1.0, f"{out} s of CPU in 2 s of a 0.2-CPU quota"
     finally:
         remove(group)
+
+
+def test_the_task_cap_is_set_on_both_layouts_and_its_refusals_are_counted(tmp_path):
+    """Issue 49: a student's kernel started 3000 threads with no cap; each server now has pids.max."""
+    v2 = tmp_path / "v2"
+    (v2 / _own_path("")).mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu memory pids\n")
+    group = UserCgroup.create("devicelab-hub/cat", ServerLimits(0, 0, 256), v2)
+    folder = v2 / _own_path("") / "devicelab-hub" / "cat"
+    assert group is not None and (folder / "pids.max").read_text() == "256"
+    assert (v2 / _own_path("") / "cgroup.subtree_control").read_text() == "+pids"
+    (folder / "pids.events").write_text("max 17\n")
+    assert group.refused_tasks() == 17
+
+    v1 = tmp_path / "v1"
+    (v1 / "pids" / _own_path("pids")).mkdir(parents=True)
+    group = UserCgroup.create("devicelab-hub/cat", ServerLimits(0, 0, 300), v1)
+    assert group is not None
+    assert (v1 / "pids" / _own_path("pids") / "devicelab-hub" / "cat" / "pids.max").read_text() == "300"
+    assert ServerLimits(tasks=1).any and not ServerLimits().any

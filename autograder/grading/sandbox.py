@@ -3,9 +3,10 @@
 Three setups, best first (`--sandbox auto` picks the best that works on this machine):
 
 - `bwrap` (bubblewrap): the kernel runs in new PID, network, IPC, UTS and mount namespaces, with no network
-  at all, the whole file system read-only, the course, the submissions, the output folder and home folders
-  hidden, and only its own scratch folder writable (its /tmp too). It cannot see or signal any process
-  outside.
+  at all. It sees only an allow-list of folders, read-only: the system's own (/usr, /etc, /sys), Python and
+  its packages; nothing another account can write (/tmp, /run/lock, homes, the exchange) is there, and the
+  course, the submissions and the output folder are hidden. Only its own scratch folder is writable (its /tmp
+  too). It cannot see or signal any process outside.
 - `unshare`: new PID and network namespaces (no network; cannot see or signal the grader's processes),
   but the file system is shared: student code can read and write whatever the grading user can.
 - `none`: an ordinary process in its own session, with the limits below and nothing else.
@@ -19,6 +20,7 @@ counted with the memory and the tree killed past the cap.
 """
 
 import argparse
+import importlib.util
 import os
 import resource
 import shutil
@@ -38,6 +40,7 @@ class IsolationUnavailable(RuntimeError):
 
 
 MODES = ("bwrap", "unshare", "none")
+STUDENT_PACKAGES = ("devicelab",)  # imported by assignment notebooks; visible inside sandboxes and boxes
 # torch maps about 3.2 GiB of address space at import before it holds any data, so the address-space limit
 # is the memory cap plus this; the real (resident) memory cap is enforced by watching the process tree.
 ADDRESS_SPACE_HEADROOM_MIB = 4096
@@ -48,6 +51,9 @@ MAX_TASKS = 512
 MAX_DISK_MIB = 2048
 MAX_FILES = 10_000
 CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1's pids hierarchy, then v2's
+# What a sandbox shows of the machine besides Python and its packages: the system's own folders, which only
+# root writes (links among them, as merged-/usr systems have, are made again as links).
+SYSTEM_FOLDERS = ("/usr", "/etc", "/sys", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 DESCRIPTIONS = {
@@ -88,16 +94,31 @@ class Isolation:
         return []
 
 
+def system_roots() -> list[str]:
+    """Return bubblewrap arguments that show the system's own folders read-only (and its top-level links)."""
+    args: list[str] = []
+    for name in SYSTEM_FOLDERS:
+        path = Path(name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            args += ["--ro-bind", name, name]
+    return args
+
+
 def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visible: tuple[str, ...],
                  size_option: bool = True, tmp: Path | None = None,
                  readable: tuple[Path, ...] = ()) -> list[str]:
-    """Return a bubblewrap command line: everything read-only, `hidden` emptied, `writable` writable.
+    """Return a bubblewrap command line: an allow-list of read-only folders, `writable` writable.
 
-    `readable` folders are shown read-only even where they lie in a hidden folder or under /tmp.
+    Only the system's own folders (SYSTEM_FOLDERS), `visible` ones (Python and its packages) and `readable`
+    ones are shown, so no folder another account can write (world-writable ones such as /run/lock, homes, the
+    exchange) is there to pass anything in or out. `hidden` folders are emptied where they lie inside a shown
+    one; `visible` folders inside a hidden one are shown again.
 
     /tmp and /var/tmp are `tmp` (on disk, where the grader counts what is written) or else small tmpfs.
     """
-    args = ["bwrap", "--die-with-parent", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev",
+    args = ["bwrap", "--die-with-parent", "--unshare-all", *system_roots(), "--dev", "/dev",
             "--proc", "/proc"]
     if os.geteuid() == 0:
         args[1:1] = ["--cap-drop", "ALL"]
@@ -107,12 +128,11 @@ def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visib
         else:
             args += (["--size", str(TMPFS_MIB << 20)] if size_option else []) + ["--tmpfs", folder]
     covered = ("/tmp", "/var/tmp", "/dev/shm")
-    for path in sorted(set(hidden), key=lambda p: (len(Path(p).parts), p)):
-        if Path(path).is_dir() and not _under(path, covered):
-            args += ["--tmpfs", path]
-    for path in sorted(set(visible), key=lambda p: (len(Path(p).parts), p)):
-        if Path(path).exists() and _under(path, tuple(hidden) + covered):
-            args += ["--ro-bind", path, path]
+    layers = [(p, "hide") for p in set(hidden) if Path(p).is_dir() and not _under(p, covered)]
+    layers += [(p, "show") for p in set(visible) if Path(p).exists()
+               and not (_under(p, SYSTEM_FOLDERS) and not _under(p, tuple(hidden)))]
+    for path, layer in sorted(layers, key=lambda x: (len(Path(x[0]).parts), x[1] == "show", x[0])):
+        args += ["--tmpfs", path] if layer == "hide" else ["--ro-bind", path, path]
     for path in readable:
         args += ["--ro-bind", str(path), str(path)]
     for path in writable:
@@ -138,6 +158,12 @@ def python_locations() -> list[str]:
     real = Path(os.path.realpath(sys.executable))
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(real.parent.parent)}
     return sorted(p for p in found if p and Path(p).is_dir())
+
+
+def student_package_folders() -> list[Path]:
+    """Return the folders of the course's packages that students' code imports (shown inside sandboxes)."""
+    return [Path(spec.origin).parent for name in STUDENT_PACKAGES
+            if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
 
 
 def detect_isolation(preference: str = "auto", hidden: list[Path] | None = None,

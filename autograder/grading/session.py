@@ -12,7 +12,6 @@ without the cell that did it (that cell fails, everything else counts), at most 
 (attempt.py).
 """
 
-import importlib.util
 import os
 import shutil
 import sys
@@ -59,7 +58,12 @@ from autograder.grading.results import (
     write_atomic,
     zero_cells,
 )
-from autograder.grading.sandbox import Isolation, IsolationUnavailable, detect_isolation
+from autograder.grading.sandbox import (
+    Isolation,
+    IsolationUnavailable,
+    detect_isolation,
+    student_package_folders,
+)
 from autograder.grading.submissions import (
     Submission,
     is_student_folder,
@@ -82,7 +86,6 @@ MAX_RESULT_BYTES = 16 * 2**20  # a saved result larger than this is not one the 
 KERNEL_START_STOP_S = 20
 ATTEMPT_OVERHEAD_S = 40
 BACKUP_NAME = "gradebook-before-grading.db"  # in the output folder: the gradebook as it was before the run
-STUDENT_PACKAGES = ("devicelab",)  # imported by assignment notebooks; visible inside the sandbox
 
 
 @dataclass(frozen=True)
@@ -367,10 +370,8 @@ def isolate(sandbox: str, hide: list[Path], echo: Callable[[str], object]) -> Is
     """Pick the sandbox: hide the given folders (course, submissions, output...); show Python and its
     packages.
     """
-    packages = [Path(spec.origin).parent for name in STUDENT_PACKAGES
-                if (spec := importlib.util.find_spec(name)) is not None and spec.origin]
     try:
-        isolation = detect_isolation(sandbox, hidden=hide, visible=packages)
+        isolation = detect_isolation(sandbox, hidden=hide, visible=student_package_folders())
     except IsolationUnavailable as exc:
         raise SandboxError(str(exc)) from exc
     for note in isolation.notes:

@@ -62,6 +62,12 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                        help="memory of each server, its kernels included, in MiB (default: 2048; 0: none)")
     setup.add_argument("--cpu-limit", type=float, default=1.0, metavar="CPUS",
                        help="CPUs each server may use (default: 1; 0: none)")
+    setup.add_argument("--tasks-limit", type=int, default=1024, metavar="N",
+                       help="processes and threads each server may run (default: 1024; 0: none)")
+    setup.add_argument("--server-box", choices=["bwrap", "none"], default="bwrap",
+                       help="bwrap (default): each server in a box of its own (private /tmp and /dev/shm, "
+                            "own process view, no shared folder but the exchange; needs bubblewrap); none: "
+                            "servers share the machine's /tmp and /proc (SECURITY.md: not isolated)")
     setup.add_argument("--course", default=str(course_root),
                        help="the course to install (default: this repo)")
     add = action("add-user", "add one person to the hub (account, roster, gradebook, running hub)")
@@ -148,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
             authenticator=args.authenticator, ip=args.ip, port=args.port, hub_port=args.hub_port,
             proxy_api_port=args.proxy_api_port, service_port=args.service_port, cull_idle_s=args.cull_idle,
             python=args.python, extra_group=args.extra_group, mem_limit_mib=args.mem_limit,
-            cpu_limit=args.cpu_limit,
+            cpu_limit=args.cpu_limit, tasks_limit=args.tasks_limit, server_box=args.server_box,
             proxy=args.proxy or install.find_proxy(Path(args.course)),
             lti=_lti_settings(args) if args.authenticator == "lti13" else None)
         report = install.setup(settings, _roster_file(args))

@@ -17,6 +17,7 @@ from autograder.hub.api import HubAPI
 from autograder.hub.exchange import Exchange, secure_tree
 from autograder.hub.render import render_all, write_all
 from autograder.hub.roster import Member, check_member, hub_groups, read_roster, write_roster
+from autograder.hub.server_box import box_works
 from autograder.hub.settings import LOOPBACK, HubError, HubSettings, grader_env
 
 COURSE_FILES = ("source", "release", "nbgrader_config.py")
@@ -103,6 +104,17 @@ def check_python(s: HubSettings) -> None:
                        "the environment from a Python all accounts can run, e.g. python3 -m venv "
                        "/opt/devicelab && /opt/devicelab/bin/pip install -e '.[hub]', then pass --python "
                        "/opt/devicelab/bin/python")
+
+
+def check_server_box(s: HubSettings, account: accounts.Account) -> None:
+    """Raise HubError unless an account of the hub can start its server in a box (bubblewrap, as itself)."""
+    if s.server_box == "none":
+        return
+    problem = box_works(account.home, account.name)
+    if problem is not None:
+        raise HubError(f"servers cannot be boxed here ({problem}): install bubblewrap and allow "
+                       "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1), or pass "
+                       "--server-box none to run servers unisolated (SECURITY.md says what that gives up)")
 
 
 def find_proxy(course_source: Path) -> str:
@@ -225,6 +237,7 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
         created.append(s.grader)
     grader = accounts.ensure_account(s.grader, f"{s.course_id} grader", s.extra_group)
     check_python(s)
+    check_server_box(s, grader)
     secure_exchange(s)
     install_course(s, grader)
     if s.lti is not None:

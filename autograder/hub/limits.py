@@ -1,12 +1,15 @@
-"""Memory and CPU limits for each student's server, held by the kernel's cgroups.
+"""Memory, CPU and task limits for each student's server, held by the kernel's cgroups.
 
 Each user's server gets a cgroup of its own under the hub's, with a memory limit (swap included where the
-kernel accounts it) and a CPU quota; the server joins it before it drops to the user's account, so
+kernel accounts it), a CPU quota and a cap on processes and threads (pids.max: past it, fork and
+pthread_create fail in that server only, so one student cannot take every process id of the machine); the
+server joins it before it drops to the user's account, so
 everything it starts (kernels, terminals, their children) is inside. Past the memory limit the kernel's OOM
 killer stops the largest process of that cgroup only: the student's kernel, which JupyterLab reports as
 died and restarts. No other student's server is touched. Both cgroup layouts are handled: v2 (one
-unified tree: memory.max, cpu.max) and v1 (the memory and cpu controllers: memory.limit_in_bytes,
-cpu.cfs_quota_us). Where systemd manages the machine, jupyterhub-systemdspawner does the same job with
+unified tree: memory.max, cpu.max, pids.max) and v1 (the memory, cpu and pids controllers:
+memory.limit_in_bytes, cpu.cfs_quota_us, pids.max). Where systemd manages the machine,
+jupyterhub-systemdspawner does the same job with
 systemd's own units (as The Littlest JupyterHub does); this module is for machines without it.
 """
 
@@ -25,11 +28,12 @@ class ServerLimits:
 
     memory_mib: int = 0
     cpus: float = 0.0
+    tasks: int = 0  # processes and threads
 
     @property
     def any(self) -> bool:
         """Return True when there is a limit to enforce."""
-        return self.memory_mib > 0 or self.cpus > 0
+        return self.memory_mib > 0 or self.cpus > 0 or self.tasks > 0
 
 
 def _own_path(controller: str) -> str:
@@ -65,7 +69,8 @@ class UserCgroup:
     @classmethod
     def _create_v2(cls, name: str, limits: ServerLimits, fs: Path) -> "UserCgroup":
         parent = fs / _own_path("")
-        wanted = [c for c, on in (("memory", limits.memory_mib), ("cpu", limits.cpus)) if on]
+        wanted = [c for c, on in (("memory", limits.memory_mib), ("cpu", limits.cpus), ("pids", limits.tasks))
+                  if on]
         _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
         folder = parent / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -75,6 +80,8 @@ class UserCgroup:
                 _write(folder / "memory.swap.max", "0")
         if limits.cpus:
             _write(folder / "cpu.max", f"{int(limits.cpus * PERIOD_US)} {PERIOD_US}")
+        if limits.tasks:
+            _write(folder / "pids.max", str(limits.tasks))
         return cls((folder,), True)
 
     @classmethod
@@ -93,6 +100,11 @@ class UserCgroup:
             _write(folder / "cpu.cfs_period_us", str(PERIOD_US))
             _write(folder / "cpu.cfs_quota_us", str(int(limits.cpus * PERIOD_US)))
             folders.append(folder)
+        if limits.tasks:
+            folder = fs / "pids" / _own_path("pids") / name
+            folder.mkdir(parents=True, exist_ok=True)
+            _write(folder / "pids.max", str(limits.tasks))
+            folders.append(folder)
         return cls(tuple(folders), False)
 
     def join(self, pid: int = 0) -> None:
@@ -106,6 +118,16 @@ class UserCgroup:
         for folder in self.folders:
             found |= {int(p) for p in (folder / "cgroup.procs").read_text().split()}
         return found
+
+    def refused_tasks(self) -> int:
+        """Return how many forks and new threads the task cap has refused."""
+        for folder in self.folders:
+            path = folder / "pids.events"
+            if path.exists():
+                found = re.search(r"^max (\d+)$", path.read_text(), flags=re.MULTILINE)
+                if found:
+                    return int(found.group(1))
+        return 0
 
     def oom_kills(self) -> int:
         """Return how many processes the OOM killer has stopped in this cgroup."""

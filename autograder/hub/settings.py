@@ -37,6 +37,8 @@ class HubSettings:
     extra_group: str = ""  # a Unix group every account joins (e.g. one that may read a shared data folder)
     mem_limit_mib: int = 2048  # each student's server, its kernels included (0: no limit)
     cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
+    tasks_limit: int = 1024  # processes and threads each server may run (0: no limit)
+    server_box: str = "bwrap"  # each server in a box of its own (autograder/hub/server_box.py); "none": not
     lti: "LtiSettings | None" = None  # the LMS, with --authenticator lti13
 
     def __post_init__(self) -> None:

@@ -1,26 +1,61 @@
-"""The hub's spawner: JupyterHub's LocalProcessSpawner with `mem_limit` and `cpu_limit` enforced (limits.py).
+"""The hub's spawner: JupyterHub's LocalProcessSpawner with each server limited (limits.py) and boxed
+(server_box.py).
 
 JupyterHub's own LocalProcessSpawner accepts `c.Spawner.mem_limit` and `c.Spawner.cpu_limit` but leaves
 them to the server to respect. This one puts each server, before it drops to the user's account, into a
-cgroup of its own with those limits, and logs every process the OOM killer stopped in it. Where no cgroup
-can be made (no permission, no controller) it says so in the hub's log and starts the server without limits.
+cgroup of its own with those limits and a task cap, and logs every process the OOM killer stopped in it.
+Where no cgroup can be made (no permission, no controller) it says so in the hub's log and starts the server
+without limits. Each server then runs in a box of its own (private temporary folders, its own process view,
+an allow-list of folders); a server that cannot be boxed is not started, unless the hub was set up with
+`--server-box none`.
 """
 
-from jupyterhub.spawner import LocalProcessSpawner
+import pwd
+from pathlib import Path
 
+from jupyterhub.spawner import LocalProcessSpawner
+from traitlets import Int, List, Unicode
+
+from autograder.grading.sandbox import python_locations, student_package_folders
 from autograder.hub.limits import ServerLimits, UserCgroup
+from autograder.hub.server_box import BoxPlan, box_prefix
 
 
 class LimitedSpawner(LocalProcessSpawner):
     """Start each user's server inside a cgroup that holds its memory and CPU limits."""
 
     cgroup_prefix = "devicelab-hub"
+    tasks_limit = Int(0, config=True, help="Processes and threads each server may run (0: no limit).")
+    box = Unicode("bwrap", config=True, help="bwrap: each server in a box of its own; none: not boxed.")
+    box_shared = List(Unicode(), config=True,
+                      help="Folders shared with other accounts that a server may use (the exchange).")
+    box_readable = List(Unicode(), config=True,
+                        help="Folders a server may read besides Python and the course's packages.")
 
     def limits(self) -> ServerLimits:
         """Return this server's limits, from the standard Spawner settings."""
-        return ServerLimits(int((self.mem_limit or 0) // 2**20), float(self.cpu_limit or 0))
+        return ServerLimits(int((self.mem_limit or 0) // 2**20), float(self.cpu_limit or 0), self.tasks_limit)
+
+    def box_plan(self) -> BoxPlan:
+        """Return what this user's box shows: their home, the shared folders, Python and the course's
+        packages."""
+        readable = [*map(Path, python_locations()), *student_package_folders(), *map(Path, self.box_readable)]
+        return BoxPlan(home=Path(pwd.getpwnam(self.user.name).pw_dir),
+                       shared=tuple(map(Path, self.box_shared)), readable=tuple(readable),
+                       tmp_mib=self.limits().memory_mib)
 
     async def start(self):
+        """Make the user's cgroup (limits set), then start the server inside it, in its box."""
+        if self.box == "none":
+            return await self._start_limited()
+        command = self.cmd
+        self.cmd = [*box_prefix(self.box_plan()), *command]
+        try:
+            return await self._start_limited()
+        finally:
+            self.cmd = command
+
+    async def _start_limited(self):
         """Make the user's cgroup (limits set), then start the server inside it."""
         limits, self.cgroup = self.limits(), None
         self.oom_seen = 0
@@ -31,8 +66,9 @@ class LimitedSpawner(LocalProcessSpawner):
                                  self.user.name)
             else:
                 self.oom_seen = self.cgroup.oom_kills()
-                self.log.info("%s's server: at most %d MiB and %g CPUs (%s)", self.user.name,
-                              limits.memory_mib, limits.cpus, ", ".join(map(str, self.cgroup.folders)))
+                self.log.info("%s's server: at most %d MiB, %g CPUs and %d tasks (%s)", self.user.name,
+                              limits.memory_mib, limits.cpus, limits.tasks,
+                              ", ".join(map(str, self.cgroup.folders)))
         return await super().start()
 
     def make_preexec_fn(self, name):
