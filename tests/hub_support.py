@@ -372,3 +372,21 @@ def submissions_of(server: HubAPI, assignment: str) -> list[dict]:
     subs = [s for a in listed.body["value"] if a["assignment_id"] == assignment and a["status"] == "submitted"
             for s in a.get("submissions", [])]
     return sorted(subs, key=lambda s: s["timestamp"], reverse=True)
+
+
+def server_pid(account: str) -> int:
+    """Return the pid of the account's jupyterhub-singleuser process."""
+    found = subprocess.run(["pgrep", "-u", account, "-f", "jupyterhub-singleuser"], capture_output=True,
+                           text=True, check=False).stdout.split()
+    assert found, f"no server of {account} runs"
+    return int(found[0])
+
+
+def memory_cgroup(pid: int) -> Path:
+    """Return the memory cgroup folder a process is in (v1 memory controller, or v2's unified tree)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if "memory" in names.split(","):
+            return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+    (line,) = [x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if x.startswith("0::")]
+    return Path("/sys/fs/cgroup") / line[3:].lstrip("/")

@@ -22,6 +22,7 @@ LONGEST_FIRST = (
     "test_grading_honest_answers",  # CPU 85, wall 53
     "test_grading_tamper",  # CPU 45, wall 35
     "test_hub_server_limits",  # CPU 21, wall 25
+    "test_hub_isolation",  # CPU 20, wall 31 (2026-11-28)
     "test_hub_hidden_tests",  # CPU 38, wall 35
     "test_grading_tamper_round2",  # CPU 25, wall 25
     "test_hub_end_to_end",  # CPU 63, wall 112

@@ -11,9 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.hub_support import class_hub, hub_tests_or_skip, run_in_kernel, start_server
+from tests.hub_support import (
+    class_hub,
+    hub_tests_or_skip,
+    memory_cgroup,
+    run_in_kernel,
+    server_pid,
+    start_server,
+)
 from tests.isolation_probe import LISTENING, WORLD_WRITABLE, listening
-from tests.test_hub_server_limits import memory_cgroup, server_pid
 
 ROSTER = "id,name,role\nann,Ann Snoop,student\nbob,Bob Calm,student\nivy,Ivy Teacher,instructor\n"
 TASKS = 256

@@ -2,12 +2,18 @@
 their own kernel. Root and DEVICELAB_HUB_TESTS=1 (real Unix accounts, a hub on loopback)."""
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.hub_support import class_hub, hub_tests_or_skip, run_in_kernel, start_server
+from tests.hub_support import (
+    class_hub,
+    hub_tests_or_skip,
+    memory_cgroup,
+    run_in_kernel,
+    server_pid,
+    start_server,
+)
 
 ROSTER = "id,name,role\nann,Ann Hog,student\nbob,Bob Calm,student\nivy,Ivy Teacher,instructor\n"
 LIMIT_MIB = 600
@@ -20,24 +26,6 @@ def hub(tmp_path):
     hub_tests_or_skip()
     with class_hub(tmp_path, ROSTER, ("--mem-limit", str(LIMIT_MIB), "--cpu-limit", "1")) as running:
         yield running
-
-
-def server_pid(account: str) -> int:
-    """Return the pid of the account's jupyterhub-singleuser process."""
-    found = subprocess.run(["pgrep", "-u", account, "-f", "jupyterhub-singleuser"], capture_output=True,
-                           text=True, check=False).stdout.split()
-    assert found, f"no server of {account} runs"
-    return int(found[0])
-
-
-def memory_cgroup(pid: int) -> Path:
-    """Return the memory cgroup folder a process is in (v1 memory controller, or v2's unified tree)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, names, path = line.split(":", 2)
-        if "memory" in names.split(","):
-            return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-    (line,) = [x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if x.startswith("0::")]
-    return Path("/sys/fs/cgroup") / line[3:].lstrip("/")
 
 
 def limit_and_kills(folder: Path) -> tuple[int, int]:
