@@ -211,6 +211,49 @@ def test_collect_refuses_links_forged_names_bad_times_and_escapes(klass: Klass) 
             assert not [line for line in leaked if line in text], path
 
 
+def late_loader(klass: Klass, places: list[str]) -> nbformat.NotebookNode:
+    """Return a notebook whose every answer cell runs the first answer file it finds in `places` at grading
+    time (cell n loads `cell<n>.py`), so the answers can be written after it is handed in."""
+    loading = nbformat.from_dict(nbformat.v4.upgrade(klass.notebooks["wrong"]))
+    cells = [c for c in loading.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+             and c.cell_type == "code"]
+    for n, cell in enumerate(cells):
+        cell.source = (f"import os\nfor _place in {places!r}:\n"
+                       f"    if os.path.exists(os.path.join(_place, 'cell{n}.py')):\n"
+                       f"        exec(open(os.path.join(_place, 'cell{n}.py')).read())\n        break\n")
+    return loading
+
+
+def test_an_answer_written_after_the_hand_in_into_a_shared_folder_is_not_graded(klass: Klass) -> None:
+    """Issue 49.4: an on-time submission loaded its answer at grading time from a world-writable folder the
+    sandbox showed; the student wrote the real answer there after the due date, and it was graded as on time.
+    Here cat writes from a shell (stronger than her boxed server can): /run/lock, her home, the inbound."""
+    hub, a = klass.hub, klass.assignment
+    if not klass.servers:
+        pytest.skip("needs the release of the first test")
+    cat = hub.user("cat")
+    home = Path(pwd.getpwnam(cat).pw_dir)
+    places = [f"/run/lock/{cat}-answers", str(home / "answers"), str(klass.exchange / "inbound" / "answers")]
+    stamp = now_stamp()
+    plant(klass, "cat", f"{cat}+{a}+{stamp}+late", {f"{a}.ipynb": nbformat.writes(late_loader(klass, places)),
+                                                   "timestamp.txt": stamp, "submission_secret.txt": "x"})
+    right = [c.source for c in klass.notebooks["right"].cells
+             if c.get("metadata", {}).get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+    for place in places:  # after handing in (and after any due date): the real answers, readable by all
+        as_student(klass, "cat", 'mkdir -p "$1" && chmod 755 "$1" "$(dirname "$1")" 2>/dev/null; true', place)
+        for n, source in enumerate(right):
+            as_student(klass, "cat", 'printf %s "$2" > "$1"', f"{place}/cell{n}.py", source)
+    try:
+        said = hub.cli("collect", a).stdout
+        assert f"collected {cat}" in said, said
+        hub.cli("grade", a, "--timeout", "45", "--jobs", "2")
+        got = grades(klass)
+        assert float(got[cat]["score"] or 0) == 0, got[cat]  # nothing of the answers was there to load
+        assert float(got[hub.user("ann")]["score"]) == float(got[hub.user("ann")]["max_score"]), got
+    finally:
+        subprocess.run(["rm", "-rf", places[0], places[2]], check=False)
+
+
 def test_special_files_and_huge_files_stall_nobody(klass: Klass) -> None:
     hub, a = klass.hub, klass.assignment
     if not klass.servers:
