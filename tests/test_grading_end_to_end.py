@@ -210,7 +210,7 @@ def test_every_student_folder_gets_exactly_one_row(graded):
     course, _, record, students, _ = graded
     assert record["returncode"] == 0, record["stderr"]
     header = (course / "graded" / "tiny" / "grades.csv").read_text(encoding="utf-8").splitlines()[0]
-    assert header == "student,assignment,score,max_score,late_penalty,status,detail,flags"
+    assert header == '"student","assignment","score","max_score","late_penalty","status","detail","flags"'
     assert set(rows(course)) == set(students) | {"ok"}
     assert rows(course)["ok"]["status"] == "missing"
 

@@ -5,8 +5,11 @@ import html
 import io
 from pathlib import Path
 
+import pytest
+
 from autograder.grading.report import csv_text, exercises, histogram_svg, number, summary_html
 from autograder.grading.results import CellScore, StudentResult, zero_cells
+from tests.spreadsheet import FORGING_NAMES, FORMULA_NOTEBOOKS, checked
 
 
 def result(student, status="graded", scores=(2, 1), detail="", ran=True) -> StudentResult:
@@ -37,6 +40,33 @@ def test_grades_csv_gives_the_score_after_the_late_penalty_and_the_penalty_apart
     rows = {r[0]: r for r in csv.reader(io.StringIO(csv_text([late, very_late])))}
     assert rows["cy"][2:5] == ["2", "3", "1"]
     assert rows["dee"][2:5] == ["0", "3", "5"]  # never below zero, as `nbgrader export`
+
+
+@pytest.mark.parametrize("notebook", FORMULA_NOTEBOOKS)
+def test_a_notebook_named_like_a_formula_is_text_in_grades_csv(notebook):
+    """A student names the file; its name comes back in the detail and the flags, and as the student's id."""
+    named = result(notebook, status="invalid", detail=f"{notebook}: not valid JSON", ran=False)
+    named.flags = [f"{notebook} sets a tracing hook"]
+    header, *body = checked(csv_text([result("ada"), named]))
+    (row,) = [r for r in body if r[0] != "ada"]
+    assert len(row) == len(header) == 8
+    bare = " ".join(notebook.split())
+    assert row[0] == "'" + notebook.replace("\r", " ")
+    assert row[5:] == ["invalid", f"'{bare}: not valid JSON", f"'{bare} sets a tracing hook"]
+    assert row[2:5] == [3.0, 3.0, 0.0], "the scores stay numbers"
+
+
+@pytest.mark.parametrize("name", FORGING_NAMES)
+def test_a_name_with_commas_quotes_or_line_breaks_adds_no_column_to_grades_csv(name):
+    _, row = checked(csv_text([result(name, detail=name)]))
+    assert row[0] == " ".join(name.splitlines()) and row[2] == 3.0
+
+
+def test_fractional_scores_stay_bare_numbers_in_grades_csv():
+    late = result("cy", scores=(1, 0))
+    late.late_penalties = {"tiny.ipynb": 0.5}
+    line = csv_text([late]).splitlines()[1]
+    assert line.startswith('"cy","tiny",0.5,3,0.5,"graded"'), line
 
 
 def test_flags_are_one_cell_of_grades_csv_and_flagged_students_lead_the_summary():

@@ -4,6 +4,7 @@ Canvas's and Moodle's gradebook imports read (the columns of their own CSV expor
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 
@@ -11,8 +12,12 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder import COURSE_ROOT
+from autograder.course import with_venv_on_path
 from autograder.grading.gradebook import ensure_schema
-from autograder.hub.grade_export import ExportFormat, read_table, spreadsheet_safe, write_csv
+from autograder.hub import loop
+from autograder.hub.grade_export import NBGRADER_COLUMNS, ExportFormat, nbgrader_csv, read_table, write_csv
+from autograder.hub.settings import HubSettings
+from tests.spreadsheet import FORGING_NAMES, checked
 
 COURSE_ID = "devicelab-test"
 
@@ -94,12 +99,64 @@ def test_moodle_layout_is_its_csv_export_s(course):
     assert body[0] == ["Ada", "Lovelace", "ada", "ada@example.org", "3", "1", "4", "8"]
 
 
-@pytest.mark.parametrize(("text", "safe"), [
-    ("=1+1", "'=1+1"), ("+1", "'+1"), ("-2", "'-2"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"),
-    ("Ada", "Ada"), ("", ""),
-])
-def test_text_cells_never_start_a_formula(text, safe):
-    assert spreadsheet_safe(text) == safe
+@pytest.fixture
+def hostile_course(course):
+    """The course, with students whose names (from the roster or an LMS launch) try to add columns, rows and
+    formulas."""
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
+        for at, name in enumerate(FORGING_NAMES):
+            gb.update_or_create_student(f"z{at}", first_name=name, last_name=f"-{name}",
+                                        email=f"=HYPERLINK(\"http://x\",\"{name}\")")
+        gb.update_or_create_student("-x", first_name="@SUM(A1)", last_name="+1", email="\tx")
+    return course
+
+
+LAYOUTS = [*(lambda course, layout=layout: write_csv(read_table(course, COURSE_ID), layout)
+             for layout in ExportFormat),
+           lambda course: write_csv(read_table(course, COURSE_ID, by_question=True), ExportFormat.TABLE),
+           lambda course: nbgrader_csv(course, COURSE_ID)]
+
+
+@pytest.mark.parametrize("export", LAYOUTS, ids=[*ExportFormat, "by-question", "nbgrader"])
+def test_no_name_adds_a_column_a_row_or_a_formula_in_any_layout(hostile_course, export):
+    table = checked(export(hostile_course))  # every row as wide as the header, no formula
+    for name in FORGING_NAMES:
+        one_line = " ".join(name.splitlines())
+        assert len([r for r in table if any(isinstance(c, str) and one_line in c for c in r)]) == 1, name
+    assert not any(cell == 100 for row in table for cell in row), "no score of 100 was forged"
+
+
+def test_the_nbgrader_layout_is_nbgrader_export_s_own(course):
+    """Plain `hub export`: nbgrader export's columns and values, row for row, only quoted and made safe."""
+    theirs = course / "theirs.csv"
+    config = f"c = get_config()\nc.CourseDirectory.course_id = {COURSE_ID!r}\n"
+    (course / "nbgrader_config.py").write_text(config)
+    nbgrader = shutil.which("nbgrader", path=with_venv_on_path()["PATH"])
+    done = subprocess.run([nbgrader, "export", "--to", str(theirs)], cwd=course, env=with_venv_on_path(),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    their_rows = rows(theirs.read_text())
+    ours = checked(nbgrader_csv(course, COURSE_ID))
+    assert ours[0] == their_rows[0] == list(NBGRADER_COLUMNS)
+    bob = next(r for r in their_rows if r[3] == "bob")
+    assert len(bob) == len(NBGRADER_COLUMNS) + 1, "nbgrader writes 'Smith, Jr' unquoted: one column too many"
+    honest = [r for r in their_rows[1:] if r[3] != "bob"]
+    assert [[str(c) for c in r] for r in ours[1:] if r[3] != "bob"] == honest
+    assert [r for r in ours if r[3] == "bob"] == [
+        ["ps01", "", bob[2], "bob", "Smith, Jr", "'=HYPERLINK(\"http://evil\")", "bob@example.org", 2.0, 1.0,
+         1.0, 10.0]]
+
+
+@pytest.mark.parametrize("layout", [None, *ExportFormat])
+def test_hub_export_writes_every_layout_safely(hostile_course, tmp_path, layout):
+    """`hub export` (loop.export), plain (nbgrader's layout) or in a layout, on a hostile class."""
+    (tmp_path / "hub-root").mkdir()
+    (tmp_path / "hub-root" / "course").symlink_to(hostile_course)
+    s = HubSettings(root=str(tmp_path / "hub-root"), course_id=COURSE_ID, course_source=str(COURSE_ROOT))
+    written = loop.export(s, tmp_path / "grades.csv", layout).read_text(encoding="utf-8")
+    checked(written)
+    if layout is None:
+        assert written == nbgrader_csv(hostile_course, COURSE_ID)
 
 
 def test_the_command_line_offers_the_layouts_and_by_question():

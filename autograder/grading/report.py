@@ -1,8 +1,6 @@
 """What an instructor reads after grading: grades.csv and a one-page class summary (summary.html)."""
 
-import csv
 import functools
-import io
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -12,6 +10,7 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from autograder.csv_cells import figure, rows_text
 from autograder.grading.results import CellKind, Status, StudentResult, write_atomic
 from autograder.safe_html import STATIC_PAGE_CSP
 
@@ -24,16 +23,14 @@ def number(value: float) -> str:
 
 
 def csv_text(results: list[StudentResult]) -> str:
-    """Return grades.csv: one row per student, sorted by student id."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_HEADER)
+    """Return grades.csv: a row per student, sorted by student id (text spreadsheet-safe, scores bare)."""
+    rows: list[list] = [list(CSV_HEADER)]
     for r in sorted(results, key=lambda r: r.student):
         detail = " ".join(r.detail.split())
         flags = "; ".join(" ".join(f.split()) for f in r.flags)
-        writer.writerow([r.student, r.assignment, number(r.final_score), number(r.max_score),
-                         number(r.late_penalty), r.status, detail, flags])
-    return out.getvalue()
+        scores = (figure(float(number(x))) for x in (r.final_score, r.max_score, r.late_penalty))
+        rows.append([r.student, r.assignment, *scores, r.status, detail, flags])
+    return rows_text(rows)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from autograder.csv_cells import restored
+
 
 def read_students(path: Path) -> list[dict[str, str | None]]:
     """Return the CSV's rows as `nbgrader db student import` reads them: the Student table's columns, '' as
@@ -28,7 +30,7 @@ def read_students(path: Path) -> list[dict[str, str | None]]:
         reader.fieldnames = [name.strip() for name in reader.fieldnames or []]
         if "id" not in reader.fieldnames:
             raise ValueError(f"{path} has no 'id' column")
-        return [{k: v or None for k, v in row.items() if k in columns} for row in reader]
+        return [{k: v or None for k, v in restored(row).items() if k in columns} for row in reader]
 
 
 def add_students(db_url: str, course_id: str, rows: list[dict[str, str | None]]) -> None:

@@ -1,8 +1,8 @@
 """Grades out of the course gradebook as CSV: per assignment or per question, plain or as an LMS imports it.
 
 `hub export --by-question` or `--format` writes one row per student (plain `hub export` keeps nbgrader's own
-layout, a row per student and assignment). The columns are each assignment's score, after any late penalty
-(nbgrader's `score`: 0 for a student who submitted nothing, as `nbgrader export` gives), and with
+layout, a row per student and assignment: `nbgrader_csv`). The columns are each assignment's score, after any
+late penalty (nbgrader's `score`: 0 for a student who submitted nothing, as `nbgrader export` gives), and with
 `--by-question` one column per graded cell and task before it, with its points. Three layouts:
 
 - `table`: student id, names and email, then `<column> (max N)` headers;
@@ -13,18 +13,21 @@ layout, a row per student and assignment). The columns are each assignment's sco
 - `moodle`: the layout of Moodle's CSV grade export: `First name`, `Last name`, `ID number`, `Email address`,
   then one column per score; on import map `ID number` (the hub's student id) or `Email address` to the user.
 
-Names and emails come from the roster (or, later, an LMS), so every text cell is neutralised against
-spreadsheet formula injection.
+Names and emails come from the roster or an LMS launch, so every layout is written through csv_cells: each
+text cell quoted, on one line and neutralised against spreadsheet formula injection; scores bare numbers.
 """
 
-import csv
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.cells import grade_id
+from autograder.csv_cells import Cell, figure, rows_text
 from autograder.words import Word
+
+# `nbgrader export`'s columns (nbgrader.plugins.export.CsvExportPlugin), in its order.
+NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
+                    "raw_score", "late_submission_penalty", "score", "max_score")
 
 
 class ExportFormat(Word):
@@ -111,39 +114,63 @@ def _score(gb, column: ScoreColumn, student: str) -> float:
         return 0.0
 
 
-def spreadsheet_safe(text: str) -> str:
-    """Return text that a spreadsheet shows as text and never runs as a formula (OWASP: CSV injection)."""
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
 def _number(value: float) -> str:
     return f"{value:g}"
 
 
+def _figure(value: float) -> int | float:
+    """Return a score as its cell holds it: the number `_number` writes, bare."""
+    return figure(float(_number(value)))
+
+
 def write_csv(table: GradeTable, layout: ExportFormat) -> str:
     """Return the table as CSV text in one of the layouts."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
     scores = [c.title for c in table.columns]
+    rows: list[list[Cell]]
     if layout is ExportFormat.CANVAS:
-        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *scores])
-        points = (_number(c.max_score) for c in table.columns)
-        writer.writerow(["    Points Possible", "", "", "", "", *points])
+        rows = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *scores],
+                ["    Points Possible", "", "", "", "", *(_figure(c.max_score) for c in table.columns)]]
         for row in table.rows:
             name = ", ".join(p for p in (row.last_name, row.first_name) if p) or row.student
-            writer.writerow([spreadsheet_safe(name), "", "", spreadsheet_safe(row.student), "",
-                             *map(_number, row.scores)])
+            rows.append([name, "", "", row.student, "", *map(_figure, row.scores)])
     elif layout is ExportFormat.MOODLE:
-        writer.writerow(["First name", "Last name", "ID number", "Email address", *scores])
-        for row in table.rows:
-            writer.writerow([*map(spreadsheet_safe, (row.first_name, row.last_name, row.student, row.email)),
-                             *map(_number, row.scores)])
+        rows = [["First name", "Last name", "ID number", "Email address", *scores]]
+        rows += [[row.first_name, row.last_name, row.student, row.email, *map(_figure, row.scores)]
+                 for row in table.rows]
     else:
-        writer.writerow(["student_id", "first_name", "last_name", "email",
-                         *(f"{c.title} (max {_number(c.max_score)})" for c in table.columns)])
-        for row in table.rows:
-            writer.writerow([*map(spreadsheet_safe, (row.student, row.first_name, row.last_name, row.email)),
-                             *map(_number, row.scores)])
-    return out.getvalue()
+        rows = [["student_id", "first_name", "last_name", "email",
+                 *(f"{c.title} (max {_number(c.max_score)})" for c in table.columns)]]
+        rows += [[row.student, row.first_name, row.last_name, row.email, *map(_figure, row.scores)]
+                 for row in table.rows]
+    return rows_text(rows)
+
+
+def _as_nbgrader_writes(value) -> Cell:
+    """Return a value as `nbgrader export` writes it: a number as it is, None as empty, else its str()."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return "" if value is None else str(value)
+
+
+def nbgrader_csv(course: Path, course_id: str) -> str:
+    """Return `nbgrader export`'s rows and values, read from the gradebook and written safely (csv_cells)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    rows: list[list[Cell]] = [list(NBGRADER_COLUMNS)]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id) as gb:
+        for assignment in gb.assignments:
+            for student in gb.students:
+                try:
+                    submission = gb.find_submission(assignment.name, student.id)
+                except MissingEntry:  # nothing submitted: 0, as nbgrader's export says
+                    timestamp, raw, penalty, score = "", 0.0, 0.0, 0.0
+                else:
+                    timestamp, raw = submission.timestamp, submission.score
+                    penalty = submission.late_submission_penalty
+                    score = max(0.0, raw - penalty)
+                values = (assignment.name, assignment.duedate, timestamp, student.id, student.last_name,
+                          student.first_name, student.email, raw, penalty, score, assignment.max_score)
+                rows.append([_as_nbgrader_writes(v) for v in values])
+    return rows_text(rows)
 
 

@@ -1,6 +1,5 @@
 """`hub setup` and `hub add-user`: accounts, folders with their permissions, the course, the configuration."""
 
-import csv
 import ipaddress
 import os
 import secrets
@@ -12,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from autograder.csv_cells import write_rows
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
 from autograder.hub.exchange import Exchange, secure_tree
@@ -184,10 +184,9 @@ def course_gradebook(s: HubSettings, *args: str, check: bool = True) -> subproce
 
 
 def write_students_csv(handle, students: list[Member], prefix: str) -> None:
-    """Write students as a CSV that `nbgrader db student import` reads too (names quoted as csv does)."""
-    writer = csv.writer(handle)
-    writer.writerow(["id", "first_name", "last_name", "email"])
-    writer.writerows([m.username(prefix), *m.first_last, ""] for m in students)
+    """Write students as a CSV that `nbgrader db student import` and course_gradebook.read_students read."""
+    write_rows(handle, [["id", "first_name", "last_name", "email"],
+                        *([m.username(prefix), *m.first_last, ""] for m in students)])
 
 
 def register_students(s: HubSettings, members: list[Member]) -> None:

@@ -3,16 +3,16 @@
 import csv
 import datetime
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.csv_cells import restored
 from autograder.hub import accounts, exchange
 from autograder.hub.arrival import parse_utc
 from autograder.hub.exchange import BadName, CollectReport, Exchange
 from autograder.hub.extensions import Extension
-from autograder.hub.grade_export import ExportFormat, read_table, write_csv
-from autograder.hub.install import course_gradebook, grader_env, nbgrader, secure_exchange
+from autograder.hub.grade_export import ExportFormat, nbgrader_csv, read_table, write_csv
+from autograder.hub.install import course_gradebook, grader_env, secure_exchange
 from autograder.hub.roster import read_roster
 from autograder.hub.settings import HubError, HubSettings
 from autograder.safe_copy import Refusal
@@ -163,7 +163,7 @@ def read_grades(path: Path) -> list[Grade]:
     with path.open(newline="", encoding="utf-8") as handle:
         return [Grade(r["student"], float(r["score"] or 0), float(r["max_score"] or 0), r["status"],
                       r["detail"])
-                for r in csv.DictReader(handle)]
+                for r in map(restored, csv.DictReader(handle))]
 
 
 def feedback(s: HubSettings, assignment: str) -> list[str]:
@@ -247,11 +247,12 @@ def export(s: HubSettings, to: Path, layout: ExportFormat | None = None, by_ques
     """Write the course gradebook's grades (every assignment) as CSV.
 
     Without a layout, `nbgrader export`'s own (a row per student and assignment); with one, a row per student
-    in that layout (grade_export.py), with a column per graded cell and task when `by_question`.
+    in that layout (grade_export.py), with a column per graded cell and task when `by_question`. Both are
+    written from the gradebook by grade_export, quoted and spreadsheet-safe (nbgrader export's own file is
+    not: a comma in a name adds a column there).
     """
     if layout is None:
-        nbgrader(s, "export", "--to", "grades-export.csv")
-        shutil.copyfile(s.paths.course / "grades-export.csv", to)
+        to.write_text(nbgrader_csv(s.paths.course, s.course_id), encoding="utf-8")
         return to
     to.write_text(write_csv(read_table(s.paths.course, s.course_id, by_question), layout), encoding="utf-8")
     return to

@@ -25,6 +25,7 @@ from pylti1p3.exception import LtiException, LtiServiceException
 from pylti1p3.grade import Grade
 from pylti1p3.lineitem import LineItem
 
+from autograder.csv_cells import restored
 from autograder.hub.exchange import printable
 from autograder.hub.lti_tool import Platform, ToolFiles, connector
 from autograder.hub.passback_queue import PassbackQueue, PassbackState, Score
@@ -146,7 +147,7 @@ def read_scores(grades_csv: Path, assignment: str) -> list[Score]:
     """Return the scores of the grader's grades.csv."""
     with grades_csv.open(newline="", encoding="utf-8") as handle:
         return [Score(r["student"], assignment, float(r["score"] or 0), float(r["max_score"] or 0),
-                      r["status"]) for r in csv.DictReader(handle)]
+                      r["status"]) for r in map(restored, csv.DictReader(handle))]
 
 
 class Pacer:

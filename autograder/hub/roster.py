@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.csv_cells import restored, write_rows
 from autograder.hub.settings import HubError
 
 ROLES = ("student", "grader", "instructor")
@@ -55,7 +56,7 @@ def read_roster(path: Path, prefix: str) -> list[Member]:
     """Read a roster CSV with columns id, name, role (role defaults to student)."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            rows = list(csv.DictReader(handle))
+            rows = list(map(restored, csv.DictReader(handle)))
     except OSError as exc:
         raise HubError(f"cannot read the roster {path}: {exc.strerror}") from None
     if rows and "id" not in rows[0]:
@@ -75,9 +76,6 @@ def read_roster(path: Path, prefix: str) -> list[Member]:
 
 
 def write_roster(path: Path, members: list[Member]) -> None:
-    """Write the roster CSV (id,name,role)."""
+    """Write the roster CSV (id,name,role), spreadsheet-safe: read_roster gives the same members back."""
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["id", "name", "role"])
-        for m in members:
-            writer.writerow([m.id, m.name, m.role])
+        write_rows(handle, [["id", "name", "role"], *([m.id, m.name, m.role] for m in members)])
