@@ -6,6 +6,7 @@ import copy
 import functools
 import json
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -17,8 +18,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -150,6 +151,7 @@ class Hub:
     log: Path
     passwords: dict[str, str]
     pid: int = 0  # `hub start`'s process, which became JupyterHub
+    restarter: Callable[[], int] | None = field(default=None, repr=False)  # stops, starts; returns the pid
 
     @property
     def public(self) -> str:
@@ -165,6 +167,11 @@ class Hub:
                               cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
         assert done.returncode == 0, f"hub {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
         return done
+
+    def restart(self) -> None:
+        """Stop the hub as a service manager does (SIGTERM to its processes) and start it again."""
+        assert self.restarter is not None
+        self.pid = self.restarter()
 
     def token(self, member: str) -> str:
         """Return a new hub token of the member's (as the user would make on the hub's Token page)."""
@@ -221,12 +228,25 @@ def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()
             for member, password in passwords.items():
                 accounts.set_password(prefix + member, password)
             start = [sys.executable, "-m", "autograder", "hub", "start", "--root", settings.root]
-            # as an instructor's script would start it in the background (CI runs this way too)
-            with running(start, ROOT, dict(os.environ), log, background_job=True) as proc:
-                wait_for(f"http://127.0.0.1:{settings.port}/hub/api", 120, proc, log)
-                yield Hub(settings, prefix, log, passwords, proc.pid)
+            with contextlib.ExitStack() as started:
+                procs: list[subprocess.Popen] = []
+
+                def start_hub() -> int:
+                    """Stop the running hub, if any; start it; return its pid."""
+                    if procs:
+                        os.killpg(procs[-1].pid, 15)
+                        procs[-1].wait(60)
+                        stop_proxy(Path(settings.root) / "hub" / "proxy.pid")
+                    # as an instructor's script would start it in the background (CI runs this way too)
+                    procs.append(started.enter_context(running(start, ROOT, dict(os.environ), log,
+                                                               background_job=True)))
+                    wait_for(f"http://127.0.0.1:{settings.port}/hub/api", 120, procs[-1], log)
+                    return procs[-1].pid
+
+                yield Hub(settings, prefix, log, passwords, start_hub(), start_hub)
     finally:
         stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
+        members += [p.pw_name[len(prefix):] for p in pwd.getpwall() if p.pw_name.startswith(prefix)]
         uids = {a.uid for a in map(accounts.lookup, (prefix + m for m in members)) if a is not None}
         # a grading run killed on purpose leaves its own
         for scratch in Path(tempfile.gettempdir()).glob("dlg-*"):

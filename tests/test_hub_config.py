@@ -11,7 +11,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.hub import loop
 from autograder.hub.exchange import course_ignore
-from autograder.hub.install import check_settings, is_loopback
+from autograder.hub.install import check_root, check_settings, is_loopback, write_course_config
 from autograder.hub.loop import status
 from autograder.hub.render import render_all, write_all
 from autograder.hub.roster import Member, read_roster, write_roster
@@ -82,6 +82,40 @@ def test_groups_and_roles_follow_nbgrader(tmp_path: Path) -> None:
     assert {svc["name"]: svc for svc in c.JupyterHub.services}["devicelab-cli"]["api_token"] == "t0ken"
 
 
+def test_the_grader_services_token_reads_the_graders_groups_and_its_own_service_only(tmp_path: Path) -> None:
+    """Issue 49.1: every kernel and terminal of the grader service can read the service's token. It held
+    admin:groups (anyone into formgrade-<course>: a grader) and read every user; now only what formgrader's
+    exchange listing (the grader's own groups) and the Courses tab (this course's service) read."""
+    c = load(written(tmp_path).paths.config)
+    (role,) = [r for r in c.JupyterHub.load_roles if "device-lab" in r.get("services", [])]
+    assert role == {"name": "device-lab-service", "services": ["device-lab"],
+                    "scopes": ["read:users:groups!user=dl-grader", "list:services!service=device-lab",
+                               "read:services!service=device-lab"]}
+
+
+def test_the_course_config_is_the_repositorys_then_the_refusals_and_a_link_there_is_replaced(
+        tmp_path: Path) -> None:
+    """The course folder's nbgrader_config.py (tests/test_hub_staff_execution.py: what it refuses). Setup
+    rewrites it as root in a folder the grader owns: a link left at its name is replaced, never written
+    through."""
+    s = settings(tmp_path)
+    s.paths.course.mkdir(parents=True)
+    victim = tmp_path / "roots-file"
+    victim.write_text("untouched")
+    (s.paths.course / "nbgrader_config.py").symlink_to(victim)
+    write_course_config(s)
+    write_course_config(s)  # setup run again
+    path = s.paths.course / "nbgrader_config.py"
+    assert not path.is_symlink() and victim.read_text() == "untouched"
+    text = path.read_text()
+    assert text.startswith((ROOT / "nbgrader_config.py").read_text())
+    assert text.count("Added by `hub setup`") == 1
+    c = load(path)
+    assert (c.CourseDirectory.course_id, c.Execute.timeout) == ("device-lab", 120)  # the course's own
+    assert c.Autograde.autograde_preprocessors == ["autograder.hub.staff_execution.RefuseExecution"]
+    assert c.StaffGuard.hub_root == s.root
+
+
 def test_the_autograde_service_runs_as_the_grader_with_no_url_and_no_scopes(tmp_path: Path) -> None:
     s = written(tmp_path)
     c = load(s.paths.config)
@@ -147,6 +181,23 @@ def test_dummy_is_fine_on_loopback(tmp_path: Path) -> None:
 def test_ports_must_differ(tmp_path: Path) -> None:
     with pytest.raises(HubError, match="ports must differ"):
         check_settings(settings(tmp_path, port=8081))
+
+
+def test_a_root_too_long_for_the_grader_kernels_sockets_is_refused(tmp_path: Path) -> None:
+    deep = tmp_path / ("x" * 60)
+    with pytest.raises(HubError, match="107 bytes"):
+        check_root(settings(deep))
+    check_root(settings(Path("/srv")))
+
+
+def test_kernels_of_students_and_of_the_grader_service_talk_over_ipc(tmp_path: Path) -> None:
+    """Issue 49.2: kernels on loopback TCP could be subscribed to by any account."""
+    s = written(tmp_path)
+    for etc in (s.paths.student_etc, s.paths.grader_etc):
+        assert load(etc / "jupyter_server_config.py").KernelManager.transport == "ipc"
+    assert load(s.paths.student_etc / "nbgrader_config.py").KernelManager.transport == "ipc"
+    (service,) = [x for x in load(s.paths.config).JupyterHub.services if x["name"] == s.course_id]
+    assert service["environment"]["JUPYTER_RUNTIME_DIR"] == str(s.paths.course / ".runtime")
 
 
 def test_setup_needs_the_proxy(tmp_path: Path) -> None:

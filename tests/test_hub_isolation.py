@@ -5,6 +5,7 @@ a terminal in their JupyterLab runs too), against a classmate who works as usual
 DEVICELAB_HUB_TESTS=1 (real Unix accounts, a hub on loopback set up with the README's commands)."""
 
 import ast
+import json
 import pwd
 import re
 from pathlib import Path
@@ -111,6 +112,21 @@ def test_no_student_can_subscribe_to_another_students_kernel(hub):
     assert all("jupyterhub-singleuser" in o or "-f /tmp/jupyter-runtime/kernel-" in o for o in owners), owners
 
 
+def test_the_grader_services_kernels_talk_over_ipc_in_the_course_folder(hub):
+    """Issue 49.2: an instructor's Validate ran in a grader-service kernel that a student subscribed to."""
+    ivy = hub.as_user(hub.token("ivy"), f"/services/{hub.settings.course_id}")
+    started = ivy.call("POST", "/api/kernels", {"name": "python3"})
+    assert started.status == 201, started
+    try:
+        kernels = processes_of(hub.settings.grader, "ipykernel_launcher")
+        runtime = f"-f {hub.settings.paths.course}/.runtime/kernel-"
+        assert kernels and all(runtime in k for k in kernels), kernels  # its sockets in the course folder
+        connection = Path(kernels[0].split(" -f ", 1)[1].split()[0])
+        assert json.loads(connection.read_text())["transport"] == "ipc"
+    finally:
+        ivy.call("DELETE", f"/api/kernels/{started.body['id']}")
+
+
 def test_files_planted_in_shared_temporary_folders_reach_no_one(hub):
     """Issue 49.5 and 49.7: /tmp/torchinductor_<victim> planted before the victim's torch.compile; files in
     /dev/shm outliving their server and counted against no one."""
@@ -187,6 +203,22 @@ def listeners(ports: list[int]) -> list[str]:
 
     return [" ".join(psutil.Process(c.pid).cmdline())[:300] for c in psutil.net_connections("tcp")
             if c.status == psutil.CONN_LISTEN and c.laddr.port in ports and c.pid]
+
+
+def processes_of(account: str, word: str, seconds: float = 30) -> list[str]:
+    """Return the command lines of the account's processes that contain a word, once there is one."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["username", "cmdline"])
+                 if p.info["username"] == account and word in " ".join(p.info["cmdline"] or [])]
+        if found:
+            return found
+        time.sleep(0.2)
+    return []
 
 
 def _wait_stopped(api, user: str) -> None:

@@ -1,12 +1,17 @@
 """A class run from an LMS course page, end to end on loopback: the LMS stand-in (a real LTI 1.3 platform)
 launches people into a real hub, a student submits, the autograde service grades, the score lands in the LMS's
-gradebook; bad launches are refused with a page that says so. Root only, with DEVICELAB_HUB_TESTS=1.
+gradebook; bad launches are refused with a page that says so. Then who a launch becomes, tried as a student
+or a teacher of another course would: no launch becomes a system or staff account, nor an account of another
+LMS person (a roster instructor's name, a lookalike, a changed email), and roles follow the LMS at every
+launch and across a restart. Root only, with DEVICELAB_HUB_TESTS=1.
 """
 
 import html
 import re
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -14,29 +19,58 @@ import requests
 
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
+from autograder.hub.roster import Member, read_roster
 from tests.hub_support import (
+    ROOT,
     answers,
     hand_in,
     hub_tests_or_skip,
     smallest_assignment,
     start_server,
 )
-from tests.lms_standin import INSTRUCTOR, Class, LmsStandin, Person, connected_class
+from tests.lms_standin import (
+    INSTRUCTOR,
+    LEARNER,
+    TEACHING_ASSISTANT,
+    Class,
+    LmsStandin,
+    Person,
+    connected_class,
+)
+from tests.spreadsheet import checked
 from tests.test_hub_autograde import wait_for_feedback
 
 pytestmark = pytest.mark.timeout(1800)
+LIS = "http://purl.imsglobal.org/vocab/lis/v2/"
+CANVAS_TA = (LIS + "institution/person#Student", INSTRUCTOR, TEACHING_ASSISTANT, LIS + "system/person#User")
 ANN = Person("lms-ann-7f3", "Ann Lee", "ann@school.example")
 IVY = Person("lms-ivy-21c", "Ivy Teach", "ivy@school.example", (INSTRUCTOR,))
 BOB = Person("lms-bob-99a", "Bob Ray", "bob@school.example")
 EVE = Person("lms-eve-404", "Eve Other", "eve@school.example")
+# Who would take an account that is not theirs.
+ROOTY = Person("lms-root-1d0", "Rooty", "root@example.org")
+NOBODY = Person("lms-nob-2e1", "No Body", "nobody@example.org")
+SAM = Person("lms-sam-3f2", "Sam Student", "sam@school.example")  # his email's name is a staff login
+TOM = Person("lms-tom-4a3", "Tom Teach", "tom@school.example", (INSTRUCTOR,))  # on the roster, never launched
+MAL = Person("lms-mal-5b4", "Mal Icious", "Tom@evil.example")  # the instructor's name as his email
+KIM = Person("lms-kim-6c5", "Kim Lee", "kim@school.example")
+KELVIN = Person("lms-kel-7d6", "Kel Vin", "\u212aim@evil.example")  # the Kelvin sign lowercases to k
+JOHN = Person("lms-jsd-8e7", "John Smith", "John.Smith@school.example")
+JOHN2 = Person("lms-jsm-9f8", "John Smith", "john-smith@school.example")
+NEL = Person("lms-nel-a09", "Nel\nLine", "nel@school.example")  # a newline in the name
+HYP = Person("lms-hyp-b1a", '=HYPERLINK("http://x","click")', "hyp@school.example")
+GIL = Person("lms-gil-c2b", "Gil Marker", "gil@school.example", CANVAS_TA)
+ROSE = Person("lms-rose-d3c", "Rose Teach", "rose@school.example", (INSTRUCTOR,))
 
 
-@pytest.fixture
-def lti_class(tmp_path: Path):
-    """Start the LMS stand-in, set a hub up with --authenticator lti13 for it, register the hub in the LMS."""
+@pytest.fixture(scope="module")
+def lti_class(tmp_path_factory: pytest.TempPathFactory):
+    """Start the LMS stand-in, set a hub up with --authenticator lti13 for it, register the hub in the LMS.
+
+    One hub for the module (each hub start costs a minute); each test launches people of its own.
+    """
     hub_tests_or_skip()
-    later = ("ann", "ivy", "bob", "eve")  # accounts the launches and the roster make
-    with connected_class(tmp_path, (ANN, IVY, EVE), later) as connected:
+    with connected_class(tmp_path_factory.mktemp("lti"), (ANN, IVY, EVE), ()) as connected:
         yield connected
 
 
@@ -48,6 +82,7 @@ class Launched:
     browser: requests.Session
     form: dict[str, str]
     action: str
+    cookies: requests.cookies.RequestsCookieJar  # the browser's when it posted the form (state, nonce)
 
 
 def launch(lms: LmsStandin, person: Person, variant: str = "") -> Launched:
@@ -57,8 +92,39 @@ def launch(lms: LmsStandin, person: Person, variant: str = "") -> Launched:
     assert page.status_code == 200 and 'id="launch"' in page.text, page.text[:500]
     action = html.unescape(re.search(r'action="([^"]+)"', page.text)[1])
     form = {k: html.unescape(v) for k, v in re.findall(r'name="(\w+)" value="([^"]*)"', page.text)}
+    cookies = browser.cookies.copy()
     reply = browser.post(action, data=form, allow_redirects=False, timeout=120)
-    return Launched(reply, browser, form, action)
+    return Launched(reply, browser, form, action, cookies)
+
+
+def replay(launched: Launched) -> Launched:
+    """Post a launch's id_token again, from a browser holding the cookies it was first posted with (so that
+    ltiauthenticator's own checks of the state and nonce pass: only the hub's nonce ledger is left)."""
+    browser = requests.Session()
+    browser.cookies.update(launched.cookies)
+    reply = browser.post(launched.action, data=launched.form, allow_redirects=False, timeout=60)
+    return Launched(reply, browser, launched.form, launched.action, launched.cookies)
+
+
+def who(launched: Launched) -> str:
+    """Return the hub user a launch logged in (failing if it was refused), as the hub's home page names it."""
+    assert launched.reply.status_code == 302, launched.reply.text[:2000]
+    home = launched.browser.get(launched.action.split("/hub/")[0] + "/hub/home", timeout=60)
+    found = re.search(r'id="login_widget">\s*<span class="me-1">([^<]+)</span>', home.text)
+    assert found, home.text[:2000]
+    return html.unescape(found[1])
+
+
+def hub_user(hub, name: str) -> dict:
+    """Return the hub's record of a user (admin, groups)."""
+    reply = HubAPI.for_settings(hub.settings).call("GET", f"/users/{name}")
+    assert reply.status == 200, (name, reply)
+    return reply.body
+
+
+def roster_of(hub) -> dict[str, Member]:
+    """Return the hub's roster by id."""
+    return {m.id: m for m in read_roster(hub.settings.paths.roster, hub.prefix)}
 
 
 def refused(launched: Launched) -> str:
@@ -100,10 +166,8 @@ def test_a_class_run_from_the_lms(lti_class: Class) -> None:
     ann = admin.call("GET", f"/users/{hub.user('ann')}").body
     assert not ann["admin"] and ann["groups"] == [f"nbgrader-{course}"]
     assert accounts.lookup(hub.user("ann")) is not None
-    assert "ann,Ann Lee,student" in hub.settings.paths.roster.read_text()
-    replayed = ann_launch.browser.post(ann_launch.action, data=ann_launch.form, allow_redirects=False,
-                                       timeout=60)
-    refused(Launched(replayed, ann_launch.browser, ann_launch.form, ann_launch.action))
+    assert roster_of(hub)["ann"] == Member("ann", "Ann Lee", "student")
+    assert "already used" in refused(replay(ann_launch))
 
     # She fetches, submits; the autograde service grades; the score appears in the LMS's gradebook.
     assignment = smallest_assignment()
@@ -132,4 +196,109 @@ def test_a_class_run_from_the_lms(lti_class: Class) -> None:
     said = hub.cli("roster", "--from-lms").stdout
     assert f"{hub.user('bob')}: account {hub.user('bob')} created" in said, said
     assert accounts.lookup(hub.user("bob")) is not None
-    assert "bob,Bob Ray,student" in hub.settings.paths.roster.read_text()
+    assert roster_of(hub)["bob"] == Member("bob", "Bob Ray", "student")
+
+
+def test_an_lti_setup_without_a_prefix_or_the_course_is_refused(tmp_path: Path) -> None:
+    """Without a prefix, names from claims could be system or staff logins; without the course's context id,
+    the first instructor launch from any course of the deployment would bind the hub."""
+    hub_tests_or_skip()
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,name,role\n")
+    lti = ["--authenticator", "lti13", "--lti-issuer", "https://lms.example", "--lti-client-id", "tool",
+           "--lti-deployment-id", "deploy-1", "--lti-keyset-url", "https://lms.example/jwks",
+           "--lti-authorize-url", "https://lms.example/auth"]
+    for extra, said in [(["--prefix", "dl-"], "--lti-context-id"),
+                        (["--lti-context-id", "course-101"], "--prefix")]:
+        done = subprocess.run([sys.executable, "-m", "autograder", "hub", "setup", "--root",
+                               str(tmp_path / "hub"), "--roster", str(roster), *lti, *extra], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 2 and said in done.stderr, (done.stdout, done.stderr)
+        assert not (tmp_path / "hub").exists()  # nothing was made
+
+
+def test_no_launch_becomes_a_system_or_staff_account(lti_class: Class) -> None:
+    hub, lms = lti_class.hub, lti_class.lms
+    staff = hub.user("sam")  # a staff member's own login, made by hand, that the hub did not make
+    subprocess.run(["useradd", "--create-home", staff], check=True)
+    staff_uid = accounts.lookup(staff).uid
+    for person in (ROOTY, NOBODY, SAM):
+        lms.enrol(person)
+
+    assert who(launch(lms, ROOTY)) == hub.user("root")  # root@example.org: an account of the hub's, not root
+    assert who(launch(lms, NOBODY)) == hub.user("nobody")
+    sam = who(launch(lms, SAM))
+    assert sam.startswith(hub.user("sam-")) and len(sam) <= 32  # a name of his own, not the staff login
+    low, high = accounts.uid_range()
+    for made in (hub.user("root"), hub.user("nobody"), sam):
+        assert low <= accounts.lookup(made).uid <= high
+    assert accounts.lookup(staff).uid == staff_uid
+    users = {u["name"] for u in HubAPI.for_settings(hub.settings).call("GET", "/users").body}
+    assert not {"root", "nobody", staff} & users, users
+    assert staff not in {hub.user(m) for m in roster_of(hub)}
+
+
+def test_an_account_is_its_lms_person_s_whoever_takes_the_name_first(lti_class: Class) -> None:
+    hub, lms = lti_class.hub, lti_class.lms
+    course = hub.settings.course_id
+    lms.enrol(KIM)
+    assert who(launch(lms, KIM)) == hub.user("kim")  # (the launch also tells the hub where NRPS is)
+
+    # The roster from the LMS binds each new account to its LMS person (NRPS user id), names as labels.
+    for person in (TOM, JOHN, JOHN2, NEL, HYP):
+        lms.enrol(person)
+    said = hub.cli("roster", "--from-lms").stdout
+    assert f"{hub.user('tom')}: account {hub.user('tom')} created" in said, said
+    johns = sorted(m.id for m in roster_of(hub).values() if m.name == "John Smith")
+    assert johns[0] == "john-smith" and johns[1].startswith("john-smith-"), (johns, said)  # two people
+    members = roster_of(hub)
+    assert (members["nel"].name, members["hyp"].name) == ("Nel Line", HYP.name)
+    assert members["tom"].role == "instructor"
+    checked(hub.settings.paths.roster.read_text(encoding="utf-8"))  # spreadsheet-safe, one line each
+
+    # Two people join and launch first: one gives the instructor's name as his email, one a lookalike.
+    lms.enrol(MAL)
+    lms.enrol(KELVIN)
+    mal = who(launch(lms, MAL))
+    assert mal.startswith(hub.user("tom-")), mal
+    assert not hub_user(hub, mal)["admin"] and hub_user(hub, mal)["groups"] == [f"nbgrader-{course}"]
+    kelvin = who(launch(lms, KELVIN))
+    assert kelvin.startswith(hub.user("kim-")), kelvin
+    assert len({mal, kelvin, hub.user("tom"), hub.user("kim")}) == 4
+
+    # The real ones get their own accounts, with their roles.
+    assert who(launch(lms, TOM)) == hub.user("tom") and hub_user(hub, hub.user("tom"))["admin"]
+    assert who(launch(lms, KIM)) == hub.user("kim")
+    again = hub.cli("roster", "--from-lms").stdout  # nothing moves
+    assert f"{hub.user('tom')}: on the roster" in again and "created" not in again, again
+
+    # Kim changes her email: the same LMS person, the same account.
+    lms.enrol(replace(KIM, email="kimberly@school.example"))
+    assert who(launch(lms, KIM)) == hub.user("kim")
+    assert accounts.lookup(hub.user("kimberly")) is None and "kimberly" not in roster_of(hub)
+
+
+def test_roles_follow_the_lms_at_every_launch_and_across_a_restart(lti_class: Class) -> None:
+    hub, lms = lti_class.hub, lti_class.lms
+    course = hub.settings.course_id
+    lms.enrol(GIL)
+    lms.enrol(ROSE)
+
+    # A Canvas TA (Instructor comes with the TA role): a grader, not an admin.
+    gil = who(launch(lms, GIL))
+    assert not hub_user(hub, gil)["admin"] and hub_user(hub, gil)["groups"] == [f"formgrade-{course}"]
+    assert roster_of(hub)["gil"].role == "grader"
+
+    # An instructor loses the role in the LMS: her next launch takes admin and the formgrader group away.
+    rose = who(launch(lms, ROSE))
+    assert hub_user(hub, rose)["admin"]
+    lms.enrol(replace(ROSE, roles=(LEARNER,)))
+    before_restart = launch(lms, ROSE)
+    assert who(before_restart) == rose
+    assert not hub_user(hub, rose)["admin"] and hub_user(hub, rose)["groups"] == [f"nbgrader-{course}"]
+    assert roster_of(hub)["rose"].role == "student"
+
+    # A restart gives nothing back from a stale roster, and a launch from before it cannot be replayed.
+    hub.restart()
+    assert not hub_user(hub, rose)["admin"] and hub_user(hub, rose)["groups"] == [f"nbgrader-{course}"]
+    assert "already used" in refused(replay(before_restart))

@@ -16,6 +16,7 @@ import pytest
 
 from autograder.hub import accounts
 from autograder.hub.api import HubAPI
+from autograder.hub.roster import Member, read_roster
 from tests.browser_support import fresh_page, launched_chromium, screenshot
 from tests.hub_support import hub_tests_or_skip
 from tests.lms_standin import Class, LmsStandin, Person, connected_class
@@ -91,7 +92,7 @@ def test_a_student_launches_from_the_lms_into_her_lab(lti_class: Class, page) ->
     assert not said["admin"] and said["groups"] == [f"nbgrader-{course}"], said
     assert said["servers"][""]["ready"], said
     assert accounts.lookup(user) is not None
-    assert "cal,Cal Diaz,student" in hub.settings.paths.roster.read_text()
+    assert Member("cal", "Cal Diaz", "student") in read_roster(hub.settings.paths.roster, hub.prefix)
 
 
 @pytest.mark.parametrize(("variant", "said"), [
@@ -116,4 +117,4 @@ def test_a_bad_launch_shows_the_refusal_page(lti_class: Class, page, variant: st
         raise
     assert accounts.lookup(hub.user("eve")) is None
     assert HubAPI.for_settings(hub.settings).call("GET", f"/users/{hub.user('eve')}").status == 404
-    assert "eve," not in hub.settings.paths.roster.read_text()
+    assert "eve" not in {m.id for m in read_roster(hub.settings.paths.roster, hub.prefix)}

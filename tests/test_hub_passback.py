@@ -16,6 +16,8 @@ from autograder.hub.settings import LtiSettings
 from tests.lms_standin import INSTRUCTOR, TEACHING_ASSISTANT, LmsStandin, Person
 
 ASSIGNMENT = "ps01-tensors-and-devices"
+LIS = "http://purl.imsglobal.org/vocab/lis/v2/"
+CANVAS_TA = (LIS + "institution/person#Student", INSTRUCTOR, TEACHING_ASSISTANT, LIS + "system/person#User")
 
 
 @pytest.fixture
@@ -115,7 +117,8 @@ def test_a_student_the_lms_does_not_know_yet_is_failed_with_the_reason(tool: Too
     assert "has not opened the hub from the LMS" in flushed.failed[0][1]
     assert rows(tool) == {"t-cat": PassbackState.FAILED}
     lines = passback.status_lines(tool, ASSIGNMENT)
-    assert "t-cat" in lines[0] and "failed" in lines[0] and lines[-1] == "0 pending, 0 sent, 1 failed"
+    assert "t-cat" in lines[0] and "failed" in lines[0]
+    assert lines[-1] == "0 pending, 0 sent, 1 failed, 0 unsendable"
 
 
 def test_a_tool_key_the_lms_does_not_know_is_refused(lms: LmsStandin, tool: ToolFiles) -> None:
@@ -150,7 +153,7 @@ def test_the_cli_queues_grades_csv_and_reports(tmp_path: Path, lms: LmsStandin, 
     assert passback.main(["offer", ASSIGNMENT, "--course", str(tmp_path)]) == 0
     assert "posted to the LMS: t-ann" in capsys.readouterr().out
     assert passback.main(["status", "--course", str(tmp_path)]) == 0
-    assert "0 pending, 1 sent, 0 failed" in capsys.readouterr().out
+    assert "0 pending, 1 sent, 0 failed, 0 unsendable" in capsys.readouterr().out
     assert [s["scoreGiven"] for s in lms.gradebook().scores] == [8.0]
 
 
@@ -160,9 +163,39 @@ def test_the_roster_from_the_lms_maps_names_and_roles(lms: LmsStandin, tool: Too
     lms.enrol(Person("lms-ivy", "Ivy Teach", "ivy@school.example", (INSTRUCTOR,)))
     lms.enrol(Person("lms-x", "No Mail", "", ("http://purl.imsglobal.org/vocab/lis/v2/membership#Mentor",)))
     found = read_lms_roster(tool, "email")
-    assert {(m.member.id, m.member.role, m.lms_id) for m in found.members} == {
+    assert {(m.base, m.role, m.key.sub) for m in found.members} == {
         ("ann", "student", "lms-ann"), ("gil", "grader", "lms-gil"), ("ivy", "instructor", "lms-ivy")}
+    assert {(m.key.issuer, m.key.deployment_id) for m in found.members} == {(lms.issuer, lms.deployment_id)}
     assert found.skipped == ["No Mail: not an active learner, TA or instructor"]
+
+
+def test_lms_members_are_keyed_by_their_lms_id_and_their_names_are_one_line_labels(lms: LmsStandin,
+                                                                                  tool: ToolFiles) -> None:
+    lms.enrol(Person("lms-nel", "Nel\nLine", "nel@school.example"))
+    lms.enrol(Person("lms-hyp", '=HYPERLINK("http://x")', "hyp@school.example"))
+    lms.enrol(Person("lms-gil", "Gil Marker", "gil@school.example", CANVAS_TA))
+    lms.enrol(Person("lms-kim", "Kim", "\u212aim@school.example"))  # the Kelvin sign
+    lms.enrol(Person("lms-nomail", "No Mail", ""))
+    found = read_lms_roster(tool, "email")
+    people = {m.key.sub: m for m in found.members}
+    assert people["lms-nel"].name == "Nel Line" and people["lms-hyp"].name == '=HYPERLINK("http://x")'
+    assert (people["lms-gil"].role, people["lms-kim"].base) == ("grader", "kim")
+    [skipped] = found.skipped
+    assert skipped.startswith("No Mail: the LMS sent no 'email' for this person"), skipped
+
+
+def test_a_score_of_an_assignment_without_points_is_reported_once_and_never_retried(lms: LmsStandin,
+                                                                                    tool: ToolFiles) -> None:
+    passback.offer(tool, [Score("t-ann", ASSIGNMENT, 0.0, 0.0, "graded")])
+    now = time.time()
+    flushed = passback.flush(tool, now)
+    assert flushed.sent == [] and "no points" in flushed.failed[0][1]
+    assert rows(tool) == {"t-ann": PassbackState.UNSENDABLE}
+    assert passback.flush(tool, now + 10**8) == passback.Flushed([], [])  # not tried nor reported again
+    assert "no points" in passback.status_lines(tool, ASSIGNMENT)[0]
+    assert lms.gradebook().lineitems == {}
+    passback.offer(tool, [score()])  # the assignment has points now: its next score goes
+    assert [s.student for s in passback.flush(tool, now + 10**8).sent] == ["t-ann"]
 
 
 def test_the_service_flushes_at_most_every_few_seconds(lms: LmsStandin, tool: ToolFiles) -> None:

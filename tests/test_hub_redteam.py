@@ -8,6 +8,7 @@ FIFO as submission_secret.txt, a 1 GiB sparse file, too many files. The instruct
 autograde service must refuse each for cat alone and carry on for everyone else.
 """
 
+import copy
 import csv
 import datetime
 import html
@@ -22,6 +23,7 @@ import nbformat
 import pytest
 
 from autograder.grading.redact import FEEDBACK_PREFIX
+from autograder.hub.api import HubAPI
 from autograder.hub.arrival import nbgrader_time
 from autograder.hub.autograde_queue import State
 from tests.hub_support import (
@@ -31,6 +33,7 @@ from tests.hub_support import (
     class_hub,
     hand_in,
     hub_tests_or_skip,
+    server_pid,
     smallest_assignment,
     start_server,
     submissions_of,
@@ -336,3 +339,74 @@ def test_swapping_a_file_for_a_link_while_the_service_copies_leaks_nothing(klass
         for path in (p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []:
             text = readable_text(path)
             assert not [line for line in leaked if line in text], path
+
+
+def service_token(hub: Hub) -> str:
+    """Return the grader service's hub token as code running as the grader account reads it: from the
+    service's environment, which every kernel and terminal of the service inherits."""
+    environ = Path(f"/proc/{server_pid(hub.user('grader'))}/environ").read_bytes().split(b"\0")
+    (token,) = [v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"JUPYTERHUB_API_TOKEN=")]
+    return token
+
+
+def test_formgrader_runs_no_submission_and_its_token_makes_no_one_a_grader(klass: Klass) -> None:
+    """Issue 49.1: formgrader's Autograde (and Validate) ran a collected notebook as the grader account,
+    outside the sandbox. cat's code copies the instructor's notebook into the course folder, which only the
+    grader may write; the hub token that code could read from the service's environment made cat a grader."""
+    hub, a = klass.hub, klass.assignment
+    if not klass.servers:
+        pytest.skip("needs the release of the first test")
+    hub.cli("autograde", "off", a)  # collected by hand here, as a grader would before pressing Autograde
+    cat, course = hub.user("cat"), klass.course
+    marker, source = course / "copied-by-cat.txt", course / "source" / a / f"{a}.ipynb"
+    nb = copy.deepcopy(klass.notebooks["wrong"])
+    answer = next(c for c in nb.cells if c.cell_type == "code"
+                  and c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+    answer.source = (f"import pathlib\npathlib.Path({str(marker)!r}).write_text("
+                     f"pathlib.Path({str(source)!r}).read_text())\n\n{answer.source}")
+    stamp = now_stamp(4)
+    plant(klass, "cat", f"{cat}+{a}+{stamp}+formgrader",
+          {f"{a}.ipynb": nbformat.writes(nb), "timestamp.txt": stamp, "submission_secret.txt": "cat-secret"})
+    said = hub.cli("collect", a).stdout
+    assert f"collected {cat}" in said, said
+    holes = []
+    hub.cli("grade", a, "--timeout", "45", "--jobs", "2")  # our grader: cat's code runs in the sandbox
+    if marker.exists():
+        holes.append("our grader let cat's code write into the course")
+        marker.unlink()
+
+    formgrader = hub.as_user(hub.token("ivy"), f"/services/{COURSE}")
+    pressed = formgrader.call("POST", f"/formgrader/api/submission/{a}/{cat}/autograde", timeout=300)
+    assert pressed.status == 200, pressed
+    if marker.exists():
+        holes.append("formgrader's Autograde ran cat's code as the grader")
+        marker.unlink()
+    validated = formgrader.call("POST", "/assignments/validate", {"path": f"submitted/{cat}/{a}/{a}.ipynb"},
+                                timeout=300)
+    assert validated.status == 200, validated
+    if marker.exists():
+        holes.append("the grader server's Validate ran cat's code as the grader")
+        marker.unlink()
+    token = service_token(hub)
+    service = HubAPI(f"http://127.0.0.1:{hub.settings.hub_port}/hub/api", token)
+    made_grader = service.call("POST", f"/groups/formgrade-{COURSE}/users", {"users": [cat]})
+    if made_grader.status < 300:
+        holes.append(f"the service's token made cat a grader (HTTP {made_grader.status})")
+        cli = HubAPI.for_settings(hub.settings)
+        cli.call("DELETE", f"/groups/formgrade-{COURSE}/users", {"users": [cat]})
+    if service.call("GET", f"/users/{cat}").status == 200:
+        holes.append("the service's token reads other users")
+    assert not holes, holes
+
+    # What formgrader says instead, and what it still does with the token's one scope.
+    assert not pressed.body["success"] and f"hub grade {a}" in pressed.body.get("log", ""), pressed.body
+    assert not (course / "autograded" / cat / a).exists()
+    assert not validated.body["success"], validated.body
+    assert "python -m autograder validate" in validated.body["value"], validated.body
+    grader = service.call("GET", f"/users/{hub.user('grader')}")
+    assert grader.status == 200 and f"formgrade-{COURSE}" in grader.body["groups"], grader
+    listed = formgrader.call("GET", f"/formgrader/api/submissions/{a}")
+    assert listed.status == 200 and cat in {row["student"] for row in listed.body}, listed
+    courses = formgrader.call("GET", "/formgraders")  # the grader's Courses tab
+    assert courses.status == 200 and courses.body["success"], courses
+    assert COURSE in {c["course_id"] for c in courses.body["value"] if c["kind"] == "jupyterhub"}, courses

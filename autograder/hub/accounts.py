@@ -12,6 +12,8 @@ from pathlib import Path
 
 from autograder.hub.settings import HubError
 
+LOGIN_DEFS = Path("/etc/login.defs")
+
 
 @dataclass(frozen=True)
 class Account:
@@ -32,6 +34,30 @@ def lookup(name: str) -> Account | None:
     return Account(name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir))
 
 
+def uid_range(login_defs: Path = LOGIN_DEFS) -> tuple[int, int]:
+    """Return the uids useradd gives new accounts (UID_MIN, UID_MAX of login.defs; 1000, 60000 by default)."""
+    found = {"UID_MIN": 1000, "UID_MAX": 60000}
+    try:
+        lines = login_defs.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] in found and words[1].isdigit():
+            found[words[0]] = int(words[1])
+    return found["UID_MIN"], found["UID_MAX"]
+
+
+def not_the_hubs(account: Account, prefix: str, uids: tuple[int, int]) -> str:
+    """Return why the account cannot be one the hub made (a system account, outside its prefix); "" if it can.
+    """
+    if not uids[0] <= account.uid <= uids[1]:
+        return f"a system account (uid {account.uid}, outside {uids[0]}-{uids[1]})"
+    if not prefix or not account.name.startswith(prefix):
+        return f"outside the hub's prefix {prefix!r}"
+    return ""
+
+
 def require_root(what: str) -> None:
     """Raise HubError unless this process is root (accounts, spawning servers as other users)."""
     if os.geteuid() != 0:
@@ -47,8 +73,9 @@ def ensure_account(name: str, comment: str = "", group: str = "") -> Account:
         if shutil.which("useradd") is None:
             raise HubError("useradd is missing (Debian/Ubuntu: apt-get install passwd)")
         command = ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group"]
+        comment = " ".join("".join(c if c.isprintable() and c != ":" else " " for c in comment).split())
         if comment:
-            command += ["--comment", comment.replace(":", " ")]
+            command += ["--comment", comment]
         done = subprocess.run([*command, name], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise HubError(f"useradd {name} failed: {done.stderr.strip()}")

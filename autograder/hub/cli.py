@@ -26,8 +26,10 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     setup = action("setup", "make the Unix accounts, the exchange, the grader's course and the hub's config")
     setup.add_argument("--roster", default=None,
                        help="CSV with columns id,name,role (student|grader|instructor); optional with lti13 "
-                            "(people are added on their first launch)")
-    setup.add_argument("--prefix", default="", help="prefix of every Unix account name (e.g. dl-)")
+                            "(LMS people get accounts of their own at their first launch or from `hub roster "
+                            "--from-lms`; the CSV's accounts are never given to a launch)")
+    setup.add_argument("--prefix", default="", help="prefix of every Unix account name (e.g. dl-; required "
+                                                     "with lti13: LMS people get new accounts under it only)")
     setup.add_argument("--authenticator", choices=AUTHENTICATORS, default="pam",
                        help="pam (Unix passwords, default), native (sign-up, approved by an admin), dummy "
                             "(one shared password; loopback only), lti13 (launched from an LMS course page)")
@@ -38,12 +40,13 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                        ("keyset-url", "the platform's public key set (JWKS) URL"),
                        ("authorize-url", "the platform's OIDC authorization URL"),
                        ("token-url", "the platform's OAuth2 token URL (grade passback and roster)"),
-                       ("context-id", ("the LMS course's context id (default: the first instructor "
-                                       "launch binds it)"))]:
+                       ("context-id", "the LMS course's context id (required: other courses are refused)")]:
         lti.add_argument(f"--lti-{name}", default="", help=text)
     lti.add_argument("--lti-username-claim", default="email",
-                     help="the launch claim that names accounts: email (its part before the @, default), "
-                          "preferred_username, sub, or custom_NAME for a custom parameter")
+                     help="the launch claim that suggests a new account's name: email (its part before the "
+                          "@, default), preferred_username, sub, or custom_NAME for a custom parameter (a "
+                          "name taken already gets a short hash; a person keeps their account whatever it "
+                          "says later)")
     setup.add_argument("--ip", default="127.0.0.1", help="address the hub listens on (default: 127.0.0.1)")
     setup.add_argument("--port", type=int, default=8000, help="public port (default: 8000)")
     setup.add_argument("--hub-port", type=int, default=8081, help="the hub's internal port (default: 8081)")
@@ -74,7 +77,8 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     add.add_argument("id")
     add.add_argument("--name", default="")
     add.add_argument("--role", choices=["student", "grader", "instructor"], default="student")
-    roster = action("roster", "add the members of the LMS course who are not on the roster yet (LTI NRPS)")
+    roster = action("roster", "give every member of the LMS course their account (made if new) and their "
+                              "role now (LTI NRPS)")
     roster.add_argument("--from-lms", action="store_true", required=True,
                         help="read the class list from the LMS (hub set up with --authenticator lti13)")
     passback = action("passback", "grade passback to the LMS: what is pending, sent or failed; flush posts "

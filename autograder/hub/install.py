@@ -2,6 +2,7 @@
 
 import ipaddress
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -16,11 +17,15 @@ from autograder.hub import accounts
 from autograder.hub.api import HubAPI
 from autograder.hub.exchange import Exchange, secure_tree
 from autograder.hub.render import render_all, write_all
-from autograder.hub.roster import Member, check_member, hub_groups, read_roster, write_roster
+from autograder.hub.roster import ROLES, Member, check_member, hub_groups, read_roster, write_roster
 from autograder.hub.server_box import box_works
 from autograder.hub.settings import LOOPBACK, HubError, HubSettings, grader_env
 
-COURSE_FILES = ("source", "release", "nbgrader_config.py")
+# The prefix of an LTI hub's accounts: a Unix name's start that leaves room for the person's name.
+LTI_PREFIX = re.compile(r"^[a-z][a-z0-9_-]{0,15}$")
+# A kernel's IPC socket is <runtime>/kernel-<uuid>-ipc-<n>: 107 bytes at most in all.
+MAX_RUNTIME_PATH = 56
+COURSE_FILES = ("source", "release")  # and nbgrader_config.py, with what write_course_config adds
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,14 @@ def check_settings(s: HubSettings) -> None:
                        "hub-proxy` (npm) or pass --proxy")
 
 
+def check_root(s: HubSettings) -> None:
+    """Refuse a root so long that the grader service's kernels could not make their IPC sockets in it."""
+    if len(str(s.paths.grader_runtime)) > MAX_RUNTIME_PATH:
+        raise HubError(f"--root {s.root} is too long: the grader service's kernels put their sockets in "
+                       f"{s.paths.grader_runtime}, and a socket's path must fit in 107 bytes; choose a root "
+                       f"of at most {MAX_RUNTIME_PATH - len('/course/.runtime')} characters")
+
+
 def check_lti(s: HubSettings) -> None:
     """Refuse an LTI 1.3 setup without the platform's values or with URLs that are not http(s)."""
     lti = s.lti
@@ -75,6 +88,15 @@ def check_lti(s: HubSettings) -> None:
     if missing:
         raise HubError("--authenticator lti13 needs " + ", ".join(f"--lti-{m.replace('_', '-')}"
                                                                  for m in missing))
+    if not lti.context_id:
+        raise HubError("--authenticator lti13 needs --lti-context-id, the LMS course's context id (Moodle: "
+                       "the course's id; Canvas: its lti_context_id, from /api/v1/courses/ID?include[]="
+                       "lti_context_id): a launch from any other course is refused, and logged with its id")
+    if not LTI_PREFIX.match(s.prefix):
+        raise HubError(f"--authenticator lti13 needs --prefix (e.g. dl-; {s.prefix!r} is not one): lowercase "
+                       "letters, digits, - or _, starting with a letter, at most 16 characters. Accounts of "
+                       "LMS people are made under it only, so that no launch is ever given a system or staff "
+                       "account")
     for name in ("keyset_url", "authorize_url", "token_url"):
         url = getattr(lti, name)
         if url and not url.startswith("https://") and not (url.startswith("http://")
@@ -143,8 +165,25 @@ def install_course(s: HubSettings, grader: accounts.Account) -> None:
                             ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         elif src.is_file():
             shutil.copy2(src, course / name)
+    write_course_config(s)
     _chown_tree(course, grader)
     course.chmod(0o700)
+
+
+def write_course_config(s: HubSettings) -> None:
+    """Write the course directory's nbgrader_config.py: the course repository's, then the settings with which
+    nbgrader refuses to run a submission for staff (staff_execution.py). nbgrader reads this file when a
+    grader types a command in the course directory, from any shell, without the grader's configuration."""
+    from autograder.hub.staff_execution import course_config_source
+
+    origin = Path(s.course_source) / "nbgrader_config.py"
+    course = origin.read_text(encoding="utf-8").rstrip("\n") + "\n\n" if origin.is_file() else ""
+    # a new file put in place: whatever the folder's owner left at that name (a link) is replaced, not written
+    handle, tmp = tempfile.mkstemp(dir=s.paths.course, prefix=".nbgrader_config.", suffix=".py")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(course + course_config_source(str(s.paths.root), s.course_source))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, s.paths.course / "nbgrader_config.py")
 
 
 def make_folders(s: HubSettings) -> None:
@@ -224,6 +263,7 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
     if s.authenticator == "dummy" and not s.dummy_password:
         s = replace(s, dummy_password=secrets.token_urlsafe(12))
     check_settings(s)
+    check_root(s)
     members = read_roster(roster, s.prefix)
     make_folders(s)
     created = []
@@ -240,8 +280,10 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
     secure_exchange(s)
     install_course(s, grader)
     if s.lti is not None:
+        from autograder.hub.lms_accounts import ledger
         from autograder.hub.lti_tool import ToolFiles, prepare
 
+        ledger(s).close()  # made now; a hub set up before there was one: who launched is who they were
         prepare(ToolFiles(s.paths.lti), s.lti, (grader.uid, grader.gid))
     configure(s, members)
     register_students(s, members)
@@ -265,21 +307,49 @@ def enroll(s: HubSettings, member: Member) -> list[str]:
     return done
 
 
+def set_role(s: HubSettings, member: Member) -> list[str]:
+    """Give a person on the roster the role they have now: roster, configuration, gradebook; return what was
+    done."""
+    members = read_roster(s.paths.roster, s.prefix)
+    old = {m.id: m.role for m in members}.get(member.id)
+    configure(s, [replace(m, role=member.role) if m.id == member.id else m for m in members])
+    register_students(s, [member])
+    return [f"role {old} -> {member.role}"]
+
+
 def add_user(s: HubSettings, member: Member) -> list[str]:
     """Add one person: account, roster, configuration, gradebook, and the running hub; return what was done.
     """
     accounts.require_root("hub add-user")
-    done = enroll(s, member)
+    return [*enroll(s, member), publish(s, member)]
+
+
+def publish(s: HubSettings, member: Member) -> str:
+    """Give the running hub the person's user and the course's groups of their role now; say what was done.
+
+    Admin is not the command line's to give or take (the hub's API lets only admins change it): an LTI launch
+    gives it, and on other hubs the configuration's admin_users at the hub's next start.
+    """
     user = member.username(s.prefix)
     api = HubAPI.for_settings(s)
-    if api.up():
-        if api.call("GET", f"/users/{user}").status == 404:
-            api.call("POST", f"/users/{user}", {"admin": member.role == "instructor"})
-        for group in hub_groups(member.role, s.course_id):
-            reply = api.call("POST", f"/groups/{group}/users", {"users": [user]})
-            if reply.status >= 300:
-                raise HubError(f"the hub refused to add {user} to {group} (HTTP {reply.status})")
-        done.append("added to the running hub")
-    else:
-        done.append("the hub is not running: it picks the new user up when started")
-    return done
+    if not api.up():
+        return "the hub is not running: it picks the new user up when started"
+    found = api.call("GET", f"/users/{user}")
+    if found.status == 404 and api.call("POST", f"/users/{user}").status >= 300:
+        raise HubError(f"the hub refused to add the user {user}")
+    groups = set(found.body["groups"]) if found.status == 200 else set()
+    wanted = hub_groups(member.role, s.course_id)
+    course = {g for role in ROLES for g in hub_groups(role, s.course_id)}
+    changes = [*(("POST", g) for g in wanted if g not in groups),
+               *(("DELETE", g) for g in sorted(course & groups) if g not in wanted)]
+    for method, group in changes:
+        reply = api.call(method, f"/groups/{group}/users", {"users": [user]})
+        if reply.status >= 300:
+            raise HubError(f"the hub refused to change {user}'s group {group} (HTTP {reply.status})")
+    said = "added to the running hub" if found.status == 404 else f"in the running hub's {member.role} groups"
+    admin = found.status == 200 and found.body["admin"]
+    if member.role == "instructor" and not admin:
+        said += "; admin from " + ("their next launch" if s.lti else "the hub's next start")
+    elif admin and member.role != "instructor":
+        said += "; admin until their next launch (only an admin can take it away now)"
+    return said

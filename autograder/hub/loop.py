@@ -213,33 +213,31 @@ def flush_passback(s: HubSettings) -> list[str]:
 
 
 def roster_from_lms(s: HubSettings) -> list[str]:
-    """Add every member of the LMS course who is not on the roster yet (as `hub add-user` does)."""
-    from autograder.hub.install import add_user
+    """Give every member of the LMS course their account (made now if new) and their role now, as a launch
+    does; a member who cannot be taken is skipped and said, and the rest carry on."""
+    from autograder.hub.install import publish
+    from autograder.hub.lms_accounts import admit
     from autograder.hub.lms_roster import read_lms_roster
-    from autograder.hub.lti_tool import ToolFiles, remember
+    from autograder.hub.lti_tool import ToolFiles
 
     accounts.require_root("hub roster --from-lms")
     if s.lti is None:
         raise HubError("the hub was not set up with --authenticator lti13: there is no LMS to ask")
-    files = ToolFiles(s.paths.lti)
-    found = read_lms_roster(files, s.lti.username_claim)
-    known = {m.id for m in read_roster(s.paths.roster, s.prefix)}
-    people = files.read_platform().people
+    found = read_lms_roster(ToolFiles(s.paths.lti), s.lti.username_claim)
     lines = [f"skipped {why}" for why in found.skipped]
-    mapped = {}
     for person in found.members:
-        user = person.member.username(s.prefix)
-        if people.get(user, person.lms_id) != person.lms_id:
-            lines.append(f"skipped {person.member.name}: the account {user} belongs to another LMS person")
+        try:
+            admitted = admit(s, person)
+        except HubError as exc:
+            lines.append(f"skipped {person.name}: {exc}")
             continue
-        mapped[user] = person.lms_id
-        if person.member.id in known:
-            lines.append(f"{user}: on the roster")
-            continue
-        lines += [f"{user}: {line}" for line in add_user(s, person.member)]
-        known.add(person.member.id)
-    grader = accounts.lookup(s.grader)
-    remember(files, mapped, owner=(grader.uid, grader.gid) if grader else None)
+        done = [*admitted.done] or ["on the roster"]
+        if admitted.done:
+            try:
+                done.append(publish(s, admitted.member))
+            except HubError as exc:
+                done.append(str(exc))
+        lines += [f"{admitted.user}: {line}" for line in done]
     return lines
 
 

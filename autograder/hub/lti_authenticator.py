@@ -2,15 +2,13 @@
 
 ltiauthenticator verifies the launch (signature against the platform's key set, issuer, audience, expiry, age,
 the nonce this browser was given, the OAuth state). On top of it this authenticator refuses launches from
-another deployment or course and replayed nonces (lti_launch.py), names the account and role as the course
-does, makes the Unix account and the gradebook entry on the first launch (install.enroll, as `hub add-user`),
-and remembers the person's LMS id and the course's service URLs for grade passback (lti_tool.py).
+another deployment or course and replayed nonces (lti_launch.py), gives the person the account the hub made
+for them, or makes one on their first launch, never an existing one (lms_accounts.py), with the role the
+course gives them now, and remembers the course's service URLs for grade passback (lti_tool.py).
 """
 
 import asyncio
 import json
-import threading
-from dataclasses import replace
 from pathlib import Path
 
 from jupyterhub.handlers import BaseHandler
@@ -20,17 +18,11 @@ from ltiauthenticator.lti13.handlers import LTI13CallbackHandler
 from tornado import web
 from traitlets import Unicode
 
-from autograder.hub import accounts
-from autograder.hub.lti_launch import (
-    Launch,
-    LaunchRefused,
-    NonceLedger,
-    account_id,
-    check_course,
-    course_role,
-)
-from autograder.hub.lti_tool import ToolFiles, remember
-from autograder.hub.roster import Member, hub_groups, read_roster
+from autograder.hub.lms_accounts import admit
+from autograder.hub.lms_people import LmsKey, LmsPerson
+from autograder.hub.lti_launch import Launch, LaunchRefused, NonceLedger, check_course, course_role
+from autograder.hub.lti_tool import ToolFiles
+from autograder.hub.roster import hub_groups
 from autograder.hub.settings import HubError, HubSettings
 
 AGAIN = "Open the course from your LMS again; if this keeps happening, tell your instructor."
@@ -67,13 +59,8 @@ class CourseLTI13Authenticator(LTI13Authenticator):
     callback_handler = CourseCallbackHandler
     hub_root = Unicode(config=True, help="the hub's folder (`hub setup --root`)")
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.nonces = NonceLedger()
-        self.enrolling = threading.Lock()  # one roster change at a time
-
     def settings(self) -> HubSettings:
-        """Return the hub's settings as they are now (an instructor's first launch binds the course)."""
+        """Return the hub's settings as they are now."""
         return HubSettings.load(Path(self.hub_root))
 
     def tool_files(self) -> ToolFiles:
@@ -90,20 +77,24 @@ class CourseLTI13Authenticator(LTI13Authenticator):
             username, authentication)
 
     async def authenticate(self, handler, data=None):
-        """Return the hub user of a verified launch (made on first launch); refuse other courses, replays."""
+        """Return the hub user of a verified launch (made on first launch) with the role the course gives now;
+        refuse other courses, replays and any account that is not the person's."""
         launch = Launch.from_claims(data or {})
         try:
-            s, member = self.admit(launch)
-            self.nonces.use(launch.nonce, launch.expires)
-            user = await asyncio.get_running_loop().run_in_executor(None, self.enroll, s, member, launch)
+            s, person = self.arrival(launch)
+            NonceLedger(s.paths.lti_nonces).use(launch.nonce, launch.expires)
+            admitted = await asyncio.get_running_loop().run_in_executor(None, admit, s, person, launch)
         except (LaunchRefused, HubError) as exc:
             self.log.warning("LTI launch refused (%s, %s): %s", launch.sub, launch.context_id, exc)
             raise web.HTTPError(403, f"This launch was refused: {exc}. {AGAIN}") from None
-        return {"name": user, "admin": member.role == "instructor",
-                "groups": hub_groups(member.role, s.course_id), "launched": True}
+        for line in admitted.done:
+            self.log.info("LTI launch of %s: %s", admitted.user, line)
+        role = admitted.member.role
+        return {"name": admitted.user, "admin": role == "instructor", "groups": hub_groups(role, s.course_id),
+                "launched": True}
 
-    def admit(self, launch: Launch) -> tuple[HubSettings, Member]:
-        """Check the launch's course and role; return the settings (course bound if it was not) and member."""
+    def arrival(self, launch: Launch) -> tuple[HubSettings, LmsPerson]:
+        """Check the launch's course and role; return the settings and the person as the course sees them."""
         s = self.settings()
         if s.lti is None:
             raise LaunchRefused("this hub is not set up for LTI (hub setup --authenticator lti13)")
@@ -112,31 +103,7 @@ class CourseLTI13Authenticator(LTI13Authenticator):
         if role is None:
             raise LaunchRefused("your role in this course is neither learner, teaching assistant nor "
                                 "instructor")
-        if not s.lti.context_id:
-            if role != "instructor":
-                raise LaunchRefused("the instructor has not opened the hub from the course yet")
-            s = replace(s, lti=replace(s.lti, context_id=launch.context_id))
-            s.save()
-            self.log.info("LTI: this hub now serves the course %s (%s)", launch.context_id,
-                          launch.context_title)
-        ident = account_id(launch.claims, s.lti.username_claim)
-        return s, Member(ident, launch.name or ident, role)
-
-    def enroll(self, s: HubSettings, member: Member, launch: Launch) -> str:
-        """Make the member's account and gradebook entry on first launch; remember their LMS id."""
-        from autograder.hub.install import enroll
-
-        user = member.username(s.prefix)
-        files = ToolFiles(s.paths.lti)
-        grader = accounts.lookup(s.grader)
-        assert grader is not None, f"no grader account {s.grader}"
-        with self.enrolling:
-            known = files.read_platform().people.get(user)
-            if known and known != launch.sub:
-                raise LaunchRefused(f"the account {user} belongs to another person of the LMS; ask the "
-                                    "instructor to set --lti-username-claim to a claim that tells you apart")
-            if not any(m.id == member.id for m in read_roster(s.paths.roster, s.prefix)):
-                for line in enroll(s, member):
-                    self.log.info("LTI first launch of %s: %s", user, line)
-            remember(files, {user: launch.sub}, launch, (grader.uid, grader.gid))
-        return user
+        if not launch.sub or not launch.issuer:
+            raise LaunchRefused("the launch does not say who you are in the LMS (no sub or issuer)")
+        key = LmsKey(launch.issuer, launch.deployment_id, launch.sub)
+        return s, LmsPerson.of(key, launch.claims, role, s.lti.username_claim)

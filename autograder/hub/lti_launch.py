@@ -1,15 +1,17 @@
-"""An LTI 1.3 launch as the course sees it: who (account name and role), from which course, used once.
+"""An LTI 1.3 launch as the course sees it: who (the LMS person and their role), from which course, used once.
 
 The JupyterHub authenticator (`ltiauthenticator`) has already checked the id_token's signature against the
 platform's key set, its issuer, audience, expiry, age and that its nonce is the one this browser was given.
 What it does not check, and this module does: the deployment and the course (context) the launch comes from,
-that a nonce is used only once on this hub, and what role and account name the LMS user gets.
+that a nonce is used only once on this hub (also across a restart), and what role the LMS user has in this
+course. Which account the person gets is lms_accounts.py's job.
 """
 
-import re
-import threading
+import os
+import sqlite3
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from autograder.hub.settings import HubError
@@ -18,14 +20,16 @@ CLAIM = "https://purl.imsglobal.org/spec/lti/claim/"
 AGS_CLAIM = "https://purl.imsglobal.org/spec/lti-ags/claim/endpoint"
 NRPS_CLAIM = "https://purl.imsglobal.org/spec/lti-nrps/claim/namesroleservice"
 CUSTOM_PREFIX = "custom_"
+NONCE_KEPT_S = 600  # at least as long as ltiauthenticator accepts a token's age
 
-# LIS context roles, most powerful first (a TA's role URI contains "Instructor", so it is tested first).
+# LIS context roles (this course's membership), matched whole: the full URI or its simple name. A TA is a
+# grader even when Instructor comes with it (Canvas sends both), so the TA role is looked for first.
+MEMBERSHIP = "http://purl.imsglobal.org/vocab/lis/v2/membership"
 ROLE_RULES = (
-    (re.compile(r"(membership/Instructor#TeachingAssistant|^TeachingAssistant$)"), "grader"),
-    (re.compile(r"(membership#Instructor|^Instructor$)"), "instructor"),
-    (re.compile(r"(membership#Learner|^Learner$)"), "student"),
+    ({f"{MEMBERSHIP}/Instructor#TeachingAssistant", "TeachingAssistant"}, "grader"),
+    ({f"{MEMBERSHIP}#Instructor", "Instructor"}, "instructor"),
+    ({f"{MEMBERSHIP}#Learner", "Learner"}, "student"),
 )
-RANK = {"student": 0, "grader": 1, "instructor": 2}
 
 
 class LaunchRefused(HubError):
@@ -36,6 +40,7 @@ class LaunchRefused(HubError):
 class Launch:
     """The claims of a verified launch that the course uses."""
 
+    issuer: str
     sub: str  # the LMS's stable id of the person
     name: str
     email: str
@@ -54,6 +59,7 @@ class Launch:
         """Return the launch of a verified id_token's claims."""
         context = token.get(CLAIM + "context") or {}
         return cls(
+            issuer=str(token.get("iss") or ""),
             sub=str(token.get("sub") or ""), name=str(token.get("name") or ""),
             email=str(token.get("email") or ""), roles=tuple(token.get(CLAIM + "roles") or ()),
             deployment_id=str(token.get(CLAIM + "deployment_id") or ""),
@@ -65,55 +71,51 @@ class Launch:
 
 
 def course_role(roles: tuple[str, ...] | list[str]) -> str | None:
-    """Return the course role (student, grader, instructor) of LIS roles, the highest one; None if none."""
-    found = [role for value in roles for rule, role in ROLE_RULES if rule.search(value)]
-    return max(found, key=RANK.__getitem__) if found else None
-
-
-def account_id(claims: dict[str, Any], claim: str) -> str:
-    """Return the course id (a Unix-safe name) of a person from their claims (a launch's, an NRPS member's).
-
-    `email` gives the part before the @; `custom_X` reads X from the LTI custom claim; any other claim is
-    read as it is. Letters are lowercased, anything but letters, digits, - and _ becomes -.
+    """Return the course role (grader, instructor, student) of LIS context roles, in that order; None if none.
     """
-    if claim.startswith(CUSTOM_PREFIX):
-        value = (claims.get(CLAIM + "custom") or {}).get(claim[len(CUSTOM_PREFIX):])
-    else:
-        value = claims.get(claim)
-    text = str(value or "").strip().lower()
-    if claim == "email":
-        text = text.partition("@")[0]
-    text = re.sub(r"[^a-z0-9_-]+", "-", text).strip("-")
-    if not text:
-        raise LaunchRefused(f"the LMS sent no {claim!r} for this person, and the hub names accounts by "
-                            "it; ask the instructor to have the LMS share it (privacy settings of the tool)")
-    return text if re.match(r"^[a-z_]", text) else f"u{text}"
+    given = {str(role) for role in roles}
+    return next((role for names, role in ROLE_RULES if names & given), None)
 
 
 def check_course(launch: Launch, deployment_id: str, context_id: str) -> None:
     """Refuse a launch from another deployment of the tool or another course than this hub's."""
+    if not context_id:
+        raise LaunchRefused("this hub is not bound to a course of the LMS yet; the instructor must run hub "
+                            "setup again with --lti-context-id")
     if launch.deployment_id != deployment_id:
         raise LaunchRefused("this launch comes from a deployment of the tool this hub does not serve "
                             f"({launch.deployment_id or 'none'}); open the course's own link in the LMS")
-    if context_id and launch.context_id != context_id:
+    if launch.context_id != context_id:
         course = launch.context_title or launch.context_id or "no course"
         raise LaunchRefused(f"this launch comes from another course ({course}); this hub serves one course "
                             "only: open it from that course")
 
 
 class NonceLedger:
-    """The nonces of launches already accepted, kept until their token expires: a replay is refused."""
+    """The nonces of launches already accepted, on disk until their token expires: a replay is refused, also
+    after a restart. The file is root's, in the hub's own folder."""
 
-    def __init__(self) -> None:
-        self._seen: dict[str, float] = {}
-        self._lock = threading.Lock()
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
     def use(self, nonce: str, expires: float, now: float | None = None) -> None:
         """Record the nonce; raise LaunchRefused when it was used before (or is empty)."""
         now = time.time() if now is None else now
-        with self._lock:
-            self._seen = {n: exp for n, exp in self._seen.items() if exp >= now}
-            if not nonce or nonce in self._seen:
+        if not nonce:
+            raise LaunchRefused("this launch has no nonce; open the course from the LMS again")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # made root-only
+        os.close(fd)
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS nonces (nonce TEXT PRIMARY KEY, expires REAL NOT NULL)")
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DELETE FROM nonces WHERE expires < ?", (now,))
+            try:
+                db.execute("INSERT INTO nonces VALUES (?, ?)", (nonce, max(expires, now + NONCE_KEPT_S)))
+            except sqlite3.IntegrityError:
+                db.execute("ROLLBACK")
                 raise LaunchRefused("this launch was already used (a replayed login); open the course from "
-                                    "the LMS again")
-            self._seen[nonce] = max(expires, now + 600)
+                                    "the LMS again") from None
+            db.execute("COMMIT")
+        finally:
+            db.close()

@@ -29,7 +29,8 @@ class Platform:
     token_url: str
     lineitems_url: str = ""  # learned from launches (the AGS claim)
     memberships_url: str = ""  # learned from launches (the NRPS claim)
-    people: dict[str, str] = field(default_factory=dict)  # hub user name -> the LMS's user id (sub)
+    # hub user name -> the LMS's user id (sub), for passback: a copy; who is who is lms_people.py's ledger
+    people: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

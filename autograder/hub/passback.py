@@ -92,6 +92,11 @@ def _flush(files: ToolFiles, now: float | None) -> Flushed:
         for row in due:
             try:
                 post(ags, platform, row.score, lineitems)
+            except Unsendable as exc:
+                queue.unsendable(row.score, str(exc))
+                failed.append((row.score, str(exc)))
+                logger.info(printable(f"passback {row.score.student} {row.score.assignment}: {exc}"))
+                continue
             except PostFailed as exc:
                 queue.failed(row.score, exc.reason, exc.refused, now)
                 failed.append((row.score, exc.reason))
@@ -112,9 +117,17 @@ class PostFailed(Exception):
         self.reason, self.refused = reason, refused
 
 
+class Unsendable(Exception):
+    """No LMS can take the score as it is (trying again would change nothing)."""
+
+
 def post(ags: AssignmentsGradesService, platform: Platform, score: Score,
          lineitems: dict[str, LineItem]) -> None:
-    """Post one score to its assignment's line item (found by tag, or created); raise PostFailed."""
+    """Post one score to its assignment's line item (found by tag, or created); raise PostFailed or
+    Unsendable."""
+    if not score.max_score > 0:
+        raise Unsendable(f"the assignment has no points (maximum {score.max_score:g}): an LMS line item "
+                         "needs a maximum above 0; not posted, nor tried again until graded with points")
     user = platform.people.get(score.student)
     if not user:
         raise PostFailed("no LMS id yet: the student has not opened the hub from the LMS", refused=True)

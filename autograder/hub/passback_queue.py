@@ -2,8 +2,10 @@
 
 A score is offered after each grading; the same score again changes nothing, a new one replaces what was not
 sent yet. Each row is pending until the LMS took it (sent), retried with a growing wait when the LMS is down
-or refuses (failed: the LMS said no; retried too). A row is marked sent only if it still holds the
-value that was posted, so a score that changed while it was posted is posted again, once.
+or refuses (failed: the LMS said no; retried too). A score no LMS can take as it is (an assignment without
+points) is unsendable: reported once, never tried again until a new score replaces it. A row is marked sent
+only if it still holds the value that was posted, so a score that changed while it was posted is posted
+again, once.
 """
 
 import sqlite3
@@ -41,6 +43,7 @@ class PassbackState(Word):
     PENDING = "pending"
     SENT = "sent"
     FAILED = "failed"  # the LMS refused it (or the student has no LMS id yet); retried later
+    UNSENDABLE = "unsendable"  # no LMS can take it as it is (no points); not retried
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,8 @@ class PassbackQueue:
     def due(self, now: float | None = None) -> list[Row]:
         """Return the rows to post now (pending or failed, their wait over), oldest first."""
         now = time.time() if now is None else now
-        found = self.db.execute("SELECT * FROM scores WHERE state != ? AND next_try <= ? ORDER BY updated_at",
-                                (PassbackState.SENT, now))
+        found = self.db.execute("SELECT * FROM scores WHERE state NOT IN (?, ?) AND next_try <= ? ORDER BY "
+                                "updated_at", (PassbackState.SENT, PassbackState.UNSENDABLE, now))
         return [_row(r) for r in found]
 
     def rows(self, assignment: str | None = None) -> list[Row]:
@@ -127,6 +130,14 @@ class PassbackQueue:
                 (PassbackState.SENT, now, score.student, score.assignment, score.score, score.max_score,
                  score.status))
         return done.rowcount == 1
+
+    def unsendable(self, score: Score, detail: str) -> None:
+        """Record that no LMS can take this score as it is: it stays, with why, and is not tried again."""
+        with self.db:
+            self.db.execute("UPDATE scores SET state=?, tries=tries+1, detail=? WHERE student=? AND "
+                            "assignment=? AND score=? AND max_score=? AND status=?",
+                            (PassbackState.UNSENDABLE, detail[:500], score.student, score.assignment,
+                             score.score, score.max_score, score.status))
 
     def failed(self, score: Score, detail: str, refused: bool, now: float | None = None) -> None:
         """Record a failed post (refused: the LMS said no; else it could not be reached); wait, then retry."""

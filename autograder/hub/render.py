@@ -52,7 +52,9 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         "bind_url": bind_url(s),
         "path": os.pathsep.join([str(s.bin_dir), "/usr/local/bin", "/usr/bin", "/bin"]),
         "users": sorted([*users, s.grader]),
-        "admins": sorted(u for u, m in users.items() if m.role == "instructor"),
+        # LTI: admin follows the LMS role at each launch, so a restart must not give it back from the roster
+        "admins": [] if s.authenticator == "lti13" else sorted(u for u, m in users.items()
+                                                              if m.role == "instructor"),
         "formgraders": sorted([s.grader,
                                *(u for u, m in users.items() if m.role in ("instructor", "grader"))]),
         "students": sorted(u for u, m in users.items() if m.role in ("student", "instructor")),

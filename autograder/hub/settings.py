@@ -90,8 +90,8 @@ class LtiSettings:
     keyset_url: str  # the platform's public keys (JWKS)
     authorize_url: str  # the platform's OIDC authorization endpoint
     token_url: str = ""  # the platform's OAuth2 token endpoint (grade passback and roster need it)
-    context_id: str = ""  # the course in the LMS; empty: the first instructor launch binds it
-    username_claim: str = "email"  # the claim that names accounts (email: the part before the @)
+    context_id: str = ""  # the course in the LMS (`hub setup` requires it); a launch from another is refused
+    username_claim: str = "email"  # the claim that suggests account names (email: the part before the @)
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,16 @@ class HubPaths:
         return self.hub / "cli-token"
 
     @property
+    def lti_people(self) -> Path:
+        """Return the ledger of which LMS person each account was made for (lms_people.py; root only)."""
+        return self.hub / "lti-people.sqlite"
+
+    @property
+    def lti_nonces(self) -> Path:
+        """Return the nonces of accepted LTI launches, kept until their tokens expire (root only)."""
+        return self.hub / "lti-nonces.sqlite"
+
+    @property
     def log(self) -> Path:
         """Return the hub's log file (`hub start --log`)."""
         return self.hub / "jupyterhub.log"
@@ -145,6 +155,11 @@ class HubPaths:
     def lti(self) -> Path:
         """Return the grader's LTI folder (the tool's key, the LMS's endpoints, the passback queue)."""
         return self.course / "lti"
+
+    @property
+    def grader_runtime(self) -> Path:
+        """Return the grader service's Jupyter runtime folder (its kernels' IPC sockets), in the course."""
+        return self.course / ".runtime"
 
     @property
     def student_etc(self) -> Path:
