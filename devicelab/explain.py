@@ -79,8 +79,9 @@ def _device_mismatch(message: str, devices: tuple[str, ...], detail: str = "") -
     shown = " and ".join(devices) if devices else "two different devices"
     meta = "meta" in devices
     what = (f"One operation got tensors on {shown}. Every tensor in an operation must be on the same device; "
-            "PyTorch moves one for you only in narrow cases (a 0-dim CPU tensor or a Python number in "
-            f"elementwise operations, a CPU index tensor), and this operation is not one of them.{detail}")
+            "PyTorch accepts one from another device only in narrow cases (a 0-dim CPU tensor or a Python "
+            "number in elementwise operations, passed to the kernel as a number; a CPU index tensor, which "
+            f"indexing copies over), and this operation is not one of them.{detail}")
     if meta:
         what += (" A meta tensor has a shape and dtype but no values; usually a model or tensor was moved to "
                  "meta ")

@@ -35,13 +35,16 @@ precisely"):
   `cudaStreamSynchronize`): the default host-to-device copy is a sync point.
 - `non_blocking=True` skips that stream sync. From pinned memory the call only queues the copy. From pageable
   memory the host is held while the driver stages the data into its pinned buffer (modelled as the copy's own
-  duration, from the moment of the call), but it does not wait for earlier work on the stream. A copy *into*
-  pageable host memory always waits for the copy to finish (CUDA "API synchronization behavior").
+  duration, from the moment of the call). The model does not make that call wait for earlier work on the
+  stream; a real driver may (CUDA's "API synchronization behavior": "the driver may synchronize with the
+  stream" before staging; an H100 did not, for 1 MiB behind 7 ms of work, lesson 05). A copy *into* pageable
+  host memory always waits for the copy to finish (CUDA "API synchronization behavior").
 - Reading a host buffer is an ordinary CPU read, never a sync point: before its copy has landed it gives the
   memory's old contents, wrapped in `StaleData` so that you can see it (PyTorch gives you the old bytes
   silently).
 - `cpu()`, `item()` and `synchronize()` are sync points: the host waits.
-- The first device operation pays the context-creation cost (1.5 s: an assumption inside FACTS' 1-4 s).
+- The first device operation pays the context-creation cost (1.5 s: an assumption inside the 1-4 s often
+  reported; an H100 measured 0.14-0.18 s, lesson 05).
 - At most `queue_depth` operations may be in flight; one more makes the host wait (back-pressure; 1024 is an
   assumption, not a published figure).
 
@@ -102,16 +105,17 @@ class GPUProfile:
 
 
 # NVIDIA T4 on PCIe Gen3 x16, the usual Colab GPU. From FACTS.md: pinned 12.4 GB/s H2D and 13.1 GB/s D2H
-# measured in a notebook (15.75 GB/s per-direction limit); a launch ~4-6 us; CUDA start-up 1-4 s; half of peak
-# at ~31-36 KiB per copy (FACTS.md's "32-36" does not say 1000 or 1024 bytes; this range covers both),
+# measured in a notebook (15.75 GB/s per-direction limit); a launch ~4-6 us; CUDA start-up often reported as
+# 1-4 s (an H100 measured 0.14-0.18 s, lesson 05); half of peak at ~31-36 KiB per copy (FACTS.md's "32-36"
+# does not say 1000 or 1024 bytes; this range covers both),
 # which a 2.7 us fixed latency reproduces (2.7 us x 12.4 GB/s = 33,480 bytes = 32.7 KiB). Pageable copies are
 # 1.2x to 9x slower than pinned across hosts; the default takes 2.5x, the A100 row of FACTS.md
 # (25.7 -> 10.0 GB/s H2D, 25.8 -> 10.8 GB/s D2H). Not in FACTS.md, from NVIDIA's T4 datasheet: 8.1 TFLOPS FP32
 # peak and 320 GB/s memory, halved for device-to-device copies because a copy reads and writes every byte.
 # Assumptions, not measurements: `queue_depth` (1024) is a common rule of thumb for CUDA's launch queue;
-# `context_init_s` (1.5 s) is one value inside FACTS' 1-4 s; the pageable ratio (2.5x) is one host's ratio
-# from a published range (1.2x-9x); `copy_engines` (2) is the smallest count that lets an upload and a
-# download overlap (a real GPU reports its own count as `asyncEngineCount` in CUDA's device properties).
+# `context_init_s` (1.5 s) is one value inside the 1-4 s often reported; the pageable ratio (2.5x) is one
+# host's ratio from a published range (1.2x-9x); `copy_engines` (2) is the smallest count that lets an upload
+# and a download overlap (a real GPU reports its own count as `asyncEngineCount` in CUDA's device properties).
 T4_PCIE3 = GPUProfile(name="NVIDIA T4, PCIe Gen3 x16")
 
 # NVIDIA A100 on PCIe Gen4 x16. From FACTS.md: pinned 25.7 / 25.8 GB/s, pageable 10.0 / 10.8 GB/s, 31.5 GB/s
@@ -139,7 +143,8 @@ PROVENANCE = {
     "link_peak_Bps": ("link limit, per direction", "PCIe specification (FACTS)"),
     "copy_latency_s": ("fixed cost per copy", "fitted to the measured half-peak size (~31-36 KiB)"),
     "flops_per_s": ("FP32 peak", "vendor datasheet"),
-    "context_init_s": ("CUDA context creation", "ASSUMPTION: one value inside the published 1-4 s"),
+    "context_init_s": ("CUDA context creation",
+                       "ASSUMPTION: inside the 1-4 s often reported (an H100: 0.14-0.18 s)"),
     "queue_depth": ("launch queue depth", "ASSUMPTION: a rule of thumb, not a published figure"),
     "copy_engines": ("copy engines", "ASSUMPTION: one per direction; real GPUs report asyncEngineCount"),
 }
@@ -153,12 +158,12 @@ def describe_profile(profile: "GPUProfile") -> str:
         value = getattr(profile, field)
         if field.endswith("_Bps"):
             shown = f"{value / 1e9:.2f} GB/s"
+        elif field == "flops_per_s":
+            shown = f"{value / 1e12:.1f} TFLOP/s"
         elif field.endswith("_s") and value is not None and value < 1e-3:
             shown = f"{value * 1e6:.1f} us"
         elif field.endswith("_s"):
             shown = f"{value:.1f} s"
-        elif field == "flops_per_s":
-            shown = f"{value / 1e12:.1f} TFLOPS"
         else:
             shown = str(value)
         lines.append(f"  {what:30} {shown:>12}   {source}")
@@ -441,8 +446,9 @@ class SimulatedGPU:
 
         `pinned` is about the host side (the source of an h2d copy, the destination of a d2h copy); for a
         host buffer it defaults to the buffer's own flag. A blocking copy makes the host wait for its stream;
-        a non-blocking one from pageable memory holds the host while it is staged; a copy into pageable memory
-        waits for the copy. `out` (a host buffer, d2h only) is written in place, like `out.copy_(t,
+        a non-blocking one from pageable memory holds the host while it is staged (not for earlier work: the
+        model's choice, where a real driver may also wait for the stream); a copy into pageable memory waits
+        for the copy. `out` (a host buffer, d2h only) is written in place, like `out.copy_(t,
         non_blocking=...)`.
         """
         if isinstance(source, SimBuffer):
@@ -476,7 +482,8 @@ class SimulatedGPU:
             self._wait_until(end, "wait: stream sync after a blocking copy" if pinned
                              else "wait: pageable copy (staging buffer), then stream sync")
         elif not pinned and direction == "h2d":
-            self._wait_until(self._now + duration, "wait: pageable copy (staging buffer)")  # no stream sync
+            # staging only: the model waits for no earlier work, though CUDA lets a driver sync the stream
+            self._wait_until(self._now + duration, "wait: pageable copy (staging buffer)")
         elif not pinned:
             self._wait_until(end, "wait: pageable copy (the host waits for a copy into pageable memory)")
         if out is not None:

@@ -335,6 +335,18 @@ return sorted(names)
     ("off-device", "returns-a-set", "off-device-tests"): OFF_OK.replace(
         "return sorted(name for name, tensor in named\n",
         "return set(name for name, tensor in named\n"),
+    ("off-device", "string-prefix-match", "off-device-tests-buffers"): """
+want = str(torch.device(device))
+named = [*module.named_parameters(), *module.named_buffers()]
+return sorted(name for name, tensor in named if not str(tensor.device).startswith(want))
+""",
+    ("off-device", "index-from-the-last-character", "off-device-tests-buffers"): """
+target = torch.device(device)
+named = [*module.named_parameters(), *module.named_buffers()]
+def on(d):
+    return d.type == target.type and (target.index is None or str(d).endswith(str(target.index)))
+return sorted(name for name, tensor in named if not on(tensor.device))
+""",
     # check_same_device
     ("check-same-device", "ignores-the-scalar-rule", "check-same-device-tests-scalars"): SAME_OK.replace(
         'if not (t.dim() == 0 and t.device.type == "cpu")', ""),
@@ -393,6 +405,20 @@ return found if found is not None else torch.device("cpu")
         'f"tensors are on different devices: {names}"', '"tensors are on different devices"'),
     ("check-same-device", "compares-device-types", "check-same-device-tests-errors"): SAME_OK.replace(
         "devices = {t.device for t", "devices = {torch.device(t.device.type) for t"),
+    ("check-same-device", "string-prefixes-merge-devices", "check-same-device-tests-errors"): """
+if not tensors:
+    raise ValueError("check_same_device needs at least one tensor")
+names = []
+for t in tensors:
+    if t.dim() == 0 and t.device.type == "cpu":
+        continue
+    name = str(t.device)
+    if not any(name.startswith(n) or n.startswith(name) for n in names):
+        names.append(name)
+if len(names) > 1:
+    raise RuntimeError("tensors are on different devices: " + ", ".join(sorted(names)))
+return torch.device(names[0]) if names else torch.device("cpu")
+""",
 }
 MISTAKE_CASES = support.mistake_cases(MISTAKES, HEADS)
 

@@ -553,6 +553,11 @@ MISTAKES = {
     ("copy-totals",
      "directions-swapped"): totals_with(keys='(("HtoD", "d2h"), ("DtoH", "h2d"), ("DtoD", "d2d"))'),
     ("copy-totals", "integer-division"): totals_with(seconds='event["dur"] // 1e6'),
+    ("copy-totals", "any-memcpy-by-name"): totals_with(
+        keep='event.get("ph") != "X" or "Memcpy" not in event.get("name", "")'),
+    ("copy-totals", "host-copy-calls-too"): totals_with(
+        keep='event.get("ph") != "X" or event.get("cat") not in '
+             '("gpu_memcpy", "cuda_runtime", "cuda_driver")'),
     ("copy-totals", "span-not-sum"): cell("copy-totals", """
 out = {}
 for d, key in (("h2d", "HtoD"), ("d2h", "DtoH"), ("d2d", "DtoD")):

@@ -233,6 +233,11 @@ def test_describe_profile_labels_the_assumptions():
     assert "ASSUMPTION" not in next(line for line in text.splitlines() if "pinned copy host" in line)
 
 
+def test_describe_profile_gives_the_fp32_peak_as_a_rate():
+    [line] = [line for line in describe_profile(T4_PCIE3).splitlines() if "FP32 peak" in line]
+    assert "8.1 TFLOP/s" in line and " s " not in line.split("FP32 peak")[1], line
+
+
 def test_an_event_after_the_copy_is_enough_to_read_it(gpu):
     y = gpu.launch(KERNEL, nbytes=MiB, data="ok")
     host = gpu.to_cpu(y, non_blocking=True)

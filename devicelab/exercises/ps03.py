@@ -1,5 +1,7 @@
 """Checks and hints for ps03-device-mismatch."""
 
+import re
+
 import torch
 from torch import nn
 
@@ -50,7 +52,9 @@ def expect_conflict(check_same_device, *tensors, names=()) -> None:
         )
     for name in names:
         device = torch.device(name)
-        assert str(device) in message or repr(device) in message, (
+        # "cuda:1" must be named itself: "cuda:10" does not name it
+        named = re.search(re.escape(str(device)) + r"(?!\d)", message) is not None
+        assert named or repr(device) in message, (
             f"the RuntimeError for tensors on {where} should name the device {str(device)!r}; "
             f"its message was {message!r}"
         )
