@@ -51,7 +51,7 @@ STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv colab-env lab lab-instructor test test-fast compile build tidy validate lint mywork clean-venv
+.PHONY: help venv colab-env lab lab-instructor test test-fast compile build tidy validate lint mywork book clean-venv
 
 help:  ## List the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -84,8 +84,8 @@ lab: $(STAMP)  ## Open the course in JupyterLab as a student sees it (no nbgrade
 lab-instructor: $(STAMP)  ## Open the course in JupyterLab with nbgrader's instructor tools (formgrader, Create Assignment, Validate)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
 
-test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks and browser included)
-	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
+test: $(STAMP) $(COLAB_STAMP)  ## Lint, then run the whole test suite (notebooks, browser and the book included)
+	$(VENV)/bin/ruff check devicelab autograder tests benchmarks book
 	@$(MAKE) --no-print-directory compile
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n $(JOBS) $(DIST) --durations=25
 
@@ -97,7 +97,7 @@ test-fast: $(STAMP)  ## Run the tests that do not execute notebooks
 # set, every grader, kernel and hub process of the test suite would compile them again (0.2 s of CPU each), so the
 # tests compile them first (quick when nothing changed: Python checks each file's time and size).
 compile: $(STAMP)  ## Compile the course's own packages, which an editable install leaves uncompiled (make test does)
-	$(PY) -m compileall -q -j 0 devicelab autograder tests benchmarks
+	$(PY) -m compileall -q -j 0 devicelab autograder tests benchmarks book
 
 build: $(STAMP)  ## Regenerate release/ from source/
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder build
@@ -109,7 +109,10 @@ tidy: $(STAMP)  ## Strip outputs and normalise every notebook in place
 	$(PY) -m autograder tidy
 
 lint: $(STAMP)  ## Lint the Python code
-	$(VENV)/bin/ruff check devicelab autograder tests benchmarks
+	$(VENV)/bin/ruff check devicelab autograder tests benchmarks book
+
+book: $(STAMP)  ## Build the course as a website in build/book/html/ (lessons with their recorded GPU outputs, guides)
+	$(PY) -m book build
 
 mywork: $(STAMP)  ## Copy lessons and assignments into mywork/ (never overwrites your copies)
 	$(PY) -m devicelab workspace mywork

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.checks import source_problems
-from autograder.colab_cells import decorate_file, load_repository, update_readme
+from autograder.colab_cells import decorate_file, load_repository, update_badge_page
 from autograder.course import assignment_notebooks, lessons
 from autograder.course import assignments as all_assignments
 from autograder.grading import gradebook
@@ -61,7 +61,7 @@ def build_release(root: Path, assignments: list[str] | None = None) -> list[Path
         decorate_file(notebook, root, repo)
     if assignments is None:
         _remove_stale(root, set(wanted))
-    update_readme(root, repo)
+    update_badge_page(root, repo)
     return written
 
 

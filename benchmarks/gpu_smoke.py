@@ -66,6 +66,13 @@ def _graph_replay_faster(output: str) -> bool:
     return len(times) == 2 and float(times["graph replay"]) < float(times["eager"])
 
 
+def _eager_step_about_1500_us(output: str) -> bool:
+    """Lesson 07, section 8: the prediction `pytorch-launch` answers "about 1500 us" for the eager step, three
+    times what 100 launches at CUDA's 5 us would take; a recording outside 1000-2200 us contradicts it."""
+    eager = re.search(r"eager: (\d+) us per step", output)
+    return eager is not None and 1000 <= float(eager.group(1)) <= 2200
+
+
 def _only_pinned_returns_at_once(output: str) -> bool:
     """Lesson 05, non_blocking case by case: behind 5 ms or more of queued work, only the copies whose host
     side is pinned (and the pageable upload, held for staging) return early; blocking ones and a pageable
@@ -129,7 +136,7 @@ CLAIMS: dict[str, dict[str, tuple[str | Callable[[str], bool], ...]]] = {
         "d2h-gpu": (r"^True 1999998\.0$",),
         "streams-gpu": (r"^True$",),
         "async-errors-gpu": (r"CUDA_LAUNCH_BLOCKING=1",),
-        "launch-bound-gpu": (_graph_replay_faster,),
+        "launch-bound-gpu": (_graph_replay_faster, _eager_step_about_1500_us),
     },
 }
 

@@ -1,6 +1,6 @@
 """Submit-to-feedback latency of autograde on submit, on a real class hub (a benchmark, not a test).
 
-Run as root, with what the hub tests need (README, "Run a class on a hub"):
+Run as root, with what the hub tests need (docs/hub.md, "The tests"):
 
     sudo .venv/bin/python benchmarks/hub_latency.py [--students 20] [--single 5] [--cold-submit]
 
@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from nbgrader.utils import notebook_hash
 
-from autograder.hub import accounts
-from autograder.hub.install import NO_HUB_AUTH
+from autograder.hub.setup import accounts
+from autograder.hub.setup.install import NO_HUB_AUTH
 from tests.hub_support import COURSE, Hub, answers, class_hub, smallest_assignment
 
 # nbgrader imported before the click, as in the student's running server; the submit runs when a line comes

@@ -25,13 +25,18 @@ class Verdict(Enum):
 
 @dataclass(frozen=True)
 class Prediction:
-    """A question with its answer and the reason; `choices` empty means the student types the answer."""
+    """A question with its answer and the reason; `choices` empty means the student types the answer.
+
+    `giveaways` are the phrases that would answer the question if a student read them first: the lesson tests
+    look for them in everything a student has read before the question is asked.
+    """
 
     question: str
     answer: str
     reason: str
     choices: tuple[str, ...] = ()
     accept: tuple[str, ...] = ()
+    giveaways: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.question.strip() or not self.answer.strip() or not self.reason.strip():

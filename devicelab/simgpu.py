@@ -220,7 +220,7 @@ class SimBuffer:
 
     def __init__(
         self, gpu: "SimulatedGPU", nbytes: int, location: str, *, pinned: bool = False, ready_at: float = 0.0,
-        name: str = "", data: Any = None, old: Any = None,
+        name: str = "", data: Any = None, old: Any = None, reads: "tuple[SimBuffer, float] | None" = None,
     ) -> None:
         self.gpu = gpu
         self.old = old  # what the memory held before the copy into it lands (None: freshly allocated)
@@ -230,6 +230,27 @@ class SimBuffer:
         self.ready_at = ready_at
         self.name = name
         self.data = data
+        self.reads = reads  # (host buffer, when the copy engine reads it) for a copy of host memory
+
+    @property
+    def data(self) -> Any:
+        """What the buffer holds: for a copy of host memory, what that memory held when the copy read it."""
+        if self.reads is not None:
+            source, when = self.reads
+            return source.data_at(when)
+        return self._writes[-1][1]
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self.reads = None
+        self._writes = [(self.gpu.clock(), value)]
+
+    def data_at(self, when: float) -> Any:
+        """Return what the buffer held at `when` on the virtual clock (the host's writes up to then)."""
+        if self.reads is not None:
+            return self.data
+        held = [value for at, value in self._writes if at <= when]
+        return held[-1] if held else self._writes[0][1]
 
     def __repr__(self) -> str:
         pinned = ", pinned" if self.location == "host" and self.pinned else ""
@@ -451,9 +472,12 @@ class SimulatedGPU:
         for the copy. `out` (a host buffer, d2h only) is written in place, like `out.copy_(t,
         non_blocking=...)`.
         """
+        reads = None
         if isinstance(source, SimBuffer):
             nbytes = source.nbytes
-            if data is None:
+            if data is None and source.location == "host" and out is None:
+                reads = source  # the copy engine reads host memory when the copy runs, not when it is queued
+            elif data is None:
                 data = source.data
             direction = direction or ("h2d" if source.location == "host" else "d2h")
             if (direction == "h2d") != (source.location == "host"):
@@ -491,7 +515,18 @@ class SimulatedGPU:
             return out
         location = "host" if direction == "d2h" else "device"
         return SimBuffer(self, nbytes, location, pinned=pinned and location == "host", ready_at=end,
-                         name=label, data=data)
+                         name=label, data=data, reads=None if reads is None else (reads, end - duration))
+
+    def host_write(self, buffer: SimBuffer, data: Any) -> None:
+        """Write `data` into a host buffer now, like `staging.copy_(next_batch)` on the CPU.
+
+        The host waits for nothing, and a queued copy that has not read the buffer yet sends the new data (the
+        model takes what the buffer holds when the copy starts; a real write during the copy would tear it).
+        """
+        if buffer.location != "host":
+            raise ValueError(f"{buffer!r} is not host memory: the host cannot write it directly")
+        buffer._writes.append((self._now, data))
+        buffer.ready_at = max(buffer.ready_at, self._now)
 
     def host_buffer(self, nbytes: int, *, pinned: bool = False, data: Any = None,
                     name: str = "host") -> SimBuffer:

@@ -18,7 +18,7 @@ from autograder import COURSE_ROOT
 from tests.warm_kernels import warm_kernels
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
-# Flags for a closed network and a root user (containers, CI); see the README's testing notes.
+# Flags for a closed network and a root user (containers, CI): nothing downloaded, no sandbox as root.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage"]

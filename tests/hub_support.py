@@ -26,10 +26,10 @@ import nbformat
 import pytest
 
 from autograder.grading.demo import solved
-from autograder.hub import accounts
-from autograder.hub.api import HubAPI
-from autograder.hub.install import IMPORTS_CHECK, find_proxy
 from autograder.hub.settings import HubSettings
+from autograder.hub.setup import accounts
+from autograder.hub.setup.hub_api import HubAPI
+from autograder.hub.setup.install import IMPORTS_CHECK, find_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -324,7 +324,7 @@ def run_in_kernel(hub: Hub, member: str, token: str, code: str, timeout: float =
 
     async def run() -> KernelRun:
         ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))
-        msg_id, output, states = uuid.uuid4().hex, [], []
+        msg_id, output, states, reply, idle = uuid.uuid4().hex, [], [], None, False
         ws.write_message(json.dumps({
             "header": {"msg_id": msg_id, "username": member, "session": uuid.uuid4().hex,
                        "msg_type": "execute_request", "version": "5.3"},
@@ -340,18 +340,22 @@ def run_in_kernel(hub: Hub, member: str, token: str, code: str, timeout: float =
             if raw is None:  # the server closed the channel
                 break
             msg = json.loads(raw)
-            kind = msg["header"]["msg_type"]
+            kind, ours = msg["header"]["msg_type"], msg["parent_header"].get("msg_id") == msg_id
             if kind == "stream":
                 output.append(msg["content"]["text"])
             elif kind == "status":
                 states.append(msg["content"]["execution_state"])
                 if states[-1] in ("restarting", "dead"):
                     break
-            elif kind == "execute_reply" and msg["parent_header"].get("msg_id") == msg_id:
-                ws.close()
-                return KernelRun("".join(output), msg["content"]["status"], tuple(states))
+                idle = idle or (ours and states[-1] == "idle")
+            elif kind == "execute_reply" and ours:
+                reply = msg["content"]["status"]
+            # The reply comes on the shell channel, the output on IOPub: the cell is done when both the reply
+            # and IOPub's idle for it have come (either may arrive first).
+            if reply is not None and idle:
+                break
         ws.close()
-        return KernelRun("".join(output), None, tuple(states))
+        return KernelRun("".join(output), reply, tuple(states))
 
     return asyncio.run(run())
 

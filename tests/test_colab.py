@@ -10,7 +10,14 @@ import nbformat
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.colab_cells import BADGE_TAG, COLAB_METADATA, SETUP_TAG, load_repository, setup_source
+from autograder.colab_cells import (
+    BADGE_PAGE,
+    BADGE_TAG,
+    COLAB_METADATA,
+    SETUP_TAG,
+    load_repository,
+    setup_source,
+)
 from autograder.course import assignment_notebooks, assignments, lessons
 from autograder.grading.demo import solved
 from tests.notebook_runner import execute_notebook
@@ -37,11 +44,11 @@ def test_notebook_opens_on_colab_with_a_gpu_and_sets_itself_up(path):
         assert nb.metadata.get(key) == value, "notebook metadata asks Colab for a GPU runtime"
 
 
-def test_readme_has_a_badge_for_every_student_notebook():
-    readme = (COURSE_ROOT / "README.md").read_text()
+def test_the_students_guide_has_a_badge_for_every_student_notebook():
+    guide = (COURSE_ROOT / BADGE_PAGE).read_text()
     for path in STUDENT_NOTEBOOKS:
-        assert REPO.colab_url(_rel(path)) in readme, (f"README lacks the Colab badge of {_rel(path)} (run "
-                                                      "make build)")
+        assert REPO.colab_url(_rel(path)) in guide, (f"{BADGE_PAGE} lacks the Colab badge of {_rel(path)} "
+                                                     "(run make build)")
 
 
 def _run_setup(*, colab: bool, installed: bool):

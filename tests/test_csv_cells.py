@@ -9,11 +9,11 @@ import pytest
 from autograder.csv_cells import figure, restore, restored, rows_text, spreadsheet_safe, write_rows
 from autograder.grading.report import csv_text
 from autograder.grading.results import StudentResult
-from autograder.hub import course_gradebook
-from autograder.hub.install import write_students_csv
+from autograder.hub.lms.passback import read_scores
 from autograder.hub.loop import read_grades
-from autograder.hub.passback import read_scores
-from autograder.hub.roster import Member, read_roster, write_roster
+from autograder.hub.setup import course_gradebook
+from autograder.hub.setup.install import write_students_csv
+from autograder.hub.setup.roster import Member, read_roster, write_roster
 from tests.spreadsheet import FORGING_NAMES, FORMULA_NOTEBOOKS, checked, sheet
 
 

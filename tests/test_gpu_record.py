@@ -68,7 +68,7 @@ def good_outputs(path) -> dict[str, str]:
                     "allocator-gpu": " after torch.empty: allocated 393.0 MiB, reserved 1.0 GiB\n"
                                      "       after del x: allocated 137.0 MiB, reserved 1.0 GiB\n"
                                      " after empty_cache: allocated 137.0 MiB, reserved 166 MiB\n",
-                    "launch-bound-gpu": "eager: 498 us per step\ngraph replay: 212 us per step\n",
+                    "launch-bound-gpu": "eager: 1474 us per step\ngraph replay: 149 us per step\n",
                     "async-errors-gpu": "CUDA_LAUNCH_BLOCKING=0:\n  line 6\nCUDA_LAUNCH_BLOCKING=1:\n"
                     "  line 4\n"})
     return outputs
@@ -225,6 +225,14 @@ def test_the_capstone_claims_the_fixed_epoch_is_host_bound(whole, claim):
 def test_the_capstone_claims_the_fixed_trace_is_clean(summary, clean):
     output = f"{summary}\n{HOST_BOUND}\n"
     assert (gpu_smoke.broken_claims(gpu_smoke.CAPSTONE, "be5b748b", output) == []) is clean
+
+
+@pytest.mark.parametrize(("eager", "claim"),
+                         [(1474, True), (1100, True), (2150, True), (520, False), (3000, False)])
+def test_lesson_07_claims_the_eager_step_its_prediction_answers(eager, claim):
+    output = f"eager: {eager} us per step\ngraph replay: 149 us per step\n"
+    lesson = "07-streams-events-and-profiling"
+    assert (gpu_smoke.broken_claims(lesson, "launch-bound-gpu", output) == []) is claim
 
 
 def test_the_stand_in_runs_as_the_cell_it_replaces(tmp_path):

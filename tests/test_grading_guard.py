@@ -12,15 +12,12 @@ import types
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from autograder.grading.guard_kernel import (
-    Change,
-    Channel,
-    Guard,
-    Snapshot,
-    TamperingBlocked,
+from autograder.grading.guard_kernel.grader_channel import Channel
+from autograder.grading.guard_kernel.guard import Guard, TamperingBlocked
+from autograder.grading.guard_kernel.snapshot import Change, Snapshot, is_code
+from autograder.grading.guard_kernel.tracer import (
     _allowed_codes,
     _test_names,
-    is_code,
     is_students,
     library_roots,
     make_tracer,

@@ -12,7 +12,7 @@ the records it reads (issue 25, families 1 and 7).
 
 Each earns nothing (both notebooks are unsolved) or is flagged; nothing the student wrote runs as the grader
 or shows in a feedback page. Needs bubblewrap: with `unshare` or `none` student code can write what the
-grader can (README, Isolation).
+grader can (docs/instructors.md, Isolation).
 """
 
 import json

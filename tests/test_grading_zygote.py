@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 from autograder.grading.sandbox import IsolationUnavailable, detect_isolation
-from autograder.grading.zygote import Standby, WarmStartError, Zygote, libraries_imported
+from autograder.grading.warm_start import Standby, Zygote, libraries_imported
+from autograder.grading.zygote import WarmStartError
 
 PROBE = r'''
 import json, os, resource, socket, sys
@@ -342,8 +343,8 @@ def test_standing_zygotes_serve_one_run_after_another_and_still_watch_each_stude
 
     from autograder.grading import scratch
     from autograder.grading.session import GradeOptions, grade_class
+    from autograder.grading.warm_start import Standby
     from autograder.grading.worker import KEEP_ENV, zygote_environment
-    from autograder.grading.zygote import Standby
     from tests.test_grading_end_to_end import CLASS, MEMORY_MIB, make_course, with_cell, write_class
 
     try:

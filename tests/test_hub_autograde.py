@@ -26,9 +26,9 @@ from nbgrader.api import Gradebook
 
 from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
-from autograder.hub.api import HubAPI
 from autograder.hub.arrival import nbgrader_time
-from autograder.hub.autograde_queue import MAX_TRIES, Queue, State
+from autograder.hub.service.autograde_queue import MAX_TRIES, Queue, State
+from autograder.hub.setup.hub_api import HubAPI
 from tests.hub_support import (
     COURSE,
     Hub,
@@ -116,7 +116,7 @@ def test_a_running_batch_takes_late_submissions_only_in_its_assignment_s_turn(qu
 
 def test_the_joiner_stages_late_submissions_up_to_its_limit_and_fails_or_requeues_the_rest(
         queue: Queue, tmp_path: Path, monkeypatch) -> None:
-    from autograder.hub import autograde_service as service
+    from autograder.hub.service import autograde as service
 
     for i, student in enumerate(["ann", "bob", "cat", "dan", "eve"]):
         add(queue, student, "t1", now=i)
@@ -161,7 +161,7 @@ def test_turning_autograding_on_makes_the_template_before_the_first_submission(t
                                                                                caplog) -> None:
     from autograder.grading import gradebook
     from autograder.grading.template import CACHE_FOLDER
-    from autograder.hub import autograde_service as service
+    from autograder.hub.service import autograde as service
     from tests.test_grading_end_to_end import make_course
 
     course = make_course(tmp_path)
@@ -237,7 +237,7 @@ def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_b
 
     from nbgrader.utils import notebook_hash
 
-    from autograder.hub.autograde_service import Place, release_feedback, scan
+    from autograder.hub.service.autograde import Place, release_feedback, scan
 
     me = pwd.getpwuid(os.getuid()).pw_name
     place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
@@ -265,7 +265,7 @@ def test_scan_waits_for_nbgrader_to_finish_copying_a_submission(tmp_path: Path) 
     grace, as before."""
     import pwd
 
-    from autograder.hub.autograde_service import COPYING_GRACE_S, Place, scan
+    from autograder.hub.service.autograde import COPYING_GRACE_S, Place, scan
 
     me = pwd.getpwuid(os.getuid()).pw_name
     place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
@@ -294,8 +294,8 @@ def test_the_zygotes_start_importing_only_once_an_assignment_is_graded_on_submit
                                                                                    monkeypatch) -> None:
     """And they import what the assignments turned on import: nothing heavy for one without torch; torch
     (once more, in new zygotes) when one that imports it is turned on too; nothing again after that."""
-    from autograder.hub import autograde_service
-    from autograder.hub.autograde_service import Place, Waiting, _loop
+    from autograder.hub.service import autograde as autograde_service
+    from autograder.hub.service.autograde import Place, Waiting, _loop
     from tests.factories import tiny_assignment
 
     launched = []
@@ -347,7 +347,7 @@ class ScratchClass:
     def __init__(self, tmp_path: Path) -> None:
         import pwd
 
-        from autograder.hub.autograde_service import Place
+        from autograder.hub.service.autograde import Place
         from tests.test_grading_end_to_end import make_course
 
         (tmp_path / "course").mkdir()
@@ -399,7 +399,7 @@ class ScratchClass:
 
     def serve_once(self) -> str:
         """Run the service until its queue is empty; return its log."""
-        done = subprocess.run([sys.executable, "-m", "autograder.hub.autograde_service", "run", "--course",
+        done = subprocess.run([sys.executable, "-m", "autograder.hub.service.autograde", "run", "--course",
                                str(self.course), "--exchange", str(self.place.exchange), "--course-id",
                                COURSE, "--jobs", "1", "--once"], cwd=COURSE_ROOT, env=with_venv_on_path(),
                               check=False, capture_output=True, text=True, timeout=300)
@@ -451,7 +451,7 @@ def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arr
     assert scratch.penalty() == 3
     assert f"claims {backdated}" in entry.detail and "graded as submitted at" in entry.detail, entry.detail
     assert "claims" in log
-    status = subprocess.run([sys.executable, "-m", "autograder.hub.autograde_service", "status", "--course",
+    status = subprocess.run([sys.executable, "-m", "autograder.hub.service.autograde", "status", "--course",
                              str(scratch.course), "tiny"], cwd=COURSE_ROOT, capture_output=True, text=True,
                             check=True).stdout
     assert entry.detail in status  # what `hub autograde status` prints, whole
@@ -507,7 +507,7 @@ def test_the_services_grades_csv_and_summary_cover_every_student_graded_so_far(t
 def test_a_release_that_failed_when_announced_is_retried_as_graded_and_reused_results_are_not(monkeypatch):
     """A student announced by the grader counts as graded by this run even when their first release failed."""
     from autograder.grading.results import Status, StudentResult
-    from autograder.hub import autograde_service
+    from autograder.hub.service import autograde as autograde_service
 
     released = []
 
@@ -528,7 +528,7 @@ def test_a_release_that_failed_when_announced_is_retried_as_graded_and_reused_re
 
 
 def _entry(student: str):
-    from autograder.hub.autograde_queue import Entry
+    from autograder.hub.service.autograde_queue import Entry
 
     return Entry(student, "tiny", "2026-11-25 10:00:00.000000 UTC", f"{student}+tiny+x", "secret",
                  State.GRADING, 0.0, 0.0, None, None, 1, 0, "", None, None, "")
@@ -621,7 +621,7 @@ def service_pids(hub: Hub) -> list[int]:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"autograder.hub.autograde_service" in argv and b"run" in argv and course.encode() in argv:
+            if b"autograder.hub.service.autograde" in argv and b"run" in argv and course.encode() in argv:
                 pids.append(int(entry.name))
     return pids
 

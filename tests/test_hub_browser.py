@@ -1,7 +1,7 @@
 """A class on the hub in a real browser: a student logs in (PAM), fetches, answers, saves and submits from the
 Assignments tab; the autograde service grades it, and the student fetches the feedback and opens it (the score
 shown); the instructor sees the graded submission in formgrader, with no step of theirs in between. Headless
-Chromium (Debian's), screenshots to artifacts/screenshots/ (to docs/images/, the README's, with
+Chromium (Debian's), screenshots to artifacts/screenshots/ (to docs/images/, the hub guide's, with
 DEVICELAB_UPDATE_IMAGES=1). Needs what tests/test_hub_end_to_end.py needs
 (DEVICELAB_HUB_TESTS=1, root) and Chromium; under CI=true a skip is a failure.
 """
@@ -17,12 +17,12 @@ import nbformat
 import pytest
 
 from autograder.grading.demo import MARKER
-from autograder.hub import accounts
+from autograder.hub.setup import accounts
 from tests.browser_support import launched_chromium, screenshot
 from tests.hub_support import Hub, class_hub, hub_tests_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
-# The README's pictures of the hub: refreshed only when asked (DEVICELAB_UPDATE_IMAGES=1), else kept with the
+# The hub guide's pictures: refreshed only when asked (DEVICELAB_UPDATE_IMAGES=1), else kept with the
 # other screenshots, so that a test run leaves the working tree as it was.
 IMAGES = (ROOT / "docs" / "images" if os.environ.get("DEVICELAB_UPDATE_IMAGES") == "1"
           else ROOT / "artifacts" / "screenshots")

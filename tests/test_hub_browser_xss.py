@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.hub.api import HubAPI
+from autograder.hub.setup.hub_api import HubAPI
 from tests.browser_support import launched_chromium, screenshot
 from tests.hub_support import (
     Hub,

@@ -11,11 +11,11 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.hub import loop
 from autograder.hub.exchange import course_ignore
-from autograder.hub.install import check_root, check_settings, is_loopback, write_course_config
 from autograder.hub.loop import status
-from autograder.hub.render import render_all, write_all
-from autograder.hub.roster import Member, read_roster, write_roster
 from autograder.hub.settings import HubError, HubSettings
+from autograder.hub.setup.install import check_root, check_settings, is_loopback, write_course_config
+from autograder.hub.setup.render import render_all, write_all
+from autograder.hub.setup.roster import Member, read_roster, write_roster
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMBERS = [Member("ann", "Ann Lee", "student"), Member("bob", "Bob Ray", "student"),
@@ -44,7 +44,7 @@ def test_the_hub_config_loads_and_uses_pam_by_default(tmp_path: Path) -> None:
     s = written(tmp_path)
     c = load(s.paths.config)
     assert c.JupyterHub.authenticator_class == "pam"
-    assert c.JupyterHub.spawner_class == "autograder.hub.spawner.LimitedSpawner"
+    assert c.JupyterHub.spawner_class == "autograder.hub.setup.spawner.LimitedSpawner"
     assert (c.Spawner.mem_limit, c.Spawner.cpu_limit) == (2048 * 2**20, 1.0)  # the defaults, enforced
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8000/"
     assert c.Authenticator.allowed_users == ["dl-ann", "dl-bob", "dl-gil", "dl-grader", "dl-ivy"]
@@ -64,7 +64,7 @@ def test_the_spawner_the_config_names_is_importable_from_the_course_the_config_a
     """The hub runs the config; it puts the course repository on sys.path for the spawner."""
     from jupyterhub.spawner import LocalProcessSpawner
 
-    from autograder.hub.spawner import LimitedSpawner
+    from autograder.hub.setup.spawner import LimitedSpawner
 
     assert issubclass(LimitedSpawner, LocalProcessSpawner)
 
@@ -112,7 +112,7 @@ def test_the_course_config_is_the_repositorys_then_the_refusals_and_a_link_there
     assert text.count("Added by `hub setup`") == 1
     c = load(path)
     assert (c.CourseDirectory.course_id, c.Execute.timeout) == ("device-lab", 120)  # the course's own
-    assert c.Autograde.autograde_preprocessors == ["autograder.hub.staff_execution.RefuseExecution"]
+    assert c.Autograde.autograde_preprocessors == ["autograder.hub.setup.staff_execution.RefuseExecution"]
     assert c.StaffGuard.hub_root == s.root
 
 
@@ -121,7 +121,7 @@ def test_the_autograde_service_runs_as_the_grader_with_no_url_and_no_scopes(tmp_
     c = load(s.paths.config)
     service = {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-autograde"]
     assert service["user"] == "dl-grader" and "url" not in service and "api_token" not in service
-    assert service["command"][1:4] == ["-m", "autograder.hub.autograde_service", "run"]
+    assert service["command"][1:4] == ["-m", "autograder.hub.service.autograde", "run"]
     assert service["environment"]["PYTHONPATH"] == str(ROOT)
     assert not any("device-lab-autograde" in r.get("services", []) for r in c.JupyterHub.load_roles)
 
@@ -281,8 +281,8 @@ def test_the_students_csv_for_nbgrader_keeps_names_with_commas_and_quotes_whole(
     import csv
     import io
 
-    from autograder.hub.install import write_students_csv
-    from autograder.hub.roster import Member
+    from autograder.hub.setup.install import write_students_csv
+    from autograder.hub.setup.roster import Member
 
     handle = io.StringIO()
     write_students_csv(handle,

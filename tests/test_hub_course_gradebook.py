@@ -8,9 +8,9 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.course import with_venv_on_path
-from autograder.hub import course_gradebook
-from autograder.hub.install import write_students_csv
-from autograder.hub.roster import Member
+from autograder.hub.setup import course_gradebook
+from autograder.hub.setup.install import write_students_csv
+from autograder.hub.setup.roster import Member
 
 COURSE = "device-lab"
 MEMBERS = [Member("ann", 'Ann "Annie" Lee, Jr.', "student"), Member("bob", "Bob", "student"),
@@ -42,7 +42,7 @@ def nbgrader(folder, *args):
 
 
 def ours(folder, *args):
-    done = subprocess.run([sys.executable, "-m", "autograder.hub.course_gradebook", *args, "--course",
+    done = subprocess.run([sys.executable, "-m", "autograder.hub.setup.course_gradebook", *args, "--course",
                            str(folder), "--course-id", COURSE], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout

@@ -26,7 +26,7 @@ import nbformat
 import psutil
 import pytest
 
-from autograder.hub.api import HubAPI
+from autograder.hub.setup.hub_api import HubAPI
 from tests.hub_support import Hub, answers, class_hub, hub_tests_or_skip, smallest_assignment, start_server
 
 ROOT = Path(__file__).resolve().parent.parent

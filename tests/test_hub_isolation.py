@@ -2,7 +2,7 @@
 
 Each test plays an attack of issue 49 as a hostile enrolled student would, from code in their own kernel (what
 a terminal in their JupyterLab runs too), against a classmate who works as usual. Root and
-DEVICELAB_HUB_TESTS=1 (real Unix accounts, a hub on loopback set up with the README's commands)."""
+DEVICELAB_HUB_TESTS=1 (real Unix accounts, a hub on loopback set up with docs/hub.md's commands)."""
 
 import ast
 import json

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from autograder.hub import accounts
-from autograder.hub.api import HubAPI
-from autograder.hub.roster import Member, read_roster
+from autograder.hub.setup import accounts
+from autograder.hub.setup.hub_api import HubAPI
+from autograder.hub.setup.roster import Member, read_roster
 from tests.hub_support import (
     ROOT,
     answers,

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from autograder.hub import accounts
-from autograder.hub.api import HubAPI
-from autograder.hub.roster import Member, read_roster
+from autograder.hub.setup import accounts
+from autograder.hub.setup.hub_api import HubAPI
+from autograder.hub.setup.roster import Member, read_roster
 from tests.browser_support import fresh_page, launched_chromium, screenshot
 from tests.hub_support import hub_tests_or_skip
 from tests.lms_standin import Class, LmsStandin, Person, connected_class

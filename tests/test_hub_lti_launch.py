@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder.hub import accounts, lti_launch
-from autograder.hub.install import check_lti
-from autograder.hub.lms_names import account_name, claimed_name, fold, label
-from autograder.hub.lms_people import LmsKey, People
-from autograder.hub.lti_launch import Launch, LaunchRefused, NonceLedger, check_course, course_role
-from autograder.hub.render import render_all, write_all
-from autograder.hub.roster import NAME, Member, hub_groups
+from autograder.hub.lms import launch as lti_launch
+from autograder.hub.lms.launch import Launch, LaunchRefused, NonceLedger, check_course, course_role
+from autograder.hub.lms.names import account_name, claimed_name, fold, label
+from autograder.hub.lms.people import LmsKey, People
 from autograder.hub.settings import HubError, HubSettings, LtiSettings
+from autograder.hub.setup import accounts
+from autograder.hub.setup.install import check_lti
+from autograder.hub.setup.render import render_all, write_all
+from autograder.hub.setup.roster import NAME, Member, hub_groups
 from tests.lms_standin import INSTRUCTOR, LEARNER, TEACHING_ASSISTANT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +171,7 @@ def test_one_lms_person_is_one_account_and_never_another_s(tmp_path: Path) -> No
 
 
 def test_the_account_of_a_known_person_does_not_follow_the_claim(tmp_path: Path) -> None:
-    from autograder.hub.lms_accounts import account_for
+    from autograder.hub.lms.admission import account_for
 
     people = People(tmp_path / "people.sqlite")
     assert account_for(people, ANN, "ann", "dl-", set()) == ("dl-ann", True)
@@ -268,7 +269,7 @@ def lti13_config(tmp_path: Path, members: list[Member]):
 
 def test_the_lti13_config_uses_the_course_authenticator_and_lets_it_manage_groups(tmp_path: Path) -> None:
     _, c = lti13_config(tmp_path, [])
-    assert c.JupyterHub.authenticator_class == "autograder.hub.lti_authenticator.CourseLTI13Authenticator"
+    assert c.JupyterHub.authenticator_class == "autograder.hub.lms.authenticator.CourseLTI13Authenticator"
     assert c.CourseLTI13Authenticator.client_id == ["tool-1"]
     assert c.CourseLTI13Authenticator.jwks_endpoint == "https://lms.example/jwks"
     assert c.CourseLTI13Authenticator.hub_root == str(tmp_path)
@@ -283,7 +284,7 @@ def test_the_lti13_config_grants_no_admin_from_the_roster(tmp_path: Path) -> Non
 
 
 def test_the_authenticator_the_config_names_is_importable() -> None:
-    from autograder.hub.lti_authenticator import CourseLTI13Authenticator
+    from autograder.hub.lms.authenticator import CourseLTI13Authenticator
 
     assert CourseLTI13Authenticator.login_service == "LTI 1.3"
 
@@ -300,8 +301,8 @@ def test_the_hub_s_lti_ledgers_live_in_its_root_only_folder(tmp_path: Path) -> N
 
 
 def test_a_hub_set_up_before_the_ledger_keeps_who_launched_and_takes_nothing_later(tmp_path: Path) -> None:
-    from autograder.hub.lms_accounts import ledger
-    from autograder.hub.lti_tool import Platform, ToolFiles
+    from autograder.hub.lms.admission import ledger
+    from autograder.hub.lms.tool import Platform, ToolFiles
 
     s = HubSettings(root=str(tmp_path), course_id="dl", course_source=str(ROOT), prefix="dl-",
                     authenticator="lti13", lti=lti())

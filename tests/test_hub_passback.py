@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from autograder.hub import passback
-from autograder.hub.lms_roster import read_lms_roster
-from autograder.hub.lti_tool import ToolFiles, prepare
-from autograder.hub.passback_queue import PassbackQueue, PassbackState, Score, wait_after
+from autograder.hub.lms import passback
+from autograder.hub.lms.members import read_lms_roster
+from autograder.hub.lms.passback_queue import PassbackQueue, PassbackState, Score, wait_after
+from autograder.hub.lms.tool import ToolFiles, prepare
 from autograder.hub.settings import LtiSettings
 from tests.lms_standin import INSTRUCTOR, TEACHING_ASSISTANT, LmsStandin, Person
 

@@ -23,9 +23,9 @@ import nbformat
 import pytest
 
 from autograder.grading.redact import FEEDBACK_PREFIX
-from autograder.hub.api import HubAPI
 from autograder.hub.arrival import nbgrader_time
-from autograder.hub.autograde_queue import State
+from autograder.hub.service.autograde_queue import State
+from autograder.hub.setup.hub_api import HubAPI
 from tests.hub_support import (
     COURSE,
     Hub,

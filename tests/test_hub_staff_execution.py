@@ -18,12 +18,12 @@ import nbformat
 import pytest
 
 from autograder.course import course_config, course_directory, venv_on_path
-from autograder.hub import accounts
-from autograder.hub.install import install_course
-from autograder.hub.render import render_all, write_all
-from autograder.hub.roster import Member
 from autograder.hub.settings import HubSettings
-from autograder.hub.staff_execution import StaffExecutionRefused
+from autograder.hub.setup import accounts
+from autograder.hub.setup.install import install_course
+from autograder.hub.setup.render import render_all, write_all
+from autograder.hub.setup.roster import Member
+from autograder.hub.setup.staff_execution import StaffExecutionRefused
 from tests.test_grading_end_to_end import assignment, grade, rows
 
 ROOT = Path(__file__).resolve().parent.parent

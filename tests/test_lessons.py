@@ -4,11 +4,13 @@ import importlib
 import math
 import re
 import warnings
+from pathlib import Path
 
 import nbformat
 import pytest
 import torch
 
+from autograder import COURSE_ROOT
 from autograder.colab_cells import SETUP_TAG
 from autograder.course import lessons
 from tests.notebook_runner import REQUIRES_CUDA, cuda_present, execute_notebook
@@ -86,33 +88,6 @@ def test_numbered_sections_run_in_order_and_references_to_them_exist(path):
 
 PROMPT = "**Predict, then run:**"
 ASK = re.compile(r'^\s*ask\("([^"]+)"\)\s*$')
-GIVEAWAYS = {  # phrases that would answer a prediction if a student read them in the text before it
-    "meta-matmul": ("trap", "uninitiali", "no error", "garbage"),
-    "float64-matmul": ("what really goes wrong", "must have the same dtype", "mixing dtypes fails",
-                       "mixing float64 and float32"),
-    "queue-3000": ("limited depth", "queue is full", "free slot"),
-    "default-h2d": ("stream sync", "the most common sync point"),
-    "stale-read": ("dangerous direction", "stale", "last step's values", "not a sync point"),
-    "built-with-cuda": ("whether or not a gpu is present", "*compiled* against", "how pytorch was *built*"),
-    "default-device": ("create on the cpu", "does not move anything", "where are they stored?"),
-    "numpy-dtype": ("keeps the dtype of a numpy array", "numpy's default float is 64-bit",
-                    "arrives as `float64`"),
-    "slice-storage": ("whole block stays", "stays allocated", "4,000,000 bytes of storage"),
-    "cuda1-label": ("only a label", "not a connection", "nothing checks the hardware"),
-    "cuda-vs-cuda0": ("*not* the same", "not equal", "has **no index**", "`none` is not `0`"),
-    "current-accelerator": ("compiled** for", "compiled for", "a trap that reports a gpu",
-                            "not one that is actually"),
-    "same-object": ("sometimes **the very", "same tensor object", "returns `t` itself", "all three."),
-    "moved-grad": ("trap", "stays `none`", "nothing ever updates it"),
-    "numpy-shares": ("it does.", "`.cpu()` on a cpu tensor returns that same tensor"),
-    "pageable-non-blocking": ("chunk by chunk", "is staged", "held until", "holds the host", "held the host"),
-    "half-peak": ("between 32 kib and 64 kib", "31-36 kib", "half of the peak arrives"),
-    "loader-device": ("leaves to you", "does not move it", "batches stay cpu tensors", "**either way the"),
-    "one-stream-overlap": ("runs its work in order", "still waits for step", "current one computes",
-                           "not on one stream"),
-}
-
-
 def _lesson_predictions(cells) -> dict:
     """Return the PREDICTIONS of the lesson module the notebook imports `ask` from ({} when it asks none)."""
     source = "\n".join(c.source for c in cells if c.cell_type == "code")
@@ -170,21 +145,215 @@ def test_every_prediction_is_asked_before_anything_answers_it(path):
             f"{where}: the answering cell follows the ask() cell(s) at once")
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
-def test_no_cell_before_an_ask_gives_its_answer_away(path):
+# ---- A prediction is open: nothing a student has read before it answers it ------------------------------
+#
+# Each `Prediction` lists its `giveaways`: phrases that would answer it (" ... " in a phrase stands for a
+# gap of a few words). Before an `ask` a student has read: the cells above it and the reveals of the
+# predictions asked there; every earlier lesson with its reveals; the problem sets that an earlier lesson's
+# "## Next" hands out; a READ_LAST page that any of those names; and the front pages, README.md and
+# docs/students.md, with every lesson-map row in docs/. A giveaway found there fails the test, and so does a
+# run of six words of the reveal's reason (three of them more than filler): the explanation was given
+# already, so the question is recall.
+
+FRONT_PAGES = ("README.md", "docs/students.md")  # read whole, before lesson 00
+READ_LAST = {  # pages that hold the answers on purpose, read from the first notebook cell that names them
+    "docs/cheatsheet.md": re.compile(r"cheatsheet\.md|cheat sheet", re.IGNORECASE),  # the course on one page
+}
+LESSON_MAP_ROW = re.compile(r"^\s*(\||[-*] ).*\bnotebooks/\d\d-")  # a table row or list item naming a lesson
+GAP = " ... "
+NOT_READ = {"colab-badge", "colab-setup"}  # tags of generated cells that say nothing about the lesson
+REASON_RUN = 6  # words of a reason that, read before the question, give its explanation away
+FILLER = frozenset({  # words that carry no answer by themselves
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "do", "does", "for", "from", "has", "have", "in",
+    "is", "it", "its", "no", "not", "of", "on", "once", "only", "or", "so", "than", "that", "the", "then",
+    "there", "this", "to", "was", "we", "what", "when", "which", "while", "with", "you", "your",
+})
+
+
+def _plain(text: str) -> str:
+    """Return text as a reader takes it in: lower case, one line, without block quotes, ticks or emphasis."""
+    text = re.sub(r"^[ \t]*>[ \t]?", "", text, flags=re.MULTILINE)
+    return re.sub(r"\s+", " ", re.sub(r"[`*]", "", text)).strip().lower()
+
+
+def _pattern(phrase: str) -> re.Pattern:
+    """Return the search for a giveaway: its words in order, a gap of up to 80 characters at each " ... "."""
+    body = r".{0,80}?".join(re.escape(_plain(part)) for part in phrase.split(GAP))
+    return re.compile((r"\b" if re.match(r"\w", body) else "") + body)
+
+
+def _giveaways(prediction) -> tuple[str, ...]:
+    """Return what would answer `prediction`: its giveaways, and its answer when that is a phrase itself."""
+    return (*prediction.giveaways, *((prediction.answer,) if len(_plain(prediction.answer)) > 12 else ()))
+
+
+def _reason_runs(prediction) -> list[str]:
+    """Return each run of REASON_RUN words of the prediction's reason in which three or more aren't filler."""
+    words = _plain(prediction.reason).split()
+    runs = (words[i: i + REASON_RUN] for i in range(len(words) - REASON_RUN + 1))
+    return [" ".join(run) for run in runs if sum(w.strip(",.:;()") not in FILLER for w in run) >= 3]
+
+
+def _lesson_module_name(cells) -> str:
+    source = "\n".join(c.source for c in cells if c.cell_type == "code")
+    match = re.search(r"from devicelab\.exercises\.(lesson\d+) import [^\n]*\bask\b", source)
+    return match.group(1) if match else "?"
+
+
+def _notebook_texts(path, upto: int | None = None) -> list[tuple[str, str]]:
+    """Return (where, text) for what a student reads in a notebook (up to cell `upto`): its cells, the reveal
+    of each prediction it asks, and the READ_LAST pages it names."""
     cells = nbformat.read(path, as_version=4).cells
-    predictions = _lesson_predictions(cells)
-    asked = [(i, m.group(1)) for i,
-             c in enumerate(cells) if c.cell_type == "code" and (m := ASK.match(c.source))]
-    for index, name in asked:
-        assert name in predictions, f"{path.name} asks {name!r}, which its lesson module lacks"
-        before = "\n".join(c.source for c in cells[:index] if c.cell_type == "markdown")
-        answer = predictions[name].answer
-        phrases = (*GIVEAWAYS.get(name, ()), *((answer,) if len(answer) > 12 else ()))
-        for phrase in phrases:
-            assert phrase.lower() not in before.lower(), (
-                f"{path.name}: {phrase!r} appears before ask({name!r}) and answers it")
+    predictions, module = _lesson_predictions(cells), _lesson_module_name(cells)
+    texts = []
+    for index, cell in enumerate(cells[:upto]):
+        if NOT_READ & set(cell.metadata.get("tags", [])):
+            continue
+        if cell.cell_type == "code" and (match := ASK.match(cell.source)):
+            if match.group(1) in predictions:
+                p = predictions[match.group(1)]
+                texts.append((f"{module} ask({match.group(1)!r})'s reveal",
+                              _plain(f"{p.question} {p.answer}. {p.reason}")))
+            continue
+        texts.append((f"{path.parent.name}/{path.name} cell {index} ({cell.get('id')})", _plain(cell.source)))
+        for page, named in READ_LAST.items():
+            if named.search(cell.source):
+                texts += [(f"{page} (named in {path.name} cell {index})", _plain(paragraph))
+                          for paragraph in re.split(r"\n\s*\n", (COURSE_ROOT / page).read_text())]
+    return texts
+
+
+def _problem_sets_after(path) -> list[Path]:
+    """Return the release notebooks of the problem sets a lesson's "## Next" sends the student to."""
+    cells = nbformat.read(path, as_version=4).cells
+    following = next((c.source for c in cells if c.cell_type == "markdown"
+                      and c.source.startswith("## Next")), "")
+    return [COURSE_ROOT / "release" / ps / f"{ps}.ipynb"
+            for ps in dict.fromkeys(re.findall(r"\bps\d\d-[a-z0-9-]+", following))]
+
+
+def _read_before_lesson(path) -> list[tuple[str, str]]:
+    """Return (where, text) for all a student has read before opening lesson `path`, front pages aside."""
+    texts = []
+    for earlier in LESSONS[: LESSONS.index(path)]:
+        texts += _notebook_texts(earlier)
+        for problem_set in _problem_sets_after(earlier):
+            texts += _notebook_texts(problem_set)
+    return texts
+
+
+def _found(name: str, prediction, texts) -> list[str]:
+    """Return a line for each giveaway, or run of its reason, of `prediction` found in `texts`, with where."""
+    lines = []
+    searches = [(phrase, _pattern(phrase)) for phrase in _giveaways(prediction)]
+    searches += [(f"the reason's {run!r}", re.compile(re.escape(run))) for run in _reason_runs(prediction)]
+    choices = [_plain(c) for c in prediction.choices]
+    for phrase, pattern in searches:
+        for where, text in texts:
+            if phrase == prediction.answer and choices and all(c in text for c in choices):
+                continue  # a prompt that lists every choice names the answer too, and gives nothing away
+            if match := pattern.search(text):
+                excerpt = text[max(0, match.start() - 50): match.end() + 30]
+                lines.append(f"ask({name!r}): {phrase!r} in {where}: ...{excerpt}...")
+    return lines
+
+
+def _asked(cells) -> list[tuple[int, str]]:
+    return [(i, m.group(1)) for i, c in enumerate(cells)
+            if c.cell_type == "code" and (m := ASK.match(c.source))]
+
+
+def test_the_check_finds_a_giveaway_a_gapped_one_an_answer_and_a_reason_wherever_they_were_read():
+    from devicelab.predict import Prediction
+
+    planted = Prediction(question="Is the copy done when the host refills the buffer?",
+                         choices=("yes", "no"), answer="no",
+                         giveaways=("must not overwrite", "refill ... after an event"),
+                         reason="A copy from pinned memory only queues, and it waits for the kernel first.")
+    texts = [("an earlier cell", _plain("A loader **must not\noverwrite** the buffer")),
+             ("a lesson-map row", _plain("| [07](notebooks/07-x.ipynb) | refill it only after an event |")),
+             ("an earlier reveal", _plain("Because a copy from pinned memory only queues, and it waits for")),
+             ("a prompt listing the choices", _plain("Done: yes or no?")),
+             ("an innocent cell", _plain("The host refills the buffer."))]
+    found = [line.split(" in ")[1].split(":")[0] for line in _found("planted", planted, texts)]
+    assert list(dict.fromkeys(found)) == ["an earlier cell", "a lesson-map row", "an earlier reveal"]
+
+
+def test_a_lesson_is_read_after_the_earlier_lessons_their_reveals_problem_sets_and_linked_pages():
+    read = [where for where, _ in _read_before_lesson(next(p for p in LESSONS if p.stem.startswith("07")))]
+    assert "lesson05 ask('stale-read')'s reveal" in read
+    assert any(w.startswith("notebooks/06-pinned-memory-and-dataloader.ipynb cell") for w in read)
+    assert any(w.startswith("ps05-pinned-memory/ps05-pinned-memory.ipynb cell") for w in read)
+    assert not any(w.startswith("notebooks/07") or "ps06" in w for w in read)
+    assert not any(w.startswith("docs/cheatsheet.md") for w in read), "nothing before 07 names it"
+    map_rows = [text for _, text in _front_page_texts("README.md") if "notebooks/01-" in text]
+    assert map_rows, "README.md's lesson map is read row by row"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_prediction_is_asked_once_and_says_what_would_give_it_away(path):
+    cells = nbformat.read(path, as_version=4).cells
+    predictions, asked = _lesson_predictions(cells), _asked(cells)
+    assert [n for _, n in asked if n not in predictions] == [], f"{path.name} asks what its module lacks"
     assert sorted(n for _, n in asked) == sorted(predictions), f"{path.name}: every prediction is asked once"
+    for name, prediction in predictions.items():
+        assert len(prediction.giveaways) >= 2, (f"{path.name} ask({name!r}): list in `giveaways` the phrases "
+                                                "that would answer it, so that the tests can look for them")
+        wrong = " ".join(c for c in prediction.choices if c != prediction.answer)
+        own = _plain(f"{prediction.question} {wrong}")
+        assert not [g for g in prediction.giveaways if _pattern(g).search(own)], (
+            f"{path.name} ask({name!r}): the question or a wrong choice holds one of its giveaways")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_nothing_read_before_an_ask_answers_it(path):
+    """No giveaway of a prediction, nor its reason, is in the cells above its `ask`, the reveals before it, an
+    earlier lesson or an earlier problem set (the front pages have a test of their own)."""
+    cells = nbformat.read(path, as_version=4).cells
+    predictions, before = _lesson_predictions(cells), _read_before_lesson(path)
+    spoilers = [line for index, name in _asked(cells)
+                for line in _found(name, predictions[name], before + _notebook_texts(path, upto=index))]
+    assert not spoilers, (f"{path.name}: these predictions are answered before they are asked (move the "
+                          "sentence after the answering cell, or ask something still open):\n"
+                          + "\n".join(spoilers))
+
+
+def _front_page_texts(page: str) -> list[tuple[str, str]]:
+    """Return (where, text) for a front page's paragraphs and table rows, or a docs page's lesson-map rows."""
+    lines = (COURSE_ROOT / page).read_text().splitlines()
+    if page not in FRONT_PAGES:
+        return [(f"{page} line {n}", _plain(line)) for n, line in enumerate(lines, 1)
+                if LESSON_MAP_ROW.match(line)]
+    texts, block = [], []
+    for number, line in enumerate([*lines, ""], start=1):
+        if line.strip() and not line.lstrip().startswith("|"):
+            block.append((number, line))
+            continue
+        if block:
+            texts.append((f"{page} line {block[0][0]}", _plain("\n".join(text for _, text in block))))
+            block = []
+        if line.strip():
+            texts.append((f"{page} line {number}", _plain(line)))
+    return texts
+
+
+def _pages() -> list[str]:
+    docs = [f"docs/{p.name}" for p in sorted((COURSE_ROOT / "docs").glob("*.md"))]
+    return [p for p in dict.fromkeys((*FRONT_PAGES, *docs))
+            if (COURSE_ROOT / p).exists() and p not in READ_LAST]
+
+
+@pytest.mark.parametrize("page", _pages())
+def test_the_front_pages_and_the_lesson_map_answer_no_prediction(page):
+    """README.md and docs/students.md are read before lesson 00, and so is a lesson map wherever it sits."""
+    texts = _front_page_texts(page)
+    spoilers = []
+    for path in LESSONS:
+        cells = nbformat.read(path, as_version=4).cells
+        spoilers += [f"{path.stem} {line}" for name, prediction in _lesson_predictions(cells).items()
+                     for line in _found(name, prediction, texts)]
+    assert not spoilers, (f"{page} answers predictions before the lessons ask them; say what a lesson "
+                          "teaches, not what it finds:\n" + "\n".join(spoilers))
 
 
 SIMULATED_CALLS = {  # a call on the course's simulated GPU -> ways to write the PyTorch call it stands for
@@ -192,6 +361,7 @@ SIMULATED_CALLS = {  # a call on the course's simulated GPU -> ways to write the
     r"\bgpu\.to_cpu\(": (".to(\"cpu\"", ".cpu()", "copy_("),
     r"\b(gpu|eager)\.launch\(": ("@ ", "torch.", "model(", ".add_(", "backward"),
     r"\bgpu\.event\(": ("torch.cuda.Event(",),
+    r"\bgpu\.host_write\(": ("copy_(",),
     r"\bnew_stream\(": ("torch.cuda.Stream(",),
     r"\bgpu\.stream\(": ("torch.cuda.stream(",),
     r"\bgpu\.current_stream\.wait_stream\(": ("torch.cuda.current_stream().wait_stream(",),
@@ -277,18 +447,6 @@ def _numpy_shares() -> str:
     return "yes" if t[1].item() == 7.0 else "no"
 
 
-def _pageable_non_blocking() -> str:
-    from devicelab.simgpu import SimulatedGPU
-
-    held = {}
-    for pinned in (True, False):
-        gpu = SimulatedGPU(initialized=True)
-        gpu.copy(64 * 2**20, "h2d", pinned=pinned, non_blocking=True)
-        held[pinned] = gpu.clock() / gpu.profile.copy_seconds(64 * 2**20, "h2d", pinned)
-    assert held[True] < 0.01, "from pinned memory the call only queues the copy"
-    return "no: the host is held while the data is staged" if held[False] > 0.9 else f"held {held[False]:.0%}"
-
-
 def _half_peak() -> str:
     from devicelab.simgpu import T4_PCIE3
 
@@ -315,7 +473,38 @@ def _one_stream_overlap() -> str:
     return "no" if same_stream.overlap_s() == 0 else f"{same_stream.overlap_s()} s"
 
 
-ANSWERS_HERE = {  # each prediction of lessons 00-03 and 06, answered by running it on this machine
+def _refill() -> str:
+    from devicelab.simgpu import SimulatedGPU
+
+    gpu = SimulatedGPU(initialized=True)
+    staging = gpu.host_buffer(64 * 2**20, pinned=True, data="batch 1")
+    gpu.launch(0.004)
+    on_gpu = gpu.copy(staging, non_blocking=True)
+    gpu.host_write(staging, "batch 2")
+    got = gpu.cpu(on_gpu).read()
+    return "batch 2 (or part of it), and nothing raises" if got == "batch 2" else repr(got)
+
+
+def _wait_stream() -> str:
+    from devicelab.simgpu import SimulatedGPU
+
+    gpu = SimulatedGPU(initialized=True)
+    with gpu.stream(gpu.new_stream("copies")):
+        gpu.copy(16 * 2**20, "h2d", pinned=True, non_blocking=True)
+    kernel = gpu.launch(0.001)
+    copy_end = next(r.end for r in gpu.timeline if r.engine == "copy")
+    return ("right away, while the copy is still running" if kernel.ready_at - 0.001 < copy_end
+            else "after the copy has landed")
+
+
+def _pytorch_launch() -> str:
+    cells = nbformat.read(next(p for p in LESSONS if p.stem.startswith("07")), as_version=4).cells
+    note = next(c.source for c in cells if c.get("id") == "launch-bound-gpu-gpu-output")
+    eager = float(re.search(r"eager: (\d+) us per step", note).group(1))
+    return "about 1500 us" if 1000 <= eager <= 2200 else f"{eager:.0f} us"
+
+
+ANSWERS_HERE = {  # each prediction of lessons 00-03, 06 and 07, answered by running it or by its recording
     "lesson00": {"built-with-cuda": _built_with_cuda},
     "lesson01": {
         "default-device": lambda: "on the CPU"
@@ -330,8 +519,9 @@ ANSWERS_HERE = {  # each prediction of lessons 00-03 and 06, answered by running
         "current-accelerator": _current_accelerator,
     },
     "lesson03": {"same-object": _same_object, "moved-grad": _moved_grad, "numpy-shares": _numpy_shares},
-    "lesson06": {"pageable-non-blocking": _pageable_non_blocking, "half-peak": _half_peak,
-                 "loader-device": _loader_device, "one-stream-overlap": _one_stream_overlap},
+    "lesson06": {"half-peak": _half_peak, "loader-device": _loader_device,
+                 "one-stream-overlap": _one_stream_overlap},
+    "lesson07": {"refill": _refill, "wait-stream": _wait_stream, "pytorch-launch": _pytorch_launch},
 }
 
 

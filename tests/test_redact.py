@@ -37,7 +37,7 @@ from autograder.grading.redact import (
     hidden_blocks,
     student_feedback_pages,
 )
-from autograder.hub.autograde_queue import AutogradeSetting, HiddenTests, Queue
+from autograder.hub.service.autograde_queue import AutogradeSetting, HiddenTests, Queue
 from tests.factories import graded_cell_meta, solution_cell_meta
 from tests.once_per_run import once_per_run
 

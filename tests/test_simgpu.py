@@ -246,6 +246,22 @@ def test_an_event_after_the_copy_is_enough_to_read_it(gpu):
     assert host.read() == "ok"
 
 
+def test_a_queued_copy_sends_what_the_host_buffer_holds_when_the_copy_runs(gpu):
+    staging = gpu.host_buffer(MiB, pinned=True, data="batch 1")
+    gpu.launch(0.004, name="previous step")
+    early = gpu.copy(staging, non_blocking=True)  # queued behind the kernel: it has read nothing yet
+    gpu.host_write(staging, "batch 2")  # refilled at once, as an unguarded loader does
+    assert gpu.cpu(early).read() == "batch 2", "the copy engine reads the buffer when the copy runs"
+    safe = gpu.copy(staging, non_blocking=True)
+    done = gpu.event()
+    done.record()
+    done.synchronize()  # wait for the copy before refilling
+    gpu.host_write(staging, "batch 3")
+    assert gpu.cpu(safe).read() == "batch 2" and staging.read() == "batch 3"
+    with pytest.raises(ValueError, match="not host memory"):
+        gpu.host_write(early, "x")
+
+
 def test_a_blocking_d2h_copy_is_ready_at_once(gpu):
     y = gpu.launch(KERNEL, data="ok")
     assert gpu.to_cpu(y).read() == "ok"

@@ -56,7 +56,7 @@ ALLOWED: list[tuple[str, str, str]] = []  # (file, text, why): a decimal size la
 
 
 def course_text() -> list[tuple[str, list[str]]]:
-    """Return (where, lines) for each piece of course text: Python modules, notebook cells, the two guides."""
+    """Return (where, lines) for each piece of course text: Python modules, notebook cells, the guides."""
     pieces = []
     for path in sorted([*ROOT.glob("devicelab/**/*.py"), *ROOT.glob("autograder/**/*.py"),
                         *ROOT.glob("benchmarks/*.py")]):
@@ -65,7 +65,10 @@ def course_text() -> list[tuple[str, list[str]]]:
         for index, cell in enumerate(json.loads(path.read_text())["cells"]):
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             pieces.append((f"{path.relative_to(ROOT)} cell {index}", source.splitlines()))
-    for name in ("README.md", "CONTRIBUTING.md"):
+    # the guides the README links to (docs/facts.md quotes its sources as they wrote them)
+    guides = [f"docs/{name}.md"
+              for name in ("students", "instructors", "hub", "lms", "security", "measurements")]
+    for name in ("README.md", "CONTRIBUTING.md", *guides):
         pieces.append((name, (ROOT / name).read_text().splitlines()))
     return pieces
 

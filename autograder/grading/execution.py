@@ -11,7 +11,7 @@
 - a fresh start for every kernel: the configuration and startup folders in the kernel's HOME (IPython's
   profile, Jupyter's config and data) are emptied before each kernel starts, so that what one notebook's code
   left there cannot run in the next notebook's kernel before its guard has recorded the pristine path;
-- the grading kernel's guard (guard_kernel.py, tamper.py): graded test cells are marked as such in their
+- the grading kernel's guard (guard_kernel/, tamper.py): graded test cells are marked as such in their
   execute requests, a test cell that the guard cannot confirm ran on the pristine path fails, and every
   change a cell made to the execution path becomes a "tamper" event.
 """
@@ -38,7 +38,7 @@ from traitlets import Dict, Float, Integer, Unicode, default
 from autograder.cells import grade_id
 from autograder.grading.attempt import EventKind
 from autograder.grading.channels import SlicedKernelClient
-from autograder.grading.guard_kernel import GRADER_KEY
+from autograder.grading.guard_kernel.guard import GRADER_KEY
 from autograder.grading.sandbox import MAX_FILE_MIB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
 from autograder.grading.verdict import REPLIES

@@ -74,7 +74,8 @@ from autograder.grading.submissions import (
     student_folders,
 )
 from autograder.grading.template import CACHE_FOLDER, cached_template, register
-from autograder.grading.zygote import LIBRARIES, Standby, WarmStartError, libraries_imported
+from autograder.grading.warm_start import Standby, libraries_imported
+from autograder.grading.zygote import LIBRARIES, WarmStartError
 from autograder.safe_copy import Refusal, read_small
 
 DEFAULT_TIMEOUT = 300
@@ -250,7 +251,8 @@ def grade_class(root: Path, assignment: str, submissions: Path, options: GradeOp
     problems = unsupported(root, assignment)
     if problems:
         raise UnsupportedCourse("this course cannot be graded here: " + "; ".join(problems)
-                                + ". Use plain `nbgrader autograde` for it (README, 'Grading a class').")
+                                + ". Use plain `nbgrader autograde` for it (docs/instructors.md, 'Grading a "
+                                "class').")
     for left in scratch.remove_stale():
         echo(f"removed {left}, the scratch of a grading run that was killed")
     run_root = scratch.make_run_root()

@@ -1,4 +1,4 @@
-"""The grader's side of the grading kernel's guard (guard_kernel.py): read its records, judge, and word flags.
+"""The grader's side of the grading kernel's guard (guard_kernel/): read its records, judge, and word flags.
 
 The grading kernel writes two records per executed cell to a FIFO that only this process reads: "before"
 (what it had to put back before the cell) and "after" (what the cell changed, and what the audit hook

@@ -6,7 +6,8 @@ this module is the trusted side that drives nbgrader and reads the results back 
 A scratch course (one attempt) is laid out so that the sandbox can write only `kernel/`:
 
     source/ submitted/ autograded/ feedback/ gradebook.db   nbgrader's course: the grader's alone
-    rt/          the grader's runtime: connection file, guard program (read-only to the kernel)
+    rt/          the grader's runtime: connection file, the grading kernel (grading_kernel.py and its package
+                 guard_kernel/, read-only to the kernel)
     grader/      HOME and Jupyter folders of the grader's own process while it drives nbgrader
     jupyter/     the kernelspec
     kernel/      the sandbox's: <assignment>/ (its working folder), home/ (with tmp/), rt/ (its sockets),
@@ -30,17 +31,18 @@ import nbformat
 
 from autograder.cells import grade_id
 from autograder.course import course_config, course_directory, error_line
-from autograder.grading import guard_kernel
 from autograder.grading.attempt import AttemptReport, Failure, FailureKind, Job, Outcome, progress_events
 from autograder.grading.execution import NOT_RUN, GraderExecute, QuickReadyClient, read_progress
 from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.gradebook import set_extension
+from autograder.grading.guard_kernel import program as guard_program
 from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellKind, CellScore
 from autograder.grading.sandbox import MAX_FILE_MIB, Isolation, address_space_mib, kernel_command
 from autograder.grading.submissions import read_notebook_json
 from autograder.grading.verdict import SaveVerdicts
-from autograder.grading.zygote import LIBRARIES, WarmStartError, Zygote
+from autograder.grading.warm_start import Zygote
+from autograder.grading.zygote import LIBRARIES, WarmStartError
 from autograder.safe_copy import Limits, Refusal, copy_tree
 from autograder.safe_html import exporter_config, with_csp
 
@@ -53,6 +55,15 @@ MAX_EXTRA_TOTAL_BYTES = 200 * 2**20
 MAX_EXTRA_ENTRIES = 10_000
 MAX_EXTRA_DEPTH = 32
 KEEP_ENV = ("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TZ")  # the caller's variables a kernel keeps
+
+
+def copy_guard(runtime: Path) -> Path:
+    """Copy the grading kernel into a runtime folder: its package whole (no bytecode), and its program beside
+    it as GUARD_SCRIPT, which imports the package from there; return the script."""
+    shutil.copytree(Path(guard_program.__file__).parent, runtime / guard_program.PACKAGE,
+                    ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    shutil.copyfile(guard_program.__file__, runtime / GUARD_SCRIPT)
+    return runtime / GUARD_SCRIPT
 
 
 @dataclass(frozen=True)
@@ -307,8 +318,7 @@ class Worker:
         """
         s = self.settings
         kernel = KernelFolders.of(scratch, s.assignment)
-        program = scratch / "rt" / GUARD_SCRIPT
-        shutil.copyfile(guard_kernel.__file__, program)
+        program = copy_guard(scratch / "rt")
         guarded = [str(program), "--channel", str(kernel.channel / GUARD_CHANNEL)]
         argv = kernel_command(s.isolation, kernel.writable, kernel.work, s.memory_mib, guarded,
                               tmp=kernel.home / "tmp", readable=(scratch / "rt",))

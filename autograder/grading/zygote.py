@@ -2,12 +2,13 @@
 
 A cold kernel pays a new Python, IPython, ipykernel and, in the student's first cell, `import torch`
 (about 2.5 s on a 2-core machine). A worker's zygote pays them once; each kernel is forked from it with
-nothing of any student in it yet. This file plays every part (it runs as a script, standard library only
-until the zygote preloads):
+nothing of any student in it yet. This file is the program that plays every part but the grader's (it runs
+as a script, standard library only until the zygote preloads; the grader's handle on it, which starts it and
+writes the launcher's spec, is warm_start.py):
 
 - `serve`, the zygote (one per worker, outside any sandbox): imports the kernel's modules and those of
-  LIBRARIES that the assignment imports (`libraries_imported`), checks that it runs one thread only, and
-  listens on a Unix socket in a folder that only the grader can reach and the sandbox hides. For each
+  LIBRARIES that the assignment imports (warm_start.libraries_imported), checks that it runs one thread only,
+  and listens on a Unix socket in a folder that only the grader can reach and the sandbox hides. For each
   connection it forks a child *before reading anything*, so the zygote itself never holds anything of a
   student. Zygotes started together (a Standby's: one per worker) import once: a template imports, binds
   their sockets, forks one zygote per socket, closes them all and only waits.
@@ -27,7 +28,7 @@ address-space, file-size and core limits, the kernel's own environment (nothing 
 random seeds (Python's, NumPy's, torch's), default signal handlers, a session of its own; then it runs the
 guard kernel as `__main__`, as a cold kernel does. What the kernels of one worker still share: the pages
 of the preloaded modules (copy-on-write, as they were before any student ran), str hashing's seed, and
-NumPy's BLAS threads (one; README "Grading a class").
+NumPy's BLAS threads (one; docs/instructors.md "Grading a class").
 """
 
 import json
@@ -46,7 +47,6 @@ KERNEL_MODULES = ("IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipyke
 # in `_disable_dynamo`: an optimizer's constructor, autograd on the meta device. Preloaded when the
 # assignment's code uses autograd or optimizers (AUTOGRAD_NAMES), it is not paid again by every student.
 LIBRARIES = ("torch", "numpy", "torch._dynamo")
-AUTOGRAD_NAMES = frozenset({"backward", "optim"})
 # The holder's namespaces, in the order nsenter(1) joins them (user first: it grants the rights to the rest).
 # Not its PID namespace: the kernel gets one of its own (unshare refuses a new one after joining one).
 NAMESPACES = (("user", 0x10000000), ("cgroup", 0x02000000), ("ipc", 0x08000000), ("uts", 0x04000000),
@@ -63,276 +63,6 @@ CAP_HEADER_VERSION_3 = 0x20080522
 
 class WarmStartError(RuntimeError):
     """The zygote could not start, or could not start a kernel."""
-
-
-# --- the grader's handle (worker.py) -------------------------------------------------------------------
-
-
-class Template:
-    """The grader's handle on a zygote that imported once for several slots and forked a zygote for each
-    (`Zygote.spawn_together`): it says their process ids, and ends once they have."""
-
-    def __init__(self, process, count: int) -> None:
-        self.process = process
-        self.count = count
-        self.pids: list[int] | None = None
-        self.released: set[int] = set()  # slots whose zygote the Standby no longer uses
-
-    def wait_ready(self) -> list[int]:
-        """Wait for the zygotes' process ids, then "ready"; WarmStartError if the template says otherwise."""
-        if self.pids is None:
-            said = self.process.stdout.readline().decode(errors="replace").strip()
-            ready = self.process.stdout.readline().decode(errors="replace").strip()
-            pids = [int(word) for word in said.split()[1:] if word.isdigit()]
-            if not said.startswith("zygotes ") or len(pids) != self.count or ready != "ready":
-                self.process.kill()
-                self.process.wait()
-                raise WarmStartError(f"the zygotes did not start ({said or 'no answer'})")
-            self.pids = pids
-        return self.pids
-
-    def ask_to_stop(self) -> None:
-        """Close the template's stdin, which ends it and each of its zygotes (`stop` waits for that)."""
-        if not self.process.stdin.closed:
-            self.process.stdin.close()
-
-    def release(self, index: int) -> None:
-        """Let go of one slot's zygote (ended, or no longer wanted); stop the template once none is used."""
-        self.released.add(index)
-        if len(self.released) == self.count:
-            self.stop()
-
-    def stop(self) -> None:
-        """End the template and its zygotes (killed if they linger); close our ends of its pipes."""
-        if self.process.stdout.closed:
-            return
-        try:
-            self.ask_to_stop()
-            self.process.wait(timeout=5)
-        except Exception:  # noqa: BLE001  (a template that will not stop is killed, and its zygotes with it)
-            self.process.kill()
-            self.process.wait()
-        self.process.stdout.close()
-
-
-class Zygote:
-    """A worker's zygote process: started once, asked for kernels through `launcher_argv`."""
-
-    def __init__(self, process, socket_path: str, template: Template | None = None, index: int = 0) -> None:
-        self.process = process  # a Popen: the zygote, or (with a template) the template that forked it
-        self.socket_path = socket_path
-        self.template = template
-        self.index = index  # which of the template's zygotes
-        self.parent = os.getpid()
-        self.answered = False  # its "ready" line has been read
-
-    @property
-    def pid(self) -> int:
-        """Return the zygote's process id (the grader leaves it out of a student's memory)."""
-        if self.template is not None:
-            return self.template.wait_ready()[self.index]
-        return self.process.pid
-
-    @classmethod
-    def start(cls, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> "Zygote":
-        """Start a zygote whose socket lies in `folder` (made here, the grader's alone); wait until ready."""
-        zygote = cls.spawn(folder, env, libraries)
-        zygote.wait_ready()
-        return zygote
-
-    @classmethod
-    def spawn(cls, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> "Zygote":
-        """Start a zygote that preloads `libraries` (of LIBRARIES) and the kernel's modules; return at once
-        (it imports while the caller goes on; `wait_ready` first)."""
-        return cls.spawn_together([folder], env, libraries)[0]
-
-    @classmethod
-    def spawn_together(cls, folders: list[str], env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES
-                       ) -> list["Zygote"]:
-        """Start one zygote per folder that import once, together: with several, a template imports, then
-        forks them (each its own process and socket, serving one slot as `spawn`'s does); return at once."""
-        import subprocess
-
-        paths = []
-        for folder in folders:
-            os.makedirs(folder, mode=0o700)
-            paths.append(os.path.join(folder, "zygote.sock"))
-        also = [word for path in paths[1:] for word in ("--also", path)]
-        process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", paths[0], *also,
-                                    *(name for name in libraries if name in LIBRARIES)], env=env,
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=folders[0])
-        if len(paths) == 1:
-            return [cls(process, paths[0])]
-        template = Template(process, len(paths))
-        return [cls(process, path, template, index) for index, path in enumerate(paths)]
-
-    def wait_ready(self) -> None:
-        """Wait for the zygote's "ready" (it has imported everything); WarmStartError if it says otherwise."""
-        if self.answered:
-            return
-        if self.template is not None:
-            self.template.wait_ready()
-            self.answered = True
-            return
-        line = self.process.stdout.readline().decode(errors="replace").strip()
-        if line != "ready":
-            self.process.kill()
-            self.process.wait()
-            raise WarmStartError(f"the zygote did not start ({line or 'no answer'})")
-        self.answered = True
-
-    def launcher_argv(self, spec_path: str) -> list[str]:
-        """Return the kernelspec argv that starts one kernel as `spec_path` describes."""
-        return [sys.executable, "-I", "-S", os.path.abspath(__file__), "launch", spec_path, "-f",
-                "{connection_file}"]
-
-    def write_spec(self, spec_path: str, program: list[str], holder: list[str], address_space_mib: int,
-                   file_mib: int, cold: list[str], cgroup_procs: str = "") -> None:
-        """Write what the launcher needs: the kernel's program, the holder's bubblewrap arguments (ending in
-        `--`), the limits, the cold command to fall back on (both without `-f CONNECTION_FILE`), and the
-        worker's cgroup (its cgroup.procs) that the kernel must join, if it has one."""
-        spec = {"socket": self.socket_path, "program": program, "holder": holder,
-                "address_space_mib": address_space_mib, "file_mib": file_mib, "cold": cold,
-                "cgroup_procs": cgroup_procs}
-        with open(spec_path, "w", encoding="utf-8") as handle:
-            json.dump(spec, handle)
-
-    def ask_to_stop(self) -> None:
-        """Close the zygote's stdin, which ends it (`stop` waits for that); a template's zygotes end together.
-        """
-        if self.template is not None:
-            self.template.ask_to_stop()
-        elif not self.process.stdin.closed:
-            self.process.stdin.close()
-
-    def alive(self) -> bool:
-        """Return True while the zygote runs (also asked in a forked worker, which is not its parent)."""
-        if self.template is not None:
-            if self.template.pids is None:
-                return self.template.process.poll() is None if os.getpid() == self.parent else False
-            return _running(self.pid)
-        if os.getpid() == self.parent:
-            return self.process.poll() is None
-        return _running(self.pid)
-
-    def stop(self) -> None:
-        """End the zygote (its stdin closing ends it; killed if it lingers); close our ends of its pipes. One
-        of a template's is let go: the template ends once none of its zygotes is used."""
-        if self.template is not None:
-            self.template.release(self.index)
-            return
-        try:
-            self.ask_to_stop()
-            self.process.wait(timeout=5)
-        except Exception:  # noqa: BLE001  (a zygote that will not stop is killed)
-            self.process.kill()
-            self.process.wait()
-        self.process.stdout.close()
-
-
-def _running(pid: int) -> bool:
-    """Return True while the process runs (not ended, not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
-def top_level_imports(source: str) -> set[str]:
-    """Return the top-level modules that Python source imports anywhere (SyntaxError: it cannot parse)."""
-    import ast
-
-    return _imports(ast.parse(source))
-
-
-def _imports(tree) -> set[str]:
-    import ast
-
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split(".")[0])
-    return found
-
-
-def _uses_autograd(tree) -> bool:
-    """Return whether code uses a name of AUTOGRAD_NAMES (`loss.backward()`, `torch.optim.SGD`)."""
-    import ast
-
-    return any((node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)) in AUTOGRAD_NAMES
-               for node in ast.walk(tree))
-
-
-def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:
-    """Return those of LIBRARIES that the notebooks' code cells import, and torch._dynamo where they import
-    torch and use autograd or optimizers (cells Python cannot parse are skipped: a library they alone import
-    is imported in the kernel instead)."""
-    import ast
-
-    found: set[str] = set()
-    for path in notebooks:
-        with open(path, encoding="utf-8") as handle:
-            cells = json.load(handle).get("cells", [])
-        for cell in cells:
-            if cell.get("cell_type") != "code":
-                continue
-            source = cell.get("source", "")
-            try:
-                tree = ast.parse("".join(source) if isinstance(source, list) else str(source))
-            except (SyntaxError, ValueError):
-                continue
-            found |= _imports(tree)
-            if _uses_autograd(tree):
-                found.add("torch._dynamo")
-    if "torch" not in found:
-        found.discard("torch._dynamo")
-    return tuple(name for name in LIBRARIES if name in found)
-
-
-class Standby:
-    """Zygotes kept running between grading runs (the hub's autograde service) or started while a run is set
-    up (`early_zygotes`), so that a submission's kernel is forked at once; each serves one worker at a time
-    (its slot), and those started together import once."""
-
-    def __init__(self, folder: str, env: dict[str, str], libraries: tuple[str, ...] = LIBRARIES) -> None:
-        self.folder = folder
-        self.env = env
-        self.libraries = libraries
-        self.zygotes: dict[int, Zygote] = {}
-        self.started = 0
-
-    def launch(self, count: int) -> None:
-        """Start the zygotes of slots 0..count-1 that are missing or dead, without waiting for them (several
-        at once import together: `Zygote.spawn_together`)."""
-        missing = [slot for slot in range(count)
-                   if slot not in self.zygotes or not self.zygotes[slot].alive()]
-        folders = []
-        for slot in missing:
-            if slot in self.zygotes:
-                self.zygotes.pop(slot).stop()
-            self.started += 1
-            folders.append(os.path.join(self.folder, f"z{self.started}"))
-        if folders:
-            self.zygotes.update(zip(missing, Zygote.spawn_together(folders, self.env, self.libraries),
-                                    strict=True))
-
-    def ready(self, count: int) -> tuple[Zygote, ...]:
-        """Return `count` running zygotes (slots 0..count-1), starting those missing or dead."""
-        self.launch(count)
-        for slot in range(count):
-            self.zygotes[slot].wait_ready()
-        return tuple(self.zygotes[slot] for slot in range(count))
-
-    def stop(self) -> None:
-        """End every zygote (all asked at once, then each waited for)."""
-        for zygote in self.zygotes.values():
-            zygote.ask_to_stop()
-        for zygote in self.zygotes.values():
-            zygote.stop()
-        self.zygotes.clear()
 
 
 # --- Linux calls --------------------------------------------------------------------------------------
@@ -521,6 +251,10 @@ def _send(connection: socket.socket, message: dict) -> None:
         connection.send(json.dumps(message).encode())
     except OSError:
         pass
+
+
+
+# --- the child: the kernel's namespace, its init and the kernel --------------------------------------
 
 
 def child(connection: socket.socket, libc) -> int:

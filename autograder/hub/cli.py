@@ -5,8 +5,8 @@ import os
 import sys
 from pathlib import Path
 
-from autograder.hub.autograde_queue import HiddenTests
 from autograder.hub.grade_export import ExportFormat
+from autograder.hub.service.autograde_queue import HiddenTests
 from autograder.hub.settings import AUTHENTICATORS, DEFAULT_ROOT, HubError, HubSettings, LtiSettings
 
 ROOT_ENV = "DEVICELAB_HUB_ROOT"
@@ -33,7 +33,7 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     setup.add_argument("--authenticator", choices=AUTHENTICATORS, default="pam",
                        help="pam (Unix passwords, default), native (sign-up, approved by an admin), dummy "
                             "(one shared password; loopback only), lti13 (launched from an LMS course page)")
-    lti = setup.add_argument_group("LTI 1.3 (--authenticator lti13; README, Connecting Canvas or Moodle)")
+    lti = setup.add_argument_group("LTI 1.3 (--authenticator lti13; docs/lms.md)")
     for name, text in [("issuer", "the platform's issuer, e.g. https://canvas.instructure.com"),
                        ("client-id", "the tool's client id at the platform"),
                        ("deployment-id", "the tool's deployment id (other deployments are refused)"),
@@ -146,9 +146,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autograder.hub import install, loop, start
+    from autograder.hub import loop, start
     from autograder.hub.exchange import printable
-    from autograder.hub.roster import Member
+    from autograder.hub.setup import install
+    from autograder.hub.setup.roster import Member
 
     root = Path(args.root)
     if args.action == "setup":
@@ -161,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
             cpu_limit=args.cpu_limit, tasks_limit=args.tasks_limit, server_box=args.server_box,
             proxy=args.proxy or install.find_proxy(Path(args.course)),
             lti=_lti_settings(args) if args.authenticator == "lti13" else None)
-        report = install.setup(settings, _roster_file(args))
+        report = loop.setup(settings, _roster_file(args))
         s = report.settings
         print(f"hub for {s.course_id} in {s.paths.root}: {len(report.members)} people, grader account "
               f"{s.grader}")
@@ -258,14 +259,15 @@ def _roster_file(args: argparse.Namespace) -> Path:
 
 def _lti_next_steps(s: HubSettings) -> list[str]:
     """Return what the instructor registers in the LMS."""
-    from autograder.hub.render import bind_url
+    from autograder.hub.setup.render import bind_url
 
-    base = bind_url(s).rstrip("/") + "/hub/lti13"
+    public = bind_url(s.ip, s.port).rstrip("/")
+    base = public + "/hub/lti13"
     return ["LTI 1.3: register these in the LMS (behind a TLS proxy, use its https:// address instead):",
             f"  OIDC login (initiation) URL: {base}/oauth_login",
             f"  redirect (launch) URL:       {base}/oauth_callback",
             f"  tool public key set URL:     {base}/jwks   (or paste {s.paths.lti / 'tool-jwks.json'})",
-            f"  target link URI:             {bind_url(s).rstrip('/')}/hub/"]
+            f"  target link URI:             {public}/hub/"]
 
 
 def _course_id(course: Path) -> str:

@@ -1,4 +1,5 @@
-"""The instructor's loop: release, status, collect, grade (with our grader), feedback, export."""
+"""The instructor's commands: set up, release, status, collect, grade (with our grader), feedback, extensions,
+autograde, passback, roster, export."""
 
 import csv
 import datetime
@@ -7,14 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.csv_cells import restored
-from autograder.hub import accounts, exchange
+from autograder.hub import exchange
 from autograder.hub.arrival import parse_utc
 from autograder.hub.exchange import BadName, CollectReport, Exchange
 from autograder.hub.extensions import Extension
 from autograder.hub.grade_export import ExportFormat, nbgrader_csv, read_table, write_csv
-from autograder.hub.install import course_gradebook, grader_env, secure_exchange
-from autograder.hub.roster import read_roster
 from autograder.hub.settings import HubError, HubSettings
+from autograder.hub.setup import accounts, install
+from autograder.hub.setup.accounts import GraderAccount
+from autograder.hub.setup.install import SetupReport, course_gradebook, secure_exchange
+from autograder.hub.setup.roster import read_roster
 from autograder.safe_copy import Refusal
 
 
@@ -40,6 +43,16 @@ class Grade:
     detail: str
 
 
+def setup(s: HubSettings, roster: Path) -> SetupReport:
+    """Make the whole hub (setup.install) and, with an LMS, the hub's side of it (lms.admission)."""
+    report = install.setup(s, roster)
+    if report.settings.lti is not None:
+        from autograder.hub.lms.admission import prepare_lms  # pylti1p3, cryptography: only with an LMS
+
+        prepare_lms(report.settings)
+    return report
+
+
 def _known(s: HubSettings, assignment: str) -> None:
     if not (s.paths.course / "release" / assignment).is_dir():
         have = sorted(p.name for p in (s.paths.course / "release").iterdir() if p.is_dir())
@@ -52,7 +65,7 @@ def release(s: HubSettings, assignment: str, force: bool = False, due: str | Non
     """
     due_utc = parse_due(due) if due else None
     _known(s, assignment)
-    repaired = secure_exchange(s)
+    repaired = secure_exchange(s.grader, _exchange(s))
     try:
         exchange.release(_exchange(s), s.paths.course / "release" / assignment, assignment, force)
     except (FileExistsError, Refusal) as exc:
@@ -60,7 +73,8 @@ def release(s: HubSettings, assignment: str, force: bool = False, due: str | Non
     said = "\n".join([*repaired, f"released {assignment} to {_exchange(s).outbound / assignment}"])
     if due_utc is None:
         return said
-    dated = course_gradebook(s, "due", assignment, f"{due_utc:%Y-%m-%d %H:%M:%S} UTC", check=False)
+    dated = course_gradebook(GraderAccount.of(s), s.course_id, "due", assignment,
+                             f"{due_utc:%Y-%m-%d %H:%M:%S} UTC", check=False)
     if dated.returncode != 0:
         raise HubError(
             f"released, but the due date was not recorded: {(dated.stdout + dated.stderr).strip()}")
@@ -102,10 +116,9 @@ def status(s: HubSettings, assignment: str) -> Handins:
 
 def _as_grader(s: HubSettings, action: str, assignment: str) -> str:
     """Run an exchange action (exchange.py's main) as the grader account; return what it printed."""
-    done = accounts.run_as(s.grader,
-                           [s.python, "-m", "autograder.hub.exchange", action, assignment, "--course",
-                            str(s.paths.course), "--exchange", str(s.paths.exchange), "--course-id",
-                            s.course_id], cwd=s.paths.course, env=grader_env(s), timeout=None)
+    done = GraderAccount.of(s).module("autograder.hub.exchange", action, assignment, "--course",
+                                      str(s.paths.course), "--exchange", str(s.paths.exchange), "--course-id",
+                                      s.course_id)
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -115,9 +128,9 @@ def _extensions_as_grader(s: HubSettings, assignment: str, student: str | None =
 
     The names come after `--`, so that no id is ever read as an option.
     """
-    argv = [s.python, "-m", "autograder.hub.extensions", "--course", str(s.paths.course), "--course-id",
-            s.course_id, *how, "--", assignment, *([student] if student else [])]
-    done = accounts.run_as(s.grader, argv, cwd=s.paths.course, env=grader_env(s), timeout=120)
+    done = GraderAccount.of(s).module("autograder.hub.extensions", "--course", str(s.paths.course),
+                                      "--course-id", s.course_id, *how, "--", assignment,
+                                      *([student] if student else []), timeout=120)
     said = json.loads(done.stdout.strip().splitlines()[-1])
     if isinstance(said, dict) and "error" in said:
         raise HubError(said["error"])
@@ -152,9 +165,9 @@ def grade_collected(s: HubSettings, assignment: str, extra: list[str]) -> list[G
     if not any((course / "submitted").glob(f"*/{assignment}")):
         raise HubError(f"nothing collected for {assignment}: run `hub collect {assignment}` first")
     out = course / "graded" / assignment
-    command = [s.python, "-m", "autograder", "grade", assignment, str(course / "submitted"), "--course",
-               str(course), "--out", str(out), "--hide", str(s.paths.exchange), "--quiet", *extra]
-    accounts.run_as(s.grader, command, cwd=course, env=grader_env(s), timeout=None)
+    GraderAccount.of(s).module("autograder", "grade", assignment, str(course / "submitted"), "--course",
+                               str(course), "--out", str(out), "--hide", str(s.paths.exchange), "--quiet",
+                               *extra)
     return read_grades(out / "grades.csv")
 
 
@@ -182,43 +195,39 @@ def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None =
     options = [*(["--per-hour", str(per_hour)] if per_hour is not None and mode == "on" else []),
                *(["--timeout", str(timeout)] if timeout is not None and mode == "on" else []),
                *(["--hidden-tests", hidden_tests] if hidden_tests is not None and mode == "on" else [])]
-    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.autograde_service", mode, "--course",
-                                      str(s.paths.course), assignment, *options],
-                           cwd=s.paths.course, env=grader_env(s), timeout=120)
+    done = GraderAccount.of(s).module("autograder.hub.service.autograde", mode, "--course",
+                                      str(s.paths.course), assignment, *options, timeout=120)
     return done.stdout
 
 
 def pass_back(s: HubSettings, assignment: str) -> list[str]:
     """Queue the graded scores of an assignment for the LMS and post what is due (as the grader account)."""
-    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.passback", "offer", assignment,
-                                      "--course", str(s.paths.course)],
-                           cwd=s.paths.course, env=grader_env(s), timeout=600)
-    return done.stdout.strip().splitlines()
+    return _passback(s, "offer", assignment, timeout=600)
 
 
 def passback_status(s: HubSettings, assignment: str | None) -> list[str]:
     """Return the passback queue: every score, pending, sent or failed (as the grader account)."""
-    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.passback", "status",
-                                      *([assignment] if assignment else []), "--course", str(s.paths.course)],
-                           cwd=s.paths.course, env=grader_env(s), timeout=120)
-    return done.stdout.strip().splitlines()
+    return _passback(s, "status", *([assignment] if assignment else []), timeout=120)
 
 
 def flush_passback(s: HubSettings) -> list[str]:
     """Post the scores that are due now (as the grader account)."""
-    done = accounts.run_as(s.grader, [s.python, "-m", "autograder.hub.passback", "flush", "--course",
-                                      str(s.paths.course)],
-                           cwd=s.paths.course, env=grader_env(s), timeout=600)
+    return _passback(s, "flush", timeout=600)
+
+
+def _passback(s: HubSettings, *args: str, timeout: float) -> list[str]:
+    """Run grade passback (lms/passback.py) as the grader account; return the lines it printed."""
+    done = GraderAccount.of(s).module("autograder.hub.lms.passback", *args, "--course", str(s.paths.course),
+                                      timeout=timeout)
     return done.stdout.strip().splitlines()
 
 
 def roster_from_lms(s: HubSettings) -> list[str]:
     """Give every member of the LMS course their account (made now if new) and their role now, as a launch
     does; a member who cannot be taken is skipped and said, and the rest carry on."""
-    from autograder.hub.install import publish
-    from autograder.hub.lms_accounts import admit
-    from autograder.hub.lms_roster import read_lms_roster
-    from autograder.hub.lti_tool import ToolFiles
+    from autograder.hub.lms.admission import admit
+    from autograder.hub.lms.members import read_lms_roster
+    from autograder.hub.lms.tool import ToolFiles
 
     accounts.require_root("hub roster --from-lms")
     if s.lti is None:
@@ -234,7 +243,7 @@ def roster_from_lms(s: HubSettings) -> list[str]:
         done = [*admitted.done] or ["on the roster"]
         if admitted.done:
             try:
-                done.append(publish(s, admitted.member))
+                done.append(install.publish(s, admitted.member))
             except HubError as exc:
                 done.append(str(exc))
         lines += [f"{admitted.user}: {line}" for line in done]

@@ -38,7 +38,7 @@ class HubSettings:
     mem_limit_mib: int = 2048  # each student's server, its kernels included (0: no limit)
     cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
     tasks_limit: int = 1024  # processes and threads each server may run (0: no limit)
-    server_box: str = "bwrap"  # each server in a box of its own (autograder/hub/server_box.py); "none": not
+    server_box: str = "bwrap"  # each server in a box of its own (hub/setup/server_box.py); "none": not
     lti: "LtiSettings | None" = None  # the LMS, with --authenticator lti13
 
     def __post_init__(self) -> None:
@@ -128,7 +128,7 @@ class HubPaths:
 
     @property
     def lti_people(self) -> Path:
-        """Return the ledger of which LMS person each account was made for (lms_people.py; root only)."""
+        """Return the ledger of which LMS person each account was made for (lms/people.py; root only)."""
         return self.hub / "lti-people.sqlite"
 
     @property

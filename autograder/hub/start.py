@@ -5,8 +5,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.hub import accounts
 from autograder.hub.settings import HubError, HubSettings
+from autograder.hub.setup import accounts
 
 
 @dataclass(frozen=True)

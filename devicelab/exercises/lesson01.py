@@ -37,6 +37,8 @@ PREDICTIONS = {
                  "and `torch.randn(3)` end up when we pass no `device=`?",
         choices=("on the GPU, since `device` says `cuda`", "on the CPU", "it depends on the function"),
         answer="on the CPU",
+        giveaways=("create on the cpu", "created on the cpu", "start on the cpu", "pytorch picks the cpu",
+                   "does not move anything", "moves nothing by itself"),
         reason="Factory functions create on the CPU unless you pass `device=` (or change the default with "
                "`torch.set_default_device`). Choosing `device` moves nothing by itself."),
     "numpy-dtype": Prediction(
@@ -45,6 +47,9 @@ PREDICTIONS = {
         choices=("yes, both float32", "yes, both float64", "no: float32 from the list, float64 from NumPy",
                  "no: float64 from the list, float32 from NumPy"),
         answer="no: float32 from the list, float64 from NumPy",
+        giveaways=("numpy brings float64", "numpy's default float is", "keeps the dtype of a numpy array",
+                   "numpy arrays keep their own dtype", "arrives as float64", "numpy gives float64",
+                   "numpy makes float64"),
         reason="Python floats become PyTorch's default float dtype, float32; a NumPy array keeps its own "
                "dtype, and NumPy's default float is float64."),
     "slice-storage": Prediction(
@@ -52,6 +57,8 @@ PREDICTIONS = {
                  "many bytes does `small.nbytes` report, and how many does the storage it keeps alive hold?",
         choices=("8 and 8", "8 and 4,000,000", "4,000,000 and 4,000,000"),
         answer="8 and 4,000,000",
+        giveaways=("whole storage alive", "whole block stays", "stays allocated", "keeps the whole storage",
+                   "4,000,000 bytes of storage"),
         reason="`nbytes` counts only the elements the view shows; the view shares its base's storage, and "
                "the whole block stays allocated as long as the view exists."),
 }

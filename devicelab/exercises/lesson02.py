@@ -34,12 +34,16 @@ PREDICTIONS = {
                  "for a second GPU?",
         choices=("yes", "no: it raises, there is no such GPU", "only on a machine with two GPUs"),
         answer="yes",
+        giveaways=("only a label", "is a label", "not a connection", "nothing checks the hardware",
+                   "checks no hardware", "making one needs no gpu"),
         reason="A device object is only a label: making one checks no hardware. The check comes when a "
                "tensor is created on that device or moved there."),
     "cuda-vs-cuda0": Prediction(
         question='Is `torch.device("cuda") == torch.device("cuda:0")`?',
         choices=("True", "False", "it raises without a GPU"),
         answer="False",
+        giveaways=("cuda and cuda:0 are not", "not equal", "has no index", "none is not 0", "cuda:0 != cuda",
+                   "plain cuda means the current", "plain cuda is the current"),
         reason="Plain `cuda` has no index (it means the current CUDA device); device objects compare type "
                "and index, and `None` is not `0`."),
     "current-accelerator": Prediction(
@@ -48,6 +52,8 @@ PREDICTIONS = {
                  "`torch.accelerator.current_accelerator()` return there?",
         choices=("`None`", "`device(type='cpu')`", "`device(type='cuda')`", "it raises an error"),
         answer="`device(type='cuda')`",
+        giveaways=("compile-time trap", "comes back to this trap", "current_accelerator() ... compiled",
+                   "reports the accelerator this pytorch was compiled", "not one that is actually usable"),
         reason="Without arguments it names the accelerator PyTorch was compiled for, usable or not. "
                "`current_accelerator(check_available=True)` returns `None` there."),
 }

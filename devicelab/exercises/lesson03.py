@@ -40,6 +40,8 @@ PREDICTIONS = {
                  "`x.to(torch.float32) is x` are `True`?",
         choices=("none of them", "only `x.cpu() is x`", "the first two", "all three"),
         answer="all three",
+        giveaways=("same tensor back", "returns t itself", "same tensor object", "hand back the same",
+                   "hand back the tensor itself", "nothing has to change, so nothing is copied"),
         reason="When the tensor already has the device and dtype asked for, `.cpu()` and `.to()` hand back "
                "the tensor itself: nothing has to change, so nothing is copied."),
     "moved-grad": Prediction(
@@ -47,12 +49,16 @@ PREDICTIONS = {
                  "`loss = (w64 ** 2).sum()` and `loss.backward()`, what is `w64.grad`?",
         choices=("`2 * w64`, the gradient of the loss", "`None`", "an error"),
         answer="`None`",
+        giveaways=("non-leaf", "not leaves", "not a leaf", "stays none", "stay leaves",
+                   "nothing ever updates it", "only leaves keep"),
         reason="`w64` is computed from `w`, so it is not a leaf: the gradient flows through the copy back to "
                "`w`, and only leaves keep a `.grad` (PyTorch warns when you read a non-leaf's)."),
     "numpy-shares": Prediction(
         question="`t` is a CPU tensor. Does writing into `b = t.detach().cpu().numpy()` change `t`?",
         choices=("yes", "no: `.cpu()` made a copy", "it raises an error"),
         answer="yes",
+        giveaways=("numpy sharing", "shares memory with the tensor", "numpy() shares",
+                   "still shares on a cpu", "shared one when"),
         reason="On the CPU, `.detach()` shares memory, `.cpu()` returns the same tensor and `.numpy()` "
                "shares memory: `b` is `t`'s memory. On a GPU, `.cpu()` really copies."),
 }

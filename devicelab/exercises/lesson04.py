@@ -85,12 +85,17 @@ PREDICTIONS = {
         choices=("a device-mismatch RuntimeError", "a meta tensor of shape (2, 2)",
                  "a CPU tensor of shape (2, 2), no error"),
         answer="a CPU tensor of shape (2, 2), no error",
+        giveaways=("matmul trap", "tensor instead of failing", "@ meta_tensor", "trap of meta", "uninitiali",
+                   "never trust silence", "whatever happened to be in memory"),
         reason="The CPU matmul kernel does not check the meta operand's device, and the meta operand holds "
                "no numbers: the result is uninitialised CPU memory. The next cell shows it."),
     "float64-matmul": Prediction(
         question="On the CPU, no GPU involved: `torch.ones(2, 3, dtype=torch.float64) @ torch.ones(3, 2)`?",
         choices=("works, the result is float64", "works, the result is float32", "raises a dtype error"),
         answer="raises a dtype error",
+        giveaways=("refuse to mix", "must have the same dtype", "to have the same dtype", "do not promote",
+                   "does not promote", "promote to float64 instead", "mixing dtypes fails",
+                   "mixing ... fails", "shows that error"),
         reason="Matrix products do not promote: both operands must have one dtype (elementwise `+` would "
                "promote to float64). No GPU is involved: the float64 is not the problem, the mix is."),
 }

@@ -51,6 +51,7 @@ PREDICTIONS = {
                  "host's clock move before the loop ends?",
         choices=("about 15 ms (3000 launches of 5 us)", "about 3 s (the work)", "something else"),
         answer="something else",
+        giveaways=("limited depth", "queue is full", "free slot", "queue depth", "about 2 s"),
         reason="About 2 s on the simulated T4: the launch queue has a limited depth, and once it is full "
                "each launch waits for a free slot. The explanation follows the cell."),
     "default-h2d": Prediction(
@@ -58,6 +59,9 @@ PREDICTIONS = {
                  "plain `x.to(device)`. How long does the host wait in that line?",
         choices=("about the copy itself, well under 1 ms", "about 50 ms", "nothing: the copy is only queued"),
         answer="about 50 ms",
+        giveaways=("stream sync", "default x.to(device) among them", "host-to-device copy ... sync point",
+                   "most common sync point", "cudamemcpyasync then", "waits for everything queued",
+                   "copies that do not", "in almost every training loop"),
         reason="The default host-to-device copy ends with a stream sync: the host waits for everything "
                "queued before the copy, not only for the copy. The cell also times a pinned "
                "`non_blocking=True` copy."),
@@ -67,6 +71,8 @@ PREDICTIONS = {
                  "at once. What do we read?",
         choices=("an error", "the new values", "last step's values"),
         answer="last step's values",
+        giveaways=("stale", "dangerous direction", "unsafe direction", "is not a sync point",
+                   "another matter", "host-to-device is safe"),
         reason="The copy was only queued behind the kernel, and reading a CPU tensor is not a sync point: "
                "the buffer still holds the old numbers, with no error."),
 }

@@ -36,20 +36,13 @@ def effective_gbps(nbytes: int, peak_gbps: float, latency_s: float) -> float:
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
-    "pageable-non-blocking": Prediction(
-        question="`x` is an ordinary, pageable CPU tensor. Does `x.to(device, non_blocking=True)` return as "
-                 "soon as the copy is queued, as it does from pinned memory?",
-        choices=("yes, it only queues the copy", "no: the host is held while the data is staged",
-                 "it raises: non_blocking needs pinned memory"),
-        answer="no: the host is held while the data is staged",
-        reason="The copy engine cannot read pageable memory, so the driver first copies the data into a "
-               "pinned buffer of its own; the call returns once the last chunk is there, about the copy's "
-               "duration. It still skips PyTorch's own stream sync after the copy."),
     "half-peak": Prediction(
         question="A pinned copy's bandwidth grows with its size. Roughly what size reaches half of the "
                  "simulated T4's 12.4 GB/s peak?",
         choices=("4 KiB", "32 KiB", "1 MiB", "16 MiB"),
         answer="32 KiB",
+        giveaways=("between 32 kib and 64 kib", "31-36 kib", "half of the peak arrives",
+                   "half of its peak around"),
         reason="Each copy pays a fixed few microseconds before its bytes move at the peak rate; the two are "
                "equal at peak x latency, about 33,000 bytes on the simulated T4 (published T4 measurements: "
                "31-36 KiB)."),
@@ -58,13 +51,18 @@ PREDICTIONS = {
         choices=("on the CPU", "on the GPU when there is one, else on the CPU",
                  "on `device`, whatever it is"),
         answer="on the CPU",
+        giveaways=("leaves to you", "does not move it", "never moves them", "batches stay cpu tensors",
+                   "batch is on the cpu"),
         reason="The DataLoader pins batches but never moves them: you still call `.to(device, "
                "non_blocking=True)`. Without a GPU it warns and hands out ordinary, unpinned batches."),
     "one-stream-overlap": Prediction(
-        question="Pinned memory and `non_blocking=True`, everything on one stream (the second way): does the "
-                 "copy of the next batch overlap the current step's compute?",
+        question="Pinned memory and `non_blocking=True` (the second way): does the copy of the next batch "
+                 "overlap the current step's compute?",
         choices=("yes, fully", "partly", "no"),
         answer="no",
+        giveaways=("runs its work in order", "still waits for step", "not on one stream", "side stream",
+                   "second stream", "second cuda stream", "never overlapping", "one stream runs in order",
+                   "overlap needs"),
         reason="The host no longer waits, but a stream runs its work in order: the next copy starts only "
                "when the step queued before it has finished. Overlap needs a second stream."),
 }

@@ -71,51 +71,38 @@ def kernel_seconds(trace):
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
-    "sync-point": Prediction(
-        question=("The host queues a 20 ms kernel, then copies 1 MiB with a plain x.to(device). How long "
-                  "does the host wait in the copy?"),
-        choices=("about 0.1 ms (the copy)", "about 20 ms (the kernel, then the copy)"),
-        answer="about 20 ms (the kernel, then the copy)",
-        reason=("A default copy is cudaMemcpyAsync followed by cudaStreamSynchronize: the host waits for "
-                "everything queued on the stream, the kernel included, not only for its own copy.")),
-    "early-read": Prediction(
-        question=("A result is copied to the host with non_blocking=True and read at once. What does the "
-                  "read give?"),
-        choices=("the result", "an error", "whatever the memory held before"),
-        answer="whatever the memory held before",
-        reason=("The call returns before the copy has landed, and reading a CPU tensor is not a sync point: "
-                "nothing raises, the bytes are just old. The simulator marks them STALE; PyTorch does not.")),
     "refill": Prediction(
-        question=("The host queues a 64 MiB pinned copy behind a 4 ms kernel, then refills the buffer. Is "
-                  "the copy done?"),
-        choices=("yes", "no"),
-        answer="no",
-        reason=("A non-blocking copy from pinned memory only queues: the copy has not even started (it waits "
-                "for the kernel), and refilling now would send the new data.")),
+        question=("A loader keeps one pinned staging buffer, now holding batch 1. The host queues its copy "
+                  "to the GPU with non_blocking=True behind 4 ms of kernels, then at once refills the buffer "
+                  "with batch 2. What does the GPU receive?"),
+        choices=("batch 1: the copy took the data when it was queued",
+                 "batch 2 (or part of it), and nothing raises", "an error: the buffer is still being copied"),
+        answer="batch 2 (or part of it), and nothing raises",
+        giveaways=("must not overwrite", "before refilling", "safe to refill only after",
+                   "reads the buffer when", "(part of) the next batch", "source must stay unchanged"),
+        reason=("The copy was only queued, and the copy engine reads the buffer when the copy runs, 4 ms "
+                "later: by then it holds batch 2. Nothing checks it, in the simulator or in PyTorch. Record "
+                "an event right after the copy and wait on it before you refill.")),
     "wait-stream": Prediction(
         question=("A batch is copied on a side stream; the next kernel, which uses it, is queued on the "
                   "default stream without wait_stream. When does the kernel start?"),
         choices=("after the copy has landed", "right away, while the copy is still running"),
         answer="right away, while the copy is still running",
+        giveaways=("batch must have arrived", "streams are independent", "synchronising them is your job",
+                   "before using the batch", "wait_stream(side) before use"),
         reason=("Two streams are independent: nothing orders the default stream after the side stream unless "
                 "you say so (wait_stream or wait_event). The kernel reads the batch before it has arrived.")),
-    "long-calls": Prediction(
-        question=("In the trace of the slow loop (a pageable batch copied with a blocking .to(), and .item() "
-                  "every step), which host call holds the host in every step, however fast the GPU?"),
-        choices=("the kernel launches", "the cudaStreamSynchronize calls", "the batch's cudaMemcpyAsync"),
-        answer="the batch's cudaMemcpyAsync",
-        reason=("A copy from pageable memory holds the host inside cudaMemcpyAsync while the driver stages "
-                "the data (CUDA lets it wait for the stream first, too); the stream sync after it has little "
-                "left to wait for. A cudaStreamSynchronize lasts as long as the work still queued: .item()'s "
-                "is about 1.3 ms in the simulated T4's trace, 11-20 us in the H100's recorded one, whose "
-                "small kernels were done by then. Counting sync calls alone misses the copies' waits.")),
-    "graph": Prediction(
-        question=("On the simulated GPU, which charges 5 us per launch, a step of 100 tiny kernels (2 us "
-                  "each) is launched one by one. How long does it take? Type microseconds."),
-        answer="500", accept=("about 500", "500 us"),
-        reason=("Launched one by one the host is the bottleneck: 100 launches x 5 us = 500 us, the GPU idle "
-                "most of the time. A graph replay is one launch: about 5 + 100 x 2 = 205 us. A real launch "
-                "through PyTorch costs more: the H100 below took 1474 us eager (about 14.7 us a kernel) "
-                "against 149 us replayed.")),
+    "pytorch-launch": Prediction(
+        question=("On the H100 whose output is recorded under the next cell, a step of 100 tiny kernels "
+                  "(`x.add_(1)` on 1024 numbers) is launched one by one from Python. CUDA's own launch "
+                  "costs about 5 us. How long does one step take?"),
+        choices=("about 150 us: the kernels' own time", "about 500 us: 100 launches of 5 us",
+                 "about 1500 us"),
+        answer="about 1500 us",
+        giveaways=("1474 us", "14.7 us", "more through pytorch", "python and bookkeeping",
+                   "three times the simulated"),
+        reason=("1474 us: before each CUDA launch PyTorch runs its own Python, dispatcher and bookkeeping, "
+                "about 14.7 us a kernel on that machine, three times CUDA's 5 us, while each kernel runs "
+                "for about 1.5 us. Replayed as one CUDA graph, the same step took 149 us.")),
 }
 ask = asker(PREDICTIONS)

@@ -190,12 +190,14 @@ PREDICTIONS = {
         choices=("it runs, just slowly", "it stops with a device mismatch",
                  "it runs but prints wrong losses"),
         answer="it stops with a device mismatch",
+        giveaways=("made without device=", "stops at the same line", "on the cpu, while x is on the gpu"),
         reason=("forward adds torch.randn(x.shape): made without device=, so on the CPU, while x is on the "
                 "GPU. The simulated GPU stops at the same line: run the next cell.")),
     "waits-per-step": Prediction(
         question=("With the crash fixed, how many times per step does the host wait for the GPU (sync calls "
                   "or copies that hold the host)? Type a number."),
         answer="3", accept=("three",),
+        giveaways=("3 per step", "three waits", "3 waits", "24 in 8 steps", "three times per step"),
         reason=("x.to(device) and y.to(device) are blocking copies (each waits for the stream), and "
                 "loss.item() copies the loss to the host and waits: 3 per step, 24 in 8 steps; the trace "
                 "below shows them.")),
@@ -203,16 +205,20 @@ PREDICTIONS = {
         question="For what share of the epoch is the GPU busy (a kernel or a copy running)?",
         choices=("about 25%", "about 60%", "about 95%"),
         answer="about 60%",
+        giveaways=("about 60%", "busy for about 12", "12 of the 20 ms"),
         reason=("The simulated T4 is busy for about 12 of the 20 ms: the rest of the time it waits for the "
                 "host, which makes every batch in the loop's own thread and waits in every blocking copy and "
                 ".item(). The summary's last line and the timeline show it.")),
     "naive-stopwatch": Prediction(
-        question=("Your fixed epoch, timed with the script's stopwatch (perf_counter before and after, no "
-                  "sync): does it read more, less, or the same as the epoch really takes?"),
-        choices=("more", "less", "the same"),
-        answer="less",
-        reason=("With no sync left in the loop, run_epoch returns once the last step is queued; the GPU is "
-                "still running it. The stopwatch stops early; an honest timer syncs before reading the "
-                "clock.")),
+        question=("The script as written (crash fixed, `.item()` every step), timed with its own "
+                  "stopwatch (perf_counter before and after, no sync): does it read more, less or about the "
+                  "same as the epoch really takes?"),
+        choices=("more", "less", "about the same"),
+        answer="about the same",
+        giveaways=("agree by accident", "right by accident", "last .item() waited", "the last .item() waits"),
+        reason=("Its last `.item()` waits for the GPU, so the loop returns only when the GPU has finished: "
+                "the stopwatch is right by accident. Your fixed copy has no sync left in the loop, so it "
+                "returns once its last step is queued, and the same stopwatch reads less. The next cell "
+                "times both.")),
 }
 ask = asker(PREDICTIONS)

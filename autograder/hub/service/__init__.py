@@ -1,0 +1,1 @@
+"""Autograde on submit: the service that grades each submission as it arrives, and its queue."""

@@ -1,0 +1,103 @@
+"""The hub's spawner: JupyterHub's LocalProcessSpawner with each server limited (limits.py) and boxed
+(server_box.py).
+
+JupyterHub's own LocalProcessSpawner accepts `c.Spawner.mem_limit` and `c.Spawner.cpu_limit` but leaves
+them to the server to respect. This one puts each server, before it drops to the user's account, into a
+cgroup of its own with those limits and a task cap, and logs every process the OOM killer stopped in it.
+Where no cgroup can be made (no permission, no controller) it says so in the hub's log and starts the server
+without limits. Each server then runs in a box of its own (private temporary folders, its own process view,
+an allow-list of folders); a server that cannot be boxed is not started, unless the hub was set up with
+`--server-box none`.
+"""
+
+import pwd
+from pathlib import Path
+
+from jupyterhub.spawner import LocalProcessSpawner
+from traitlets import Int, List, Unicode
+
+from autograder.grading.sandbox import python_locations, student_package_folders
+from autograder.hub.setup.limits import ServerLimits, UserCgroup
+from autograder.hub.setup.server_box import BoxPlan, box_prefix
+
+
+class LimitedSpawner(LocalProcessSpawner):
+    """Start each user's server inside a cgroup that holds its memory and CPU limits."""
+
+    cgroup_prefix = "devicelab-hub"
+    tasks_limit = Int(0, config=True, help="Processes and threads each server may run (0: no limit).")
+    box = Unicode("bwrap", config=True, help="bwrap: each server in a box of its own; none: not boxed.")
+    box_shared = List(Unicode(), config=True,
+                      help="Folders shared with other accounts that a server may use (the exchange).")
+    box_readable = List(Unicode(), config=True,
+                        help="Folders a server may read besides Python and the course's packages.")
+
+    def limits(self) -> ServerLimits:
+        """Return this server's limits, from the standard Spawner settings."""
+        return ServerLimits(int((self.mem_limit or 0) // 2**20), float(self.cpu_limit or 0), self.tasks_limit)
+
+    def box_plan(self) -> BoxPlan:
+        """Return what this user's box shows: their home, the shared folders, Python and the course's
+        packages."""
+        readable = [*map(Path, python_locations()), *student_package_folders(), *map(Path, self.box_readable)]
+        return BoxPlan(home=Path(pwd.getpwnam(self.user.name).pw_dir),
+                       shared=tuple(map(Path, self.box_shared)), readable=tuple(readable),
+                       tmp_mib=self.limits().memory_mib)
+
+    async def start(self):
+        """Make the user's cgroup (limits set), then start the server inside it, in its box."""
+        if self.box == "none":
+            return await self._start_limited()
+        command = self.cmd
+        self.cmd = [*box_prefix(self.box_plan()), *command]
+        try:
+            return await self._start_limited()
+        finally:
+            self.cmd = command
+
+    async def _start_limited(self):
+        """Make the user's cgroup (limits set), then start the server inside it."""
+        limits, self.cgroup = self.limits(), None
+        self.oom_seen = 0
+        if limits.any:
+            self.cgroup = UserCgroup.create(f"{self.cgroup_prefix}/{self.user.name}", limits)
+            if self.cgroup is None:
+                self.log.warning("no cgroup for %s: the server starts without its memory and CPU limits",
+                                 self.user.name)
+            else:
+                self.oom_seen = self.cgroup.oom_kills()
+                self.log.info("%s's server: at most %d MiB, %g CPUs and %d tasks (%s)", self.user.name,
+                              limits.memory_mib, limits.cpus, limits.tasks,
+                              ", ".join(map(str, self.cgroup.folders)))
+        return await super().start()
+
+    def make_preexec_fn(self, name):
+        """Join the user's cgroup (as root, before anything of the user's runs), then become the user."""
+        become_user, cgroup = super().make_preexec_fn(name), getattr(self, "cgroup", None)
+
+        def preexec() -> None:
+            if cgroup is not None:
+                cgroup.join()
+            become_user()
+
+        return preexec
+
+    async def poll(self):
+        """Poll as LocalProcessSpawner does; log each process the OOM killer stopped in the user's cgroup."""
+        status = await super().poll()
+        cgroup = getattr(self, "cgroup", None)
+        if cgroup is not None:
+            kills = cgroup.oom_kills()
+            if kills > self.oom_seen:
+                self.log.warning("%s's server went over its %d MiB memory limit: the OOM killer stopped %d "
+                                 "process(es) in it (its kernel; JupyterLab tells the user it died)",
+                                 self.user.name, self.limits().memory_mib, kills - self.oom_seen)
+                self.oom_seen = kills
+        return status
+
+    async def stop(self, now=False):
+        """Stop the server as LocalProcessSpawner does, then remove its cgroup."""
+        await super().stop(now=now)
+        cgroup = getattr(self, "cgroup", None)
+        if cgroup is not None:
+            cgroup.remove()

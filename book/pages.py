@@ -1,0 +1,280 @@
+"""Each page of the book, made from one file of the course: pure functions on text and notebooks.
+
+A lesson page is its notebook with three changes, none of which runs anything:
+
+- the note under a `requires-cuda` cell (written by `make gpu-record`) becomes a block titled with where the
+  output was recorded: the GPU, the torch version and the date;
+- an `ask("name")` cell becomes the question, its choices, and the answer and reason folded under them, read
+  from the lesson's `PREDICTIONS` (`devicelab/exercises/lessonNN.py`), read without importing it (that would
+  import torch);
+- a widget cell whose figure was recorded on a GPU (`book/recorded_figures.json`) gets that figure under it.
+
+Every notebook page also loses its Colab setup cell and gets, under its title, links that open it on Colab and
+download it, both pointing at the repository named in pyproject.toml. Markdown links to files that are not in
+the book point at the repository too.
+"""
+
+import ast
+import copy
+import json
+import posixpath
+import re
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from autograder.colab_cells import BADGE_TAG, SETUP_TAG, Repository
+from benchmarks.gpu_smoke import OUTPUT_TAG, RECORDED
+
+COLAB_BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
+BADGE_FILE = "open-in-colab.svg"  # the book's own badge (book/_static/): the site loads nothing from outside
+ASK = re.compile(r"""^ask\((["'])(?P<name>[\w-]+)\1\)\s*$""")
+LESSON_MODULE = re.compile(r"^from devicelab\.exercises\.(?P<module>\w+) import [^\n]*\bask\b", re.MULTILINE)
+LINK = re.compile(r"(?P<open>\]\()(?P<target>[^)\s]+)(?P<close>\))")
+SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+OUTPUTS_NOTE = ("*This page shows the lesson as it is, without running it: a cell's output appears only "
+                "where a GPU's output was recorded, labelled with the GPU, the torch version and the date. "
+                "Open the notebook to run every cell.*")
+ASSIGNMENT_NOTE = ("*The student version: each exercise's tests show the visible part; the graded copy adds "
+                   "hidden tests. Work in your own copy, then hand it in as your course says.*")
+
+
+class PageError(ValueError):
+    """A page cannot be made: the message names the file and what is missing."""
+
+
+def _pattern(template: str) -> re.Pattern:
+    """Return a regex matching `template` (a str.format template) with each field captured by name."""
+    parts = []
+    for literal, field, _spec, _conversion in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if field:
+            parts.append(f"(?P<{field}>.+?)")
+    return re.compile("^" + "".join(parts) + "$")
+
+
+RECORDED_LINE = _pattern(RECORDED)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Where an output or a figure was recorded."""
+
+    device: str
+    torch: str
+    date: str
+
+    def label(self) -> str:
+        """Return the words that title a recorded output."""
+        return f"Recorded on a GPU: {self.device}, torch {self.torch}, {self.date}"
+
+
+def recording_of(note: str) -> Recording | None:
+    """Return where the `gpu-output` note's output was recorded, or None for a note that holds no output."""
+    match = RECORDED_LINE.match(note.split("\n", 1)[0].strip())
+    return Recording(**match.groupdict()) if match else None
+
+
+def recorded_block(note: str) -> str:
+    """Return the note under a GPU cell as a labelled block; a note without a recording is kept as it is."""
+    recording = recording_of(note)
+    if recording is None:
+        return note
+    body = note.split("\n", 1)[1].strip()
+    return f"::::{{admonition}} {recording.label()}\n:class: recorded-output\n\n{body}\n::::"
+
+
+@dataclass(frozen=True)
+class Question:
+    """A lesson's prediction, as the book shows it (the fields of `devicelab.predict.Prediction` it needs)."""
+
+    question: str
+    answer: str
+    reason: str
+    choices: tuple[str, ...] = ()
+
+
+def predictions_in(module_source: str, where: str = "the lesson module") -> dict[str, Question]:
+    """Return the `PREDICTIONS` of a lesson module's source, read as literals (nothing is imported or run)."""
+    for node in ast.parse(module_source).body:
+        names = [getattr(target, "id", None) for target in getattr(node, "targets", ())]
+        if isinstance(node, ast.Assign) and "PREDICTIONS" in names:
+            break
+    else:
+        raise PageError(f"{where} has no PREDICTIONS")
+    if not isinstance(node.value, ast.Dict):
+        raise PageError(f"{where}: PREDICTIONS is not a dict literal")
+    found: dict[str, Question] = {}
+    for key, value in zip(node.value.keys, node.value.values, strict=True):
+        try:
+            name = ast.literal_eval(key)
+            if not (isinstance(value, ast.Call) and getattr(value.func, "id", "") == "Prediction"
+                    and not value.args):
+                raise ValueError("not Prediction(keyword=...)")
+            fields = {kw.arg: ast.literal_eval(kw.value) for kw in value.keywords}
+        except ValueError as error:
+            raise PageError(f"{where}: a prediction the book cannot read as literals ({error})") from error
+        found[name] = Question(fields["question"], fields["answer"], fields["reason"],
+                               tuple(fields.get("choices", ())))
+    return found
+
+
+def question_block(question: Question) -> str:
+    """Return a prediction as MyST: the question, its choices, and the answer folded until opened."""
+    if question.choices:
+        offered = "\n".join(f"- ({chr(97 + i)}) {choice}" for i, choice in enumerate(question.choices))
+    else:
+        offered = "*Write your guess down first.*"
+    return (f"::::{{admonition}} Predict, then read on\n:class: prediction\n\n{question.question}\n\n"
+            f"{offered}\n\n:::{{dropdown}} Reveal the answer (commit to a guess first)\n"
+            f":class-container: prediction-answer\n\nThe answer: **{question.answer}**. {question.reason}\n"
+            f":::\n::::")
+
+
+def asked(cell) -> str | None:
+    """Return the prediction a code cell shows (`ask("name")`), or None."""
+    match = ASK.match(cell.source.strip()) if cell.cell_type == "code" else None
+    return match.group("name") if match else None
+
+
+def lesson_module(nb) -> str | None:
+    """Return the module whose `ask` the notebook imports (`lesson05`), or None."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and (match := LESSON_MODULE.search(cell.source)):
+            return match.group("module")
+    return None
+
+
+@dataclass(frozen=True)
+class RecordedFigure:
+    """A widget's figure recorded on a GPU, shown under the widget's cell in its lesson."""
+
+    lesson: str  # the notebook's name without .ipynb
+    after_cell: str  # the id of the widget's cell
+    image: str  # path from the repository root
+    alt: str
+    caption: str
+    device: str
+    torch: str
+    date: str
+
+    def block(self, page: str) -> str:
+        """Return the figure as MyST, with its image path relative to the page at `page`."""
+        image = posixpath.relpath(self.image, posixpath.dirname(page) or ".")
+        label = Recording(self.device, self.torch, self.date).label()
+        return (f":::{{figure}} {image}\n:alt: {self.alt}\n:class: recorded-figure\n\n"
+                f"**{label}.** {self.caption}\n:::")
+
+
+def load_figures(path: Path) -> list[RecordedFigure]:
+    """Read the recorded figures' list (a JSON list of objects with RecordedFigure's fields)."""
+    return [RecordedFigure(**entry) for entry in json.loads(path.read_text(encoding="utf-8"))]
+
+
+def static_prefix(page: str) -> str:
+    """Return the path from the page at `page` to the site's `_static/` folder."""
+    return "../" * page.count("/") + "_static"
+
+
+def badge_html(page: str) -> str:
+    """Return the book's Open-in-Colab badge as an image tag for the page at `page`."""
+    return f'<img src="{static_prefix(page)}/{BADGE_FILE}" alt="Open In Colab" class="colab-badge">'
+
+
+def links_html(repo: Repository, relpath: str, what: str) -> str:
+    """Return the links under a notebook page's title: open it on Colab, download it, both from `repo`."""
+    return (f'<p class="book-links"><a class="colab-link" href="{repo.colab_url(relpath)}">'
+            f'{badge_html(relpath)}</a> <a class="download-link" href="{repo.raw_url(relpath)}">'
+            f"Download {what}</a></p>")
+
+
+def rewrite_links(text: str, page: str, repo: Repository, in_book: Callable[[str], bool],
+                  in_repository: Callable[[str], bool], renamed: Mapping[str, str] | None = None) -> str:
+    """Return markdown with relative links to repository files outside the book pointed at the repository,
+    links to a file the book shows under another name (`renamed`: README.md is its index) pointed there, and
+    the Colab badge image replaced by the book's own."""
+    text = text.replace(f"![Open In Colab]({COLAB_BADGE_IMAGE})", badge_html(page))
+
+    def target(match: re.Match) -> str:
+        link = match.group("target")
+        if SCHEME.match(link) or link.startswith("#"):
+            return match.group(0)
+        path, hash_, fragment = link.partition("#")
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(page), path))
+        if resolved in (renamed or {}):
+            moved = posixpath.relpath(renamed[resolved], posixpath.dirname(page) or ".")
+            return f"{match.group('open')}{moved}{hash_}{fragment}{match.group('close')}"
+        if in_book(resolved) or not in_repository(resolved):
+            return match.group(0)  # a page or image of the book; or a link Sphinx reports as broken
+        return f"{match.group('open')}{repo.file_url(resolved)}{hash_}{fragment}{match.group('close')}"
+
+    return LINK.sub(target, text)
+
+
+def _title_split(cells: list) -> int:
+    """Split the first markdown cell that starts with a title after its title; return the index after it."""
+    for index, cell in enumerate(cells):
+        if cell.cell_type == "markdown" and cell.source.startswith("# "):
+            title, _, rest = cell.source.partition("\n")
+            if rest.strip():
+                cells.insert(index + 1, nbformat.v4.new_markdown_cell(rest.strip(), id=f"{cell.id}-rest"))
+                cell.source = title
+            return index + 1
+    raise PageError("the notebook has no title (a markdown cell starting with '# ')")
+
+
+def _page(nb, relpath: str, repo: Repository, what: str, note: str, in_book, in_repository,
+          convert: Callable) -> nbformat.NotebookNode:
+    page = copy.deepcopy(nb)
+    cells = []
+    for cell in page.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if BADGE_TAG in tags or SETUP_TAG in tags:
+            continue
+        cells += convert(cell)
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            cell.source = rewrite_links(cell.source, relpath, repo, in_book, in_repository)
+    after_title = _title_split(cells)
+    header = nbformat.v4.new_markdown_cell(f"{links_html(repo, relpath, what)}\n\n{note}", id="book-links")
+    cells.insert(after_title, header)
+    page.cells = cells
+    page.metadata = nbformat.from_dict({
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python", "pygments_lexer": "ipython3"}})  # `%%magics` highlight cleanly
+    return page
+
+
+def lesson_page(nb, relpath: str, repo: Repository, predictions: Mapping[str, Question],
+                figures: list[RecordedFigure], in_book: Callable[[str], bool] = lambda _p: False,
+                in_repository: Callable[[str], bool] = lambda _p: False) -> nbformat.NotebookNode:
+    """Return the book's page of a lesson notebook at `relpath` (see the module's docstring)."""
+    unplaced = {f.after_cell: f for f in figures}
+
+    def convert(cell) -> list:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.cell_type == "markdown" and OUTPUT_TAG in tags:
+            cell.source = recorded_block(cell.source)
+        elif (name := asked(cell)) is not None:
+            if name not in predictions:
+                raise PageError(f"{relpath}: ask({name!r}) has no prediction of that name")
+            cell = nbformat.v4.new_markdown_cell(question_block(predictions[name]), id=cell.get("id"))
+        figure = unplaced.pop(cell.get("id"), None)
+        return [cell] + ([nbformat.v4.new_markdown_cell(figure.block(relpath), id=f"{cell.id}-figure")]
+                         if figure else [])
+
+    page = _page(nb, relpath, repo, "the notebook", OUTPUTS_NOTE, in_book, in_repository, convert)
+    if unplaced:
+        raise PageError(f"{relpath}: no cell {sorted(unplaced)} for the recorded figures "
+                        "(book/recorded_figures.json is out of date)")
+    return page
+
+
+def assignment_page(nb, relpath: str, repo: Repository, in_book: Callable[[str], bool] = lambda _p: False,
+                    in_repository: Callable[[str], bool] = lambda _p: False) -> nbformat.NotebookNode:
+    """Return the book's page of a released (student) assignment notebook at `relpath`."""
+    return _page(nb, relpath, repo, "the student version", ASSIGNMENT_NOTE, in_book, in_repository,
+                 lambda cell: [cell])
