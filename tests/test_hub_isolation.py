@@ -8,8 +8,10 @@ import ast
 import json
 import pwd
 import re
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.hub_support import (
@@ -199,18 +201,12 @@ def test_a_thread_storm_stops_at_the_task_cap_and_no_one_else_notices(hub):
 
 def listeners(ports: list[int]) -> list[str]:
     """Return the command lines of the processes listening on these TCP ports (for failure messages)."""
-    import psutil
-
     return [" ".join(psutil.Process(c.pid).cmdline())[:300] for c in psutil.net_connections("tcp")
             if c.status == psutil.CONN_LISTEN and c.laddr.port in ports and c.pid]
 
 
 def processes_of(account: str, word: str, seconds: float = 30) -> list[str]:
     """Return the command lines of the account's processes that contain a word, once there is one."""
-    import time
-
-    import psutil
-
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         found = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["username", "cmdline"])
@@ -222,8 +218,6 @@ def processes_of(account: str, word: str, seconds: float = 30) -> list[str]:
 
 
 def _wait_stopped(api, user: str) -> None:
-    import time
-
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if not (api.call("GET", f"/users/{user}").body["servers"] or {}):

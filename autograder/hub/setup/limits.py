@@ -121,21 +121,19 @@ class UserCgroup:
 
     def refused_tasks(self) -> int:
         """Return how many forks and new threads the task cap has refused."""
-        for folder in self.folders:
-            path = folder / "pids.events"
-            if path.exists():
-                found = re.search(r"^max (\d+)$", path.read_text(), flags=re.MULTILINE)
-                if found:
-                    return int(found.group(1))
-        return 0
+        return self._counted("max", ("pids.events",))
 
     def oom_kills(self) -> int:
         """Return how many processes the OOM killer has stopped in this cgroup."""
+        return self._counted("oom_kill", ("memory.events", "memory.oom_control"))
+
+    def _counted(self, key: str, files: tuple[str, ...]) -> int:
+        """Return the `key N` count of the first of these event files that has it (0 when none does)."""
         for folder in self.folders:
-            for name in ("memory.events", "memory.oom_control"):
+            for name in files:
                 path = folder / name
                 if path.exists():
-                    found = re.search(r"^oom_kill (\d+)$", path.read_text(), flags=re.MULTILINE)
+                    found = re.search(rf"^{key} (\d+)$", path.read_text(), flags=re.MULTILINE)
                     if found:
                         return int(found.group(1))
         return 0
