@@ -76,6 +76,24 @@ def test_lesson_says_how_long_it_takes_and_ends_with_next(path):
                                        "optional")
 
 
+MAX_WORDS = 300  # a markdown cell longer is a wall of text: split it, cut it, or move it to Going further
+
+
+def words(text: str) -> int:
+    """Return the words of a markdown text: tokens with a letter or digit (a table's pipes are not words)."""
+    return sum(1 for token in text.split() if re.search(r"\w", token))
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_markdown_cell_is_a_wall_of_text(path):
+    """Recorded GPU outputs are the recorder's to write, so only the lesson's own prose is counted."""
+    cells = nbformat.read(path, as_version=4).cells
+    walls = [f"cell {index} ({cell.get('id')}): {n} words" for index, cell in enumerate(cells)
+             if cell.cell_type == "markdown" and "gpu-output" not in cell.metadata.get("tags", [])
+             and (n := words(cell.source)) > MAX_WORDS]
+    assert not walls, f"{path.name}: markdown cells over {MAX_WORDS} words: {walls}"
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_numbered_sections_run_in_order_and_references_to_them_exist(path):
     numbers = [int(m.group(1)) for h in markdown_headings(path) if (m := re.match(r"## (\d+)\. ", h))]

@@ -343,6 +343,17 @@ if prefer == "mps" and torch.backends.mps.is_available():
     return torch.device("mps")
 raise RuntimeError(f"{prefer} is not available here")
 """),
+    # Device indexes compared as text: "cuda:10" starts with "cuda:1", and "2" > "11" as strings.
+    "index-by-string-prefix": pick_with(prefer=PICK_PREFER.replace(
+        "if device.index is None or device.index < torch.cuda.device_count():",
+        'if device.index is None or any(prefer.startswith(f"cuda:{i}") '
+        "for i in range(torch.cuda.device_count())):")),
+    "index-compared-as-text": pick_with(prefer=PICK_PREFER.replace(
+        "if device.index is None or device.index < torch.cuda.device_count():",
+        'if device.index is None or prefer.split(":")[1] < str(torch.cuda.device_count()):')),
+    "index-read-from-one-character": pick_with(prefer=PICK_PREFER.replace(
+        "if device.index is None or device.index < torch.cuda.device_count():",
+        "if device.index is None or int(prefer[5]) < torch.cuda.device_count():")),
     "rejects-meta": pick_with(prefer=PICK_PREFER.replace('("cpu", "meta")', '("cpu",)')),
     "lookup-without-cpu-and-meta": pick_with(prefer="""
 available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}

@@ -1,0 +1,139 @@
+"""Lesson 09, devices in real code: each prediction's answer, and each figure its text quotes, is what
+runs."""
+
+import warnings
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+from autograder import COURSE_ROOT
+from devicelab.exercises.lesson09 import PREDICTIONS
+from devicelab.units import GiB, MiB
+
+LESSON = COURSE_ROOT / "notebooks" / "09-devices-in-real-code.ipynb"
+
+
+def _cell(cell_id: str) -> str:
+    return next(c.source for c in nbformat.read(LESSON, as_version=4).cells if c.get("id") == cell_id)
+
+
+def _lesson_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+
+def _adam_state() -> str:
+    model = _lesson_model()
+    optimizer = torch.optim.Adam(model.parameters())
+    assert not optimizer.state, "Adam holds no state before its first step"
+    nn.functional.cross_entropy(model(torch.randn(64, 1024)), torch.randint(0, 10, (64,))).backward()
+    optimizer.step()
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    state = sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values())
+    ratio = round(state / params)
+    answers = {1: "about 4 MiB, as much as the parameters", 2: "about 8 MiB, twice the parameters"}
+    return answers.get(ratio, f"{ratio} times")
+
+
+def _autocast_dtypes() -> str:
+    linear = nn.Linear(256, 256)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        out = linear(torch.randn(4, 256))
+    weight, output = (str(t.dtype).removeprefix("torch.") for t in (linear.weight, out))
+    return f"weight {weight}, output {output}"
+
+
+def _optimizer_load_device() -> str:
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    with torch.device("meta"):
+        target = nn.Linear(4, 2)
+    loaded = torch.optim.Adam(target.parameters())
+    loaded.load_state_dict(saved)
+    where = loaded.state[target.weight]["exp_avg"].device.type
+    assert loaded.state[target.weight]["step"].device.type == "cpu", "the reason says step stays where it was"
+    return {"meta": "on meta, the parameters' device", "cpu": "on the CPU, where it was saved"}[where]
+
+
+ANSWERS = {"adam-state": _adam_state, "autocast-dtypes": _autocast_dtypes,
+           "optimizer-load-device": _optimizer_load_device}
+
+
+def test_every_prediction_is_checked_here():
+    assert set(ANSWERS) == set(PREDICTIONS)
+
+
+@pytest.mark.parametrize("name", sorted(ANSWERS))
+def test_a_predictions_answer_is_what_running_it_shows(name):
+    assert ANSWERS[name]() == PREDICTIONS[name].answer
+
+
+def test_the_adam_question_quotes_the_lessons_model():
+    model = _lesson_model()
+    count = sum(p.numel() for p in model.parameters())
+    size_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / MiB
+    assert f"{count / 1e6:.2f} million" in PREDICTIONS["adam-state"].question
+    assert f"({size_mib:.1f} MiB)" in PREDICTIONS["adam-state"].question
+    assert "nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)" in _cell("count-params")
+
+
+def test_a_billion_float32_parameters_with_adam_take_about_15_gib():
+    assert round(4 * 4 * 1e9 / GiB) == 15
+    assert "about 15 GiB" in _cell("adam-state-after")
+
+
+def test_the_cpu_allocator_raises_a_plain_runtime_error():
+    with pytest.raises(RuntimeError) as caught:
+        torch.empty(4 * 2**60, dtype=torch.uint8)
+    assert not isinstance(caught.value, torch.OutOfMemoryError)
+    assert torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
+
+
+def test_autocast_keeps_weight_copies_that_outweigh_small_activations():
+    """Section 5's memory cell: activations halve, and the bfloat16 weight copies come on top."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()) for _ in range(4)],
+                          nn.Linear(1024, 10))
+    x = torch.randn(64, 1024)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def saved() -> tuple[int, int]:
+        split = [0, 0]
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in weights:
+                split[0 if t.shape[0] == len(x) else 1] += t.numel() * t.element_size()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(x)
+        return split[0], split[1]
+
+    plain = saved()
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        mixed = saved()
+    assert plain[1] == 0 and mixed[0] * 2 == plain[0] and mixed[1] > plain[0]
+
+
+def test_module_to_keeps_parameters_between_dense_devices_and_not_to_meta():
+    """Section 7: a dtype move keeps the Parameter objects (as CPU <-> CUDA does); meta makes new ones."""
+    model = nn.Linear(2, 2)
+    weight = model.weight
+    model.to(torch.float64)
+    assert model.weight is weight
+    model.to("meta")
+    assert model.weight is not weight
+
+
+def test_autocast_for_cuda_without_a_gpu_warns_and_does_nothing():
+    if torch.cuda.is_available():
+        pytest.skip("shown only where there is no GPU")
+    linear = nn.Linear(2, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autocast(device_type="cuda"):
+            out = linear(torch.randn(1, 2))
+    assert out.dtype == torch.float32 and caught
