@@ -71,14 +71,17 @@ def release(s: HubSettings, assignment: str, force: bool = False, due: str | Non
     except (FileExistsError, Refusal) as exc:
         raise HubError(str(exc)) from None
     said = "\n".join([*repaired, f"released {assignment} to {_exchange(s).outbound / assignment}"])
-    if due_utc is None:
-        return said
+    return said if due_utc is None else f"{said}\n{record_due(s, assignment, due_utc)}"
+
+
+def record_due(s: HubSettings, assignment: str, due_utc: datetime.datetime) -> str:
+    """Record a released assignment's due date in the gradebook (as the grader); say what it means."""
     dated = course_gradebook(GraderAccount.of(s), s.course_id, "due", assignment,
                              f"{due_utc:%Y-%m-%d %H:%M:%S} UTC", check=False)
     if dated.returncode != 0:
         raise HubError(
             f"released, but the due date was not recorded: {(dated.stdout + dated.stderr).strip()}")
-    return (f"{said}\ndue {due_utc:%Y-%m-%d %H:%M:%S} UTC; a later submission is late, and nbgrader's "
+    return (f"due {due_utc:%Y-%m-%d %H:%M:%S} UTC; a later submission is late, and nbgrader's "
             "LateSubmissionPlugin.penalty_method (nbgrader_config.py; default 'none': marked late, no "
             "penalty) decides what it costs")
 

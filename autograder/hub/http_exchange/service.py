@@ -1,0 +1,279 @@
+"""The exchange service: nbgrader's release, fetch, submit, collect and feedback over HTTP.
+
+    python -m autograder.hub.http_exchange.service --store DIR
+
+The hub runs it as the grader account (a managed service with a URL; its store is a folder only that account
+can enter). Every request carries a hub token (a student's server's JUPYTERHUB_API_TOKEN, the formgrader
+service's token) and the hub says whose it is and what it may do: `access:services!service=<this service>`
+to use it at all, STAFF_SCOPE to release, list everyone's submissions, collect and give feedback back. A
+submission is filed under the token's user and the service's own clock, never under a name or a time the
+request carries; its files arrive as a tar stream, cut off at the cap while it streams in and unpacked with
+archive.py's refusals.
+
+    GET  api/assignments                          released assignments and their notebooks
+    GET  api/assignments/A                        one, as a tar stream
+    PUT  api/assignments/A[?force=1]              release (staff)
+    POST api/submissions/A                        submit, as the token's user
+    GET  api/submissions[?assignment=A&student=S] your own submissions (staff: everyone's)
+    GET  api/submissions/A/S/T                    one submission, as a tar stream (staff)
+    PUT  api/feedback/A/S/T                       give a submission's feedback pages back (staff)
+    GET  api/feedback/A                           your own feedback pages, TIMESTAMP/NOTEBOOK.html
+"""
+
+import argparse
+import asyncio
+import datetime
+import json
+import logging
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tornado import web
+
+from autograder.hub.exchange import printable
+from autograder.hub.http_exchange.api import (
+    FEEDBACK_LIMITS,
+    MAX_SUBMISSIONS,
+    RELEASE_LIMITS,
+    STAFF_SCOPE,
+    SUBMISSION_LIMITS,
+    SubmissionInfo,
+    notebooks,
+)
+from autograder.hub.http_exchange.archive import ArchiveRefused, upload_cap
+from autograder.hub.http_exchange.store import FEEDBACK, RELEASED, SUBMITTED, FolderStore, Store, check_part
+
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's Exchange.timestamp_format
+NAME = r"([^/]+)"
+log = logging.getLogger("devicelab.exchange")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request's token belongs to, as the hub says: a user or a service, staff or not."""
+
+    name: str
+    kind: str
+    staff: bool
+
+
+def now_stamp() -> str:
+    """Return the service's clock as nbgrader writes a submission's time (UTC)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
+
+
+def submissions(store: Store, assignment: str | None, student: str | None) -> list[SubmissionInfo]:
+    """List stored submissions of an assignment (all when None) by a student (all when None)."""
+    found = []
+    for a in [assignment] if assignment else store.children((SUBMITTED,)):
+        for s in [student] if student else store.children((SUBMITTED, a)):
+            for stamp in store.children((SUBMITTED, a, s)):
+                pages = store.files((FEEDBACK, a, s, stamp))
+                found.append(SubmissionInfo(s, a, stamp, notebooks(store.children((SUBMITTED, a, s, stamp))),
+                                            {n[:-5]: md5 for n, md5 in pages.items() if n.endswith(".html")}))
+    return found
+
+
+class ApiHandler(web.RequestHandler):
+    """A request of the API: its caller is whoever the hub says the token belongs to."""
+
+    caller: Caller
+
+    def initialize(self, store: Store, auth) -> None:
+        self.store, self.auth = store, auth
+
+    async def prepare(self) -> None:
+        model = await self.auth.get_user(self, sync=False)
+        if not model or not self.auth.check_scopes(self.auth.access_scopes, model):
+            raise web.HTTPError(403, "a hub token that may use this service is needed")
+        self.caller = Caller(model["name"], model.get("kind", "user"),
+                             bool(self.auth.check_scopes({STAFF_SCOPE}, model)))
+
+    def check_xsrf_cookie(self) -> None:
+        """Tokens only: a cookie never identifies anyone here, so there is no cross-site request to stop."""
+
+    def require_staff(self) -> None:
+        if not self.caller.staff:
+            raise web.HTTPError(403, "only the course's staff may do this")
+
+    def send_json(self, value) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(value))
+
+    def send_tar(self, key: tuple[str, ...]) -> None:
+        try:
+            body = self.store.get(key)
+        except KeyError:
+            raise web.HTTPError(404, "nothing here") from None
+        self.set_header("Content-Type", "application/x-tar")
+        self.finish(body)
+
+    def write_error(self, status_code: int, **kwargs) -> None:
+        error = kwargs.get("exc_info", (None, None))[1]
+        said = isinstance(error, web.HTTPError) and error.log_message
+        message = error.log_message if said else self._reason
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": message}))
+
+
+@web.stream_request_body
+class UploadHandler(ApiHandler):
+    """A request whose body is a tar stream, spooled to a temporary file and cut off past the cap."""
+
+    limits = SUBMISSION_LIMITS
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        self.cap = upload_cap(self.limits)
+        if self.request.method in ("PUT", "POST"):
+            self.request.connection.set_max_body_size(self.cap)
+            declared = int(self.request.headers.get("Content-Length", "0") or 0)
+            if declared > self.cap:
+                raise web.HTTPError(413, f"over the exchange's cap of {self.cap} bytes")
+        self.received = 0
+        self.body = tempfile.TemporaryFile()  # noqa: SIM115 (closed in on_finish)
+
+    def data_received(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > self.cap:
+            raise web.HTTPError(413, f"over the exchange's cap of {self.cap} bytes")
+        self.body.write(chunk)
+
+    def on_finish(self) -> None:
+        if hasattr(self, "body"):
+            self.body.close()
+
+    async def put_tree(self, key: tuple[str, ...], replace: bool) -> dict:
+        """Unpack the upload as the tree at key, in a thread (other requests go on meanwhile)."""
+        self.body.seek(0)
+        try:
+            done = await asyncio.to_thread(self.store.put, key, self.body, self.limits, replace)
+        except ArchiveRefused as exc:
+            raise web.HTTPError(400, f"refused: {printable(str(exc))}") from None
+        except FileExistsError:
+            raise web.HTTPError(409, "already there (release with force to replace it)") from None
+        return {"files": list(done.files), "bytes": done.total_bytes}
+
+
+class AssignmentsHandler(ApiHandler):
+    def get(self) -> None:
+        self.send_json({"assignments": [
+            {"assignment_id": a, "notebooks": notebooks(self.store.children((RELEASED, a)))}
+            for a in self.store.children((RELEASED,))]})
+
+
+class ReleasedHandler(UploadHandler):
+    limits = RELEASE_LIMITS
+
+    def get(self, assignment: str) -> None:
+        self.send_tar((RELEASED, _part(assignment)))
+
+    async def put(self, assignment: str) -> None:
+        self.require_staff()
+        done = await self.put_tree((RELEASED, _part(assignment)), self.get_argument("force", "") == "1")
+        log.info("released %s (%s)", printable(assignment), printable(self.caller.name))
+        self.send_json(done)
+
+
+class SubmissionsHandler(ApiHandler):
+    def get(self) -> None:
+        assignment = self.get_argument("assignment", "") or None
+        # only staff may name a student; anyone else sees their own submissions, whatever the query says
+        student = (self.get_argument("student", "") or None) if self.caller.staff else self.caller.name
+        if assignment:
+            _part(assignment)
+        if student:
+            _part(student)
+        self.send_json({"submissions": [asdict(s) for s in submissions(self.store, assignment, student)]})
+
+
+class SubmitHandler(UploadHandler):
+    async def post(self, assignment: str) -> None:
+        if self.caller.kind != "user":
+            raise web.HTTPError(403, "only a user submits (a service's token has no student)")
+        if not self.store.children((RELEASED, _part(assignment))):
+            raise web.HTTPError(404, f"{assignment} is not released")
+        if len(self.store.children((SUBMITTED, assignment, _part(self.caller.name)))) >= MAX_SUBMISSIONS:
+            raise web.HTTPError(429, f"{MAX_SUBMISSIONS} submissions of {assignment} are kept already: ask "
+                                     "the course's staff")
+        stamp = now_stamp()
+        done = await self.put_tree((SUBMITTED, assignment, _part(self.caller.name), stamp), replace=False)
+        log.info("%s submitted %s at %s: %d files", printable(self.caller.name), printable(assignment), stamp,
+                 len(done["files"]))
+        self.send_json({"student_id": self.caller.name, "assignment_id": assignment, "timestamp": stamp,
+                        **done})
+
+
+class SubmissionHandler(ApiHandler):
+    def get(self, assignment: str, student: str, stamp: str) -> None:
+        self.require_staff()
+        self.send_tar((SUBMITTED, _part(assignment), _part(student), _part(stamp)))
+
+
+class FeedbackHandler(UploadHandler):
+    limits = FEEDBACK_LIMITS
+
+    async def put(self, assignment: str, student: str, stamp: str) -> None:
+        self.require_staff()
+        key = (_part(assignment), _part(student), _part(stamp))
+        if not self.store.children((SUBMITTED, *key)):
+            raise web.HTTPError(404, "no such submission")
+        self.send_json(await self.put_tree((FEEDBACK, *key), replace=True))
+
+
+class OwnFeedbackHandler(ApiHandler):
+    def get(self, assignment: str) -> None:
+        if self.caller.kind != "user":
+            raise web.HTTPError(403, "only a user has feedback")
+        self.send_tar((FEEDBACK, _part(assignment), _part(self.caller.name)))
+
+
+def _part(name: str) -> str:
+    try:
+        return check_part(name)
+    except ArchiveRefused as exc:
+        raise web.HTTPError(400, printable(str(exc))) from None
+
+
+def make_app(store: Store, auth, prefix: str = "/") -> web.Application:
+    """Return the service's tornado application, its routes under the service's prefix."""
+    api = prefix.rstrip("/") + "/api"
+    args = {"store": store, "auth": auth}
+    return web.Application([
+        (f"{api}/assignments", AssignmentsHandler, args),
+        (f"{api}/assignments/{NAME}", ReleasedHandler, args),
+        (f"{api}/submissions", SubmissionsHandler, args),
+        (f"{api}/submissions/{NAME}", SubmitHandler, args),
+        (f"{api}/submissions/{NAME}/{NAME}/{NAME}", SubmissionHandler, args),
+        (f"{api}/feedback/{NAME}", OwnFeedbackHandler, args),
+        (f"{api}/feedback/{NAME}/{NAME}/{NAME}", FeedbackHandler, args),
+    ])
+
+
+async def serve(store: Store) -> None:
+    """Serve the API where the hub says (JUPYTERHUB_SERVICE_URL) until stopped."""
+    from jupyterhub.services.auth import HubAuth
+
+    url = urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
+    app = make_app(store, HubAuth(cache_max_age=60), os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/"))
+    app.listen(url.port or 80, url.hostname or "127.0.0.1", max_body_size=upload_cap(RELEASE_LIMITS))
+    log.info("exchange service on %s, store %s", url.geturl(), getattr(store, "root", store))
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="exchange-service", description=__doc__.splitlines()[0])
+    parser.add_argument("--store", required=True, help="the folder the service keeps everything in")
+    args = parser.parse_args(argv)
+    os.umask(0o077)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(serve(FolderStore(Path(args.store))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The instructor's commands on a hub whose exchange is the HTTP service: release, status, collect, feedback.
+
+No exchange folder is touched. Root asks the running hub for a token of the grader's hub user that may only
+use the exchange service, as staff, for ten minutes, and runs nbgrader's own commands as the grader account
+with it (`nbgrader release_assignment, collect, release_feedback`: the grader's nbgrader_config.py gives
+them the HTTP exchange's classes). `status` reads the service's list of submissions with such a token.
+"""
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import replace
+
+from autograder.hub.exchange import printable
+from autograder.hub.http_exchange.api import STAFF_SCOPE, SubmissionInfo
+from autograder.hub.loop import Handin, Handins, _known, parse_due, record_due
+from autograder.hub.settings import HubError, HubSettings
+from autograder.hub.setup.accounts import GraderAccount
+from autograder.hub.setup.hub_api import HubAPI
+from autograder.hub.setup.render import exchange_service, exchange_url
+from autograder.hub.setup.roster import read_roster
+
+TOKEN_S = 600
+
+
+def staff_token(s: HubSettings) -> str:
+    """Return a new token of the grader's hub user that may only use the exchange, as staff (ten minutes)."""
+    api = HubAPI.for_settings(s)
+    if not api.up():
+        raise HubError("the hub is not running, and the HTTP exchange is one of its services: `hub start` "
+                       "first")
+    reply = api.call("POST", f"/users/{s.grader}/tokens", {
+        "note": "hub command: the exchange, as staff", "expires_in": TOKEN_S,
+        "scopes": [f"access:services!service={exchange_service(s)}", STAFF_SCOPE]})
+    if reply.status != 201:
+        raise HubError(f"the hub gave no token to use the exchange with (HTTP {reply.status}: {reply.body}); "
+                       f"{s.grader} must be in the group formgrade-{s.course_id}")
+    return reply.body["token"]
+
+
+def _nbgrader(s: HubSettings, *args: str) -> list[str]:
+    """Run an nbgrader command as the grader account with a staff token; return what it logged."""
+    grader = GraderAccount.of(s)
+    grader = replace(grader, env={**grader.env, "JUPYTERHUB_API_TOKEN": staff_token(s)})
+    done = grader.run([str(s.bin_dir / "nbgrader"), *args], timeout=900, check=False)
+    said = [printable(line) for line in (done.stdout + done.stderr).splitlines() if "] " in line]
+    if done.returncode != 0:
+        raise HubError(f"nbgrader {args[0]} failed:\n" + "\n".join(said[-12:]))
+    return [line.split("] ", 1)[1] for line in said]
+
+
+def release(s: HubSettings, assignment: str, force: bool = False, due: str | None = None) -> str:
+    """Release the student version through the exchange service; record its due date when given."""
+    due_utc = parse_due(due) if due else None
+    _known(s, assignment)
+    said = _nbgrader(s, "release_assignment", assignment, *(["--force"] if force else []))
+    said = "\n".join([*said, f"released {assignment} through {exchange_url(s)}"])
+    return said if due_utc is None else f"{said}\n{record_due(s, assignment, due_utc)}"
+
+
+def submissions(s: HubSettings, assignment: str) -> list[SubmissionInfo]:
+    """Return every stored submission of an assignment, as the service lists them to staff."""
+    url = exchange_url(s) + "api/submissions?" + urllib.parse.urlencode({"assignment": assignment})
+    request = urllib.request.Request(url, headers={"Authorization": f"token {staff_token(s)}"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return [SubmissionInfo(**x) for x in json.loads(response.read())["submissions"]]
+    except (OSError, ValueError) as exc:
+        raise HubError(f"the exchange service did not list the submissions ({exc})") from None
+
+
+def status(s: HubSettings, assignment: str) -> Handins:
+    """Return every student on the roster with their latest submission in the exchange service."""
+    latest: dict[str, str] = {}
+    for sub in submissions(s, assignment):
+        latest[sub.student_id] = max(latest.get(sub.student_id, ""), sub.timestamp)
+    students = [m.username(s.prefix) for m in read_roster(s.paths.roster, s.prefix) if m.role == "student"]
+    collected = s.paths.course / "submitted"
+    return Handins([Handin(u, latest.get(u), (collected / u / assignment).is_dir())
+                    for u in sorted(set(students) | set(latest))])
+
+
+def collect(s: HubSettings, assignment: str) -> list[str]:
+    """Collect each student's newest submission into the course's submitted/ (nbgrader collect, as grader)."""
+    _known(s, assignment)
+    return _nbgrader(s, "collect", assignment, "--update")
+
+
+def feedback(s: HubSettings, assignment: str) -> list[str]:
+    """Give the grader's feedback pages back through the service; return the students they went to."""
+    _known(s, assignment)
+    done = GraderAccount.of(s).module("autograder.hub.http_exchange.staff", "feedback", assignment,
+                                      "--course", str(s.paths.course))
+    staged = json.loads(done.stdout.strip().splitlines()[-1])
+    if not staged:
+        raise HubError(f"no graded submissions of {assignment} to give feedback on: run `hub grade` first")
+    _nbgrader(s, "release_feedback", assignment)
+    return staged

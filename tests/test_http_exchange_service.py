@@ -1,0 +1,306 @@
+"""The exchange service's API and nbgrader's classes that call it, without a hub: who is who comes from a
+table of tokens standing in for the hub (the real hub answers in tests/test_hub_http_exchange.py).
+
+A student tries to submit as another (a query, form fields, folder names in the upload), to read another's
+submissions and feedback, to release; a service token tries to submit; uploads go past the cap. Then a class
+runs through nbgrader's own exchange classes: release, fetch, submit, list, collect, feedback, fetch_feedback.
+"""
+
+import asyncio
+import contextlib
+import io
+import json
+import tarfile
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jupyterhub.services.auth import check_scopes
+from nbgrader.auth import Authenticator
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.exchange.abc import ExchangeError
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from traitlets.config import Config
+
+from autograder.hub.http_exchange import client
+from autograder.hub.http_exchange import service as service_module
+from autograder.hub.http_exchange.api import STAFF_SCOPE
+from autograder.hub.http_exchange.archive import upload_cap
+from autograder.hub.http_exchange.service import SUBMISSION_LIMITS, make_app
+from autograder.hub.http_exchange.staff import stage_feedback
+from autograder.hub.http_exchange.store import SUBMITTED, FolderStore
+
+ACCESS = "access:services!service=course-exchange"
+PREFIX = "/services/course-exchange/"
+TOKENS = {
+    "ann-token": {"name": "ann", "kind": "user", "scopes": [ACCESS]},
+    "bob-token": {"name": "bob", "kind": "user", "scopes": [ACCESS]},
+    "ivy-token": {"name": "ivy", "kind": "user", "scopes": [ACCESS, STAFF_SCOPE]},
+    "grader-token": {"name": "course", "kind": "service", "scopes": [ACCESS, STAFF_SCOPE]},
+    "outsider-token": {"name": "eve", "kind": "user", "scopes": ["access:services!service=other"]},
+}
+
+
+class TokenTable:
+    """Stands in for HubAuth: the hub's answer for each token, and its scope check."""
+
+    access_scopes = frozenset({ACCESS})
+
+    async def get_user(self, handler, sync: bool = False) -> dict | None:
+        return TOKENS.get(handler.request.headers.get("Authorization", "").removeprefix("token "))
+
+    def check_scopes(self, required, model: dict):
+        return check_scopes(required, set(model["scopes"]))
+
+
+@contextlib.contextmanager
+def serving(store: FolderStore) -> Iterator[str]:
+    """Run the service's app on a loopback port in a thread for the block; yield its address."""
+    sockets = bind_sockets(0, "127.0.0.1")
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        HTTPServer(make_app(store, TokenTable(), PREFIX)).add_sockets(sockets)
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{sockets[0].getsockname()[1]}{PREFIX}"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[str, FolderStore]]:
+    store = FolderStore(tmp_path / "store")
+    with serving(store) as url:
+        yield url, store
+
+
+def tar_of(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def call(url: str, token: str, method: str, path: str, body: bytes | None = None,
+         headers: dict | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url + "api/" + path, data=body, method=method,
+                                     headers={"Authorization": f"token {token}", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def released(url: str) -> None:
+    status, _ = call(url, "ivy-token", "PUT", "assignments/ps01", tar_of({"ps01.ipynb": b"{}"}))
+    assert status == 200
+
+
+def test_a_submission_is_filed_under_the_tokens_user_whatever_the_request_says(service) -> None:
+    url, store = service
+    released(url)
+    forged = tar_of({"ps01.ipynb": b"ann's", "bob+ps01+2026-01-01 00:00:00 UTC/ps01.ipynb": b"x",
+                     "timestamp.txt": b"2020-01-01 00:00:00 UTC"})
+    status, body = call(url, "ann-token", "POST", "submissions/ps01?student=bob&student_id=bob", forged,
+                        {"X-Forwarded-User": "bob"})
+    assert status == 200, body
+    done = json.loads(body)
+    assert done["student_id"] == "ann" and done["timestamp"] > "2026"
+    assert store.children((SUBMITTED, "ps01")) == ["ann"]
+    files = store.files((SUBMITTED, "ps01", "ann", done["timestamp"]))
+    assert "bob+ps01+2026-01-01 00:00:00 UTC/ps01.ipynb" in files  # just a file of ann's submission
+
+
+def test_a_student_sees_only_their_own_submissions_and_feedback(service) -> None:
+    url, _ = service
+    released(url)
+    for token in ("ann-token", "bob-token"):
+        assert call(url, token, "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+    listed = json.loads(call(url, "ann-token", "GET", "submissions?student=bob&assignment=ps01")[1])
+    assert {s["student_id"] for s in listed["submissions"]} == {"ann"}
+    (bob,) = [s for s in json.loads(call(url, "ivy-token", "GET", "submissions")[1])["submissions"]
+              if s["student_id"] == "bob"]
+    stamp = urllib.parse.quote(bob["timestamp"])
+    assert call(url, "ann-token", "GET", f"submissions/ps01/bob/{stamp}")[0] == 403
+    assert call(url, "ivy-token", "PUT", f"feedback/ps01/bob/{stamp}",
+                tar_of({"ps01.html": b"<p>bob</p>"}))[0] == 200
+    assert call(url, "ann-token", "GET", "feedback/ps01")[0] == 404  # ann has none; bob's is not hers
+    status, body = call(url, "bob-token", "GET", "feedback/ps01")
+    assert status == 200
+    with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+        assert archive.getnames() == [f"{bob['timestamp']}/ps01.html"]
+
+
+def test_what_a_student_or_a_service_may_not_do(service) -> None:
+    url, _ = service
+    assert call(url, "ann-token", "PUT", "assignments/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 403
+    released(url)
+    assert call(url, "grader-token", "POST", "submissions/ps01", tar_of({"a": b""}))[0] == 403
+    assert call(url, "outsider-token", "GET", "assignments")[0] == 403
+    assert call(url, "no-such-token", "GET", "assignments")[0] == 403
+    assert call(url, "ann-token", "POST", "submissions/ps02", tar_of({"a": b""}))[0] == 404
+    assert call(url, "ann-token", "PUT", "feedback/ps01/ann/x", tar_of({"a.html": b""}))[0] == 403
+    assert call(url, "ann-token", "GET", "submissions/..%2f..%2fstore")[0] in (400, 404, 405)
+    assert call(url, "ivy-token", "GET", "submissions/ps01/..%2f..%2f/x")[0] == 400
+
+
+def test_hostile_uploads_are_refused_and_leave_nothing(service) -> None:
+    url, store = service
+    released(url)
+    link = io.BytesIO()
+    with tarfile.open(fileobj=link, mode="w") as archive:
+        info = tarfile.TarInfo("ps01.ipynb")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/shadow"
+        archive.addfile(info)
+    status, body = call(url, "ann-token", "POST", "submissions/ps01", link.getvalue())
+    assert status == 400 and "symbolic link" in json.loads(body)["error"]
+    too_big = upload_cap(SUBMISSION_LIMITS) + 1
+    try:  # refused on its length alone: the answer may come before the body has gone
+        status, _ = call(url, "ann-token", "POST", "submissions/ps01", b"\0" * too_big)
+    except urllib.error.URLError as exc:
+        assert isinstance(exc.reason, ConnectionError), exc
+    else:
+        assert status == 413
+    assert store.children((SUBMITTED, "ps01")) == []
+
+
+def test_an_upload_without_a_length_is_cut_off_at_the_cap(service) -> None:
+    url, store = service
+    released(url)
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(upload_cap(SUBMISSION_LIMITS) // (1 << 20) + 2):
+            yield b"\0" * (1 << 20)
+
+    request = urllib.request.Request(url + "api/submissions/ps01", data=chunks(), method="POST",
+                                     headers={"Authorization": "token ann-token",
+                                              "Transfer-Encoding": "chunked"})
+    with pytest.raises((urllib.error.HTTPError, ConnectionError, urllib.error.URLError)):
+        urllib.request.urlopen(request, timeout=60)
+    assert store.children((SUBMITTED, "ps01")) == []
+    assert call(url, "ann-token", "GET", "assignments")[0] == 200  # and the service goes on
+
+
+def test_a_student_keeps_at_most_so_many_submissions(service, monkeypatch) -> None:
+    url, store = service
+    released(url)
+    monkeypatch.setattr(service_module, "MAX_SUBMISSIONS", 2)
+    codes = [call(url, "ann-token", "POST", "submissions/ps01", tar_of({"a": b""}))[0] for _ in range(3)]
+    assert codes == [200, 200, 429] and len(store.children((SUBMITTED, "ps01", "ann"))) == 2
+    assert call(url, "bob-token", "POST", "submissions/ps01", tar_of({"a": b""}))[0] == 200
+
+
+def test_the_graders_pages_are_staged_with_their_submissions_time(tmp_path: Path) -> None:
+    course = tmp_path / "course"
+    for student in ("ann", "bob"):
+        (course / "graded" / "ps01" / "feedback" / student).mkdir(parents=True)
+        (course / "graded" / "ps01" / "feedback" / student / "ps01.html").write_text(f"<p>{student}</p>")
+    (course / "submitted" / "ann" / "ps01").mkdir(parents=True)
+    (course / "submitted" / "ann" / "ps01" / "timestamp.txt").write_text("2026-11-28 12:00:00.000001 UTC\n")
+    assert stage_feedback(course, "ps01") == ["ann"]  # bob's was never collected: nothing to give it to
+    staged = course / "feedback" / "ann" / "ps01"
+    assert sorted(p.name for p in staged.iterdir()) == ["ps01.html", "timestamp.txt"]
+    assert (staged / "timestamp.txt").read_text() == "2026-11-28 12:00:00.000001 UTC"
+
+
+def run(cls, token: str, url: str, work: Path, course: Path, assignment: str = "ps01", **traits):
+    """Run one of nbgrader's exchange actions as nbgrader's apps and the Assignments tab do."""
+    config = Config()
+    config.HttpExchange.url, config.HttpExchange.course, config.HttpExchange.token = url, "course", token
+    config.HttpExchange.path_includes_course = True
+    config.Exchange.assignment_dir = str(work)
+    config.CourseDirectory.root, config.CourseDirectory.course_id = str(course), "course"
+    config.CourseDirectory.assignment_id = assignment
+    for name, value in traits.items():
+        setattr(config[cls.__name__], name, value)
+    return cls(coursedir=CourseDirectory(config=config), authenticator=Authenticator(config=config),
+               config=config).start()
+
+
+def test_a_class_through_nbgraders_exchange_classes(service, tmp_path: Path) -> None:
+    url, _ = service
+    course, ann, bob = tmp_path / "course", tmp_path / "ann", tmp_path / "bob"
+    (course / "release" / "ps01").mkdir(parents=True)
+    (course / "release" / "ps01" / "ps01.ipynb").write_text("{}")
+    ann.mkdir()
+    bob.mkdir()
+    with pytest.raises(ExchangeError):
+        run(client.HttpReleaseAssignment, "ann-token", url, ann, course)
+    run(client.HttpReleaseAssignment, "ivy-token", url, tmp_path, course)
+    (listed,) = run(client.HttpList, "ann-token", url, ann, course, assignment="")
+    assert (listed["status"], listed["notebooks"][0]["notebook_id"]) == ("released", "ps01")
+
+    run(client.HttpFetchAssignment, "ann-token", url, ann, course)
+    with pytest.raises(ExchangeError, match="already have a copy"):
+        run(client.HttpFetchAssignment, "ann-token", url, ann, course)
+    assert run(client.HttpList, "ann-token", url, ann, course, assignment="")[0]["status"] == "fetched"
+    (ann / "course" / "ps01" / "ps01.ipynb").write_text('{"ann": 1}')
+    (ann / "course" / "ps01" / ".ipynb_checkpoints").mkdir()
+    (ann / "course" / "ps01" / ".ipynb_checkpoints" / "x").write_text("left out")
+    run(client.HttpSubmit, "ann-token", url, ann, course)
+    run(client.HttpFetchAssignment, "bob-token", url, bob, course)
+    run(client.HttpSubmit, "bob-token", url, bob, course)
+
+    (mine,) = run(client.HttpList, "ann-token", url, ann, course, cached=True)
+    assert mine["student_id"] == "ann" and len(mine["submissions"]) == 1
+    stamp = mine["submissions"][0]["timestamp"]
+    assert not mine["submissions"][0]["has_exchange_feedback"]
+
+    run(client.HttpCollect, "grader-token", url, tmp_path, course, update=True)
+    got = course / "submitted" / "ann" / "ps01"
+    assert (got / "ps01.ipynb").read_text() == '{"ann": 1}' and not (got / ".ipynb_checkpoints").exists()
+    assert (got / "timestamp.txt").read_text() == stamp
+    assert (course / "submitted" / "bob" / "ps01" / "ps01.ipynb").read_text() == "{}"
+
+    page = course / "feedback" / "ann" / "ps01"
+    page.mkdir(parents=True)
+    (page / "ps01.html").write_text("<p>ann: 3/3</p>")
+    (page / "timestamp.txt").write_text(stamp)
+    run(client.HttpReleaseFeedback, "grader-token", url, tmp_path, course)
+    (mine,) = run(client.HttpList, "ann-token", url, ann, course, cached=True)
+    state = mine["submissions"][0]
+    assert state["has_exchange_feedback"] and not state["has_local_feedback"]
+    run(client.HttpFetchFeedback, "ann-token", url, ann, course)
+    assert (ann / "course" / "ps01" / "feedback" / stamp / "ps01.html").read_text() == "<p>ann: 3/3</p>"
+    (mine,) = run(client.HttpList, "ann-token", url, ann, course, cached=True)
+    assert mine["submissions"][0]["has_local_feedback"] and not mine["submissions"][0]["feedback_updated"]
+    run(client.HttpFetchFeedback, "bob-token", url, bob, course)
+    assert not (bob / "course" / "ps01" / "feedback").exists()
+
+
+def test_collect_before_the_due_date_takes_the_last_submission_before_it(service, tmp_path: Path) -> None:
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import parse_utc
+
+    url, _ = service
+    course = tmp_path / "course"
+    course.mkdir()
+    released(url)
+    stamps = [json.loads(call(url, "ann-token", "POST", "submissions/ps01",
+                              tar_of({"ps01.ipynb": str(n).encode()}))[1])["timestamp"] for n in range(2)]
+    first, second = map(parse_utc, stamps)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "course") as gb:
+        gb.update_or_create_assignment("ps01", duedate=first + (second - first) / 2)
+    run(client.HttpCollect, "grader-token", url, tmp_path, course, before_duedate=True)
+    got = course / "submitted" / "ann" / "ps01"
+    assert ((got / "timestamp.txt").read_text(), (got / "ps01.ipynb").read_text()) == (stamps[0], "0")
+    run(client.HttpCollect, "grader-token", url, tmp_path, course, update=True)
+    assert ((got / "timestamp.txt").read_text(), (got / "ps01.ipynb").read_text()) == (stamps[1], "1")
