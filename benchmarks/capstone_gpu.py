@@ -1,80 +1,78 @@
-"""Time the capstone's script and its fixes on a real GPU, one change at a time; print a table.
+"""Time the capstone's fixes on a real GPU in stages, each against the one before; print a table.
 
-    python benchmarks/capstone_gpu.py
+    python benchmarks/capstone_gpu.py [--runs 7]
 
-Each row is one epoch (8 batches of 256 images, 3 MiB each) timed like lesson 08's section 7: warmed up once,
-then the median of 5, synchronised before each clock read. The fixed loop is the reference fix in
-benchmarks/stand_ins/capstone_fixed.py; the rows vary its DataLoader, to show what starting worker processes
-every epoch costs against what they save. Needs a CUDA GPU.
+The stages are benchmarks/stand_ins/capstone_stages.py: the script with its crash fixed, then no syncs, then
+pinned batches and `non_blocking` copies, then persistent workers, then side-stream prefetch (the
+reference fix). Each pair is timed in turns (`devicelab.capstone.alternate`): one epoch of 50 steps each,
+warmed up once, then `--runs` times each, synchronised before each clock read; each row gives min, median and
+max. The goal on an H100: the whole fix at least 3x, each stage's gain beyond its spread (every run of the
+stage faster than every run of the one before). The simulated H100's prediction for the same stages comes
+last, labelled. It also prints what decoding one image costs on this host, the figure the simulated host
+assumes. Needs a CUDA GPU.
 """
 
+import argparse
+import contextlib
+import io
+import itertools
 import sys
 import time
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE / "stand_ins")]
+
+from capstone_stages import Stage, stages  # found through the path above
 
 from devicelab import capstone
-from devicelab.exercises.lesson08 import NoiseOnDevice
-from devicelab.timing import time_it
 
 
-def fixed_parts() -> dict:
-    """Return the reference fix's Net, build_loader and run_epoch."""
-    namespace: dict = {}
-    exec((ROOT / "benchmarks" / "stand_ins" / "capstone_fixed.py").read_text(), namespace)  # noqa: S102
-    return namespace
-
-
-def loader_with(**options):
-    """Return a build_loader that makes the script's DataLoader with these options."""
-    return lambda dataset, device: DataLoader(dataset, batch_size=256, shuffle=True, **options)
-
-
-def epoch(net, make_loader, train, device) -> float:
-    """Return the median seconds of one epoch, warmed up and synchronised."""
+def epoch_of(stage: Stage, device: torch.device):
+    """Return a function that trains one epoch of `stage` (its model, optimizer and loader made once)."""
     torch.manual_seed(0)
-    model = net().to(device)
+    model = stage.net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    loader = make_loader(capstone.Images(), device)
-    return time_it(lambda: train(model, loader, optimizer, device), device=device, warmup=1, repeats=5).median
+    loader = stage.build_loader(capstone.Photos(), device)
+    return lambda: stage.run_epoch(model, loader, optimizer, device)
 
 
-def main() -> int:
+def decode_us_per_image(images: int = 256) -> float:
+    """Return the microseconds Photos.__getitem__ takes per image on this host, one thread, with collating."""
+    photos = capstone.Photos(n=images)
+    start = time.perf_counter()
+    torch.stack([photos[i][0] for i in range(images)])
+    return (time.perf_counter() - start) / images * 1e6
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    runs = parser.parse_args(argv).runs
     if not torch.cuda.is_available():
         print("This benchmark needs a CUDA GPU.", file=sys.stderr)
         return 2
     device = torch.device("cuda")
-    fixed = fixed_parts()
-    rows = [
-        ("the script, crash fixed only (pageable, blocking, .item() each step)",
-         NoiseOnDevice, capstone.build_loader, capstone.run_epoch),
-        ("fixed loop, 0 workers, pin_memory=True", fixed["Net"], loader_with(pin_memory=True),
-         fixed["run_epoch"]),
-        ("fixed loop, 2 workers, pinned, started every epoch", fixed["Net"],
-         loader_with(pin_memory=True, num_workers=2), fixed["run_epoch"]),
-        ("fixed loop, 2 workers, pinned, persistent_workers=True (the reference fix)", fixed["Net"],
-         fixed["build_loader"], fixed["run_epoch"]),
-    ]
-    with open("/dev/null", "w") as quiet:  # the script's run_epoch prints its losses
-        stdout, sys.stdout = sys.stdout, quiet
-        try:
-            times = [(label, epoch(net, make, train, device)) for label, net, make, train in rows]
-        finally:
-            sys.stdout = stdout
-    start = time.perf_counter()
-    next(iter(DataLoader(capstone.Images(), batch_size=256, num_workers=2, pin_memory=True)))
-    first = time.perf_counter() - start
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
-    for label, seconds in times:
-        print(f"{seconds * 1e3:8.1f} ms  {times[0][1] / seconds:5.2f}x  {label}")
-    print(f"first batch from a new 2-worker pinned loader: {first * 1e3:.1f} ms")
+    print(f"decoding one image on this host: {decode_us_per_image():.0f} us (one thread, with collating)")
+    versions = stages()
+    medians = []
+    for before, after in itertools.pairwise(versions):
+        with contextlib.redirect_stdout(io.StringIO()):  # the script's run_epoch prints its losses
+            result = capstone.alternate(epoch_of(before, device), epoch_of(after, device),
+                                        sync=torch.cuda.synchronize, clock=time.perf_counter, runs=runs)
+        capstone.show_comparison(after.name, result)
+        medians.append(result)
+    whole = medians[0].before.median / medians[-1].after.median
+    print(f"whole fix: {whole:.2f}x (medians of the first and last timings)")
+    print("SIMULATED H100 (devicelab.capstone.MACHINES['H100']), per epoch:")
+    for stage in versions:
+        run = capstone.profile_script(stage.net, stage.build_loader, stage.run_epoch, machine="H100")
+        print(f"  {run.seconds * 1e3:8.1f} ms  {stage.name}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -34,6 +34,6 @@ smoke=$(mktemp -d)
 "$python" benchmarks/gpu_smoke.py export "$smoke" 2>>"$log" && rm -f "$smoke"/0*.json  # the lessons ran above
 step assignments 240 "$python" benchmarks/gpu_smoke.py run "$smoke" >"$out/assignments.json"
 step widgets 300 "$python" benchmarks/gpu_widgets.py --json "$out/widgets.json" --figures "$out" >/dev/null
-step capstone 120 "$python" benchmarks/capstone_gpu.py >"$out/capstone.txt"
+step capstone 300 "$python" benchmarks/capstone_gpu.py >"$out/capstone.txt"
 tar czf "$out/recorded.tgz" notebooks/*.ipynb notebooks/traces 2>>"$log"
 exit $failed

@@ -50,7 +50,8 @@ STAND_IN_NOTE = ("*Recorded with the course's reference fix in place of the `{ce
                  "capstone has it; your copy prints its own.*")
 # Files a lesson's GPU cells write, kept under another name after a recording: lesson -> (written, kept).
 KEPT: dict[str, tuple[tuple[str, str], ...]] = {
-    "07-streams-events-and-profiling": (("traces/my-gpu-step.json", "traces/recorded-gpu-step.json"),),
+    "07-streams-events-and-profiling": (
+        ("traces/my-gpu-timed-step.json", "traces/recorded-gpu-timed-step.json"),),
 }
 
 
@@ -108,16 +109,12 @@ def _capstone_trace_clean(output: str) -> bool:
         "Pageable" not in output
 
 
-def _capstone_host_bound(output: str) -> bool:
-    """Lesson 08, section 7: the fixed copy's trace has the GPU busy for under a quarter of the epoch."""
-    found = re.search(r"^whole trace\s+([\d.]+) ms, the GPU busy for ([\d.]+) ms", output, flags=re.MULTILINE)
-    return found is not None and float(found.group(2)) < float(found.group(1)) / 4
-
-
-def _capstone_not_slower(output: str) -> bool:
-    """Lesson 08, section 7: the fixed copy's epoch is no slower than the script's beyond the noise (0.9x)."""
-    found = re.search(r"^([\d.]+)x faster on", output, flags=re.MULTILINE)
-    return found is not None and float(found.group(1)) >= 0.9
+def _capstone_timed_alternately(output: str) -> bool:
+    """Lesson 08, section 7: the script and the fixed copy timed in turns, 7 runs or more each, with min,
+    median and max (the lesson states the 3x target as a goal, so the ratio itself is not a claim)."""
+    timed = r"^.* (?:before|after) +min .* median .* max .*\((\d+) runs\)$"
+    runs = [int(n) for n in re.findall(timed, output, flags=re.MULTILINE)]
+    return len(runs) == 2 and min(runs) >= 7 and re.search(r"x faster \(medians\)", output) is not None
 
 
 # What a recorded output must show for the lesson's text to stay true: lesson -> cell id -> claims, each a
@@ -127,8 +124,8 @@ CLAIMS: dict[str, dict[str, tuple[str | Callable[[str], bool], ...]]] = {
         "non-blocking-cases-gpu": (_only_pinned_returns_at_once,),
     },
     CAPSTONE: {
-        "be5b748b": (_capstone_trace_clean, _capstone_host_bound),
-        "12d95338": (_capstone_not_slower,),
+        "be5b748b": (_capstone_trace_clean,),
+        "12d95338": (_capstone_timed_alternately,),
     },
     "07-streams-events-and-profiling": {
         "allocator-gpu": (_cache_keeps_freed_memory,),
@@ -137,6 +134,9 @@ CLAIMS: dict[str, dict[str, tuple[str | Callable[[str], bool], ...]]] = {
         "streams-gpu": (r"^True$",),
         "async-errors-gpu": (r"CUDA_LAUNCH_BLOCKING=1",),
         "launch-bound-gpu": (_graph_replay_faster, _eager_step_about_1500_us),
+    },
+    "09-devices-in-real-code": {  # section 4's text: the message says what was asked for and what is free
+        "oom-gpu": (r"^OutOfMemoryError: ", r"Tried to allocate", r"free", r"allocated by PyTorch"),
     },
 }
 

@@ -295,3 +295,28 @@ def example_trace() -> dict:
     with SimProfiler(gpu) as prof:
         example_step(gpu, prof, pinned=False, sync_each_step=True)
     return prof.trace()
+
+
+def timed_example_step(gpu: SimulatedGPU, prof: SimProfiler, *, sync_each_step: bool, steps: int = 3) -> None:
+    """Simulate a few training steps on a batch already on the GPU, each timed with `torch.cuda.synchronize()`
+    when `sync_each_step` (lesson 07's worked example); else one wait at the end."""
+    for _ in range(steps):
+        with prof.op("aten::addmm"):
+            gpu.launch(0.0004, name="sgemm forward")
+        with prof.op("autograd::engine::evaluate_function: AddmmBackward0"):
+            gpu.launch(0.0008, name="sgemm backward")
+        with prof.op("aten::_foreach_add_"):
+            gpu.launch(0.0001, name="sgd update")
+        if sync_each_step:
+            gpu.synchronize()  # the step timer: torch.cuda.synchronize(), then perf_counter()
+        gpu.host_work(0.0003, "Python between steps (print the step time, next batch)")
+    gpu.synchronize()
+
+
+def timed_example_trace() -> dict:
+    """Return lesson 07's worked trace: three simulated steps, each timed with torch.cuda.synchronize()."""
+    gpu = SimulatedGPU(initialized=True)
+    with SimProfiler(gpu) as prof:
+        timed_example_step(gpu, prof, sync_each_step=True)
+    return prof.trace()
+

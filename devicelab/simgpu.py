@@ -87,6 +87,8 @@ class GPUProfile:
     context_init_s: float = 1.5
     queue_depth: int | None = 1024
     copy_engines: int = 2
+    # (field, where its figure comes from) for figures whose source differs from PROVENANCE's (the T4's)
+    sources: tuple[tuple[str, str], ...] = ()
 
     def bandwidth(self, direction: Direction, pinned: bool = True) -> float:
         """Return the sustained copy rate in bytes per second for one direction and kind of host memory."""
@@ -132,6 +134,34 @@ A100_PCIE4 = GPUProfile(
 )
 
 
+# NVIDIA H100 80GB HBM3 (SXM5) behind PCIe Gen5 x16: the course's recorded GPU. Figures from the course's own
+# recordings on it (torch 2.11.0+cu130, 2026-11-27) where there is one, else from the datasheet or assumed.
+H100_PCIE5 = GPUProfile(
+    name="NVIDIA H100 80GB HBM3, PCIe Gen5 x16",
+    launch_s=14.7e-6,
+    h2d_pinned_Bps=53.7e9,
+    d2h_pinned_Bps=53.7e9,
+    h2d_pageable_Bps=6.5e9,
+    d2h_pageable_Bps=6.5e9,
+    link_peak_Bps=63.0e9,
+    d2d_Bps=3.35e12 / 2,
+    flops_per_s=67e12,
+    context_init_s=0.16,
+    sources=(
+        ("launch_s", ("recorded on an H100: 1474 us for 100 x.add_(1) from Python, PyTorch's own cost per op "
+                     "(lesson 07)")),
+        ("h2d_pinned_Bps", "recorded on an H100: 52.6-54.3 GB/s for 64-256 MiB (lesson 06)"),
+        ("d2h_pinned_Bps", "ASSUMPTION: as host to device (not recorded)"),
+        ("h2d_pageable_Bps", "recorded on an H100's host: 6.40-6.58 GB/s for 64-256 MiB (lesson 06)"),
+        ("d2h_pageable_Bps", "ASSUMPTION: as host to device (not recorded)"),
+        ("link_peak_Bps", "PCIe Gen5 x16, as lesson 06's recording prints it"),
+        ("copy_latency_s", "ASSUMPTION: the T4's (not recorded)"),
+        ("flops_per_s", "NVIDIA H100 SXM datasheet, FP32"),
+        ("context_init_s", "recorded on an H100: 0.14-0.18 s (lesson 05)"),
+    ),
+)
+
+
 PROVENANCE = {
     "launch_s": ("kernel launch (host side)", "measured: FACTS ~4-6 us per launch"),
     "h2d_pinned_Bps": ("pinned copy host to device", "measured on a T4 in a notebook (FACTS)"),
@@ -154,7 +184,9 @@ def describe_profile(profile: "GPUProfile") -> str:
     """Return one line per figure of `profile`: its value and where it comes from (measurement or assumption).
     """
     lines = [profile.name]
+    own = dict(profile.sources)
     for field, (what, source) in PROVENANCE.items():
+        source = own.get(field, source)
         value = getattr(profile, field)
         if field.endswith("_Bps"):
             shown = f"{value / 1e9:.2f} GB/s"

@@ -4,18 +4,34 @@ exports).
 
 import json
 
+import pytest
+
 from autograder import COURSE_ROOT
 from devicelab.exercises import lesson07
 from devicelab.feedback import Outcome, evaluate
-from devicelab.sim_trace import example_trace, is_simulated
+from devicelab.sim_trace import example_trace, is_simulated, timed_example_trace
+from devicelab.trace_measures import summarize
 
-TRACE = COURSE_ROOT / "notebooks" / "traces" / "simulated-training-step.json"
+TRACES = COURSE_ROOT / "notebooks" / "traces"
+TRACE = TRACES / "simulated-training-step.json"  # ps06's sample
+TIMED = TRACES / "simulated-timed-step.json"  # lesson 07's worked example
 
 
-def test_the_committed_trace_is_what_the_simulated_gpu_exports_and_says_so():
-    trace = json.loads(TRACE.read_text())
-    assert trace == example_trace(), "regenerate: write_trace(example_trace(), TRACE)"
+@pytest.mark.parametrize(("path", "make"), [(TRACE, example_trace), (TIMED, timed_example_trace)],
+                         ids=["ps06-sample", "lesson-07"])
+def test_the_committed_traces_are_what_the_simulated_gpu_exports_and_say_so(path, make):
+    trace = json.loads(path.read_text())
+    assert trace == make(), f"regenerate: write_trace({make.__name__}(), {path.name})"
     assert is_simulated(trace) and "SIMULATED" in trace["traceName"]
+
+
+def test_the_worked_example_is_not_the_capstone_s_problems():
+    """Lesson 07 reads a loop timed with torch.cuda.synchronize(): no copies, no .item(), a wait per step
+    outside every operator; the capstone's pageable copies and .item() are for the student to find there."""
+    summary = summarize(json.loads(TIMED.read_text()))
+    assert summary.copies == {} and summary.waits == {"(no operator)": 3}
+    names = {e["name"] for e in json.loads(TIMED.read_text())["traceEvents"]}
+    assert "cudaDeviceSynchronize" in names and "aten::item" not in names
 
 
 def test_practice_solutions_pass_and_stubs_are_not_attempted():

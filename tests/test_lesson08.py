@@ -1,19 +1,30 @@
 """Lesson 08, the capstone: the script's problems show in a trace of the code itself, and fixes change the
 trace.
 
-The script runs on the simulated GPU (devicelab.capstone.profile_script): the unfixed script's trace shows
-each problem, the fixed one shows none, each realistic wrong fix leaves its symptom, and `check` says so in
-trace terms.
+The script runs on the simulated GPU (devicelab.capstone.profile_script): the unfixed script's trace misses
+every target of devicelab.trace_measures, the fixed one reaches them all, each realistic wrong fix leaves a
+measure off target, and `check` says so in the trace's terms, never naming the cause. The fixes in stages
+(benchmarks/stand_ins/capstone_stages.py) each pay on the simulated H100, the whole fix at least 3x.
 """
 
+import dataclasses
+import itertools
 import math
+import sys
 
 import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
 
 from autograder import COURSE_ROOT
-from devicelab import capstone
+from devicelab import capstone, trace_measures
 from devicelab.exercises import lesson08
 from devicelab.feedback import Outcome, evaluate
+from devicelab.simgpu import SimulatedGPU
+
+sys.path.insert(0, str(COURSE_ROOT / "benchmarks" / "stand_ins"))
+import capstone_stages  # the reference fixes live beside the benchmark, not in the package
 
 EXERCISES = lesson08._exercises.exercises
 IMPORTS = """
@@ -27,6 +38,7 @@ from devicelab.capstone import Net as ScriptNet
 NET_FIXED = """
 class Net(ScriptNet):
     def forward(self, x):
+        x = x.float() / 255
         if self.training:
             x = x + self.noise * torch.randn_like(x)
         return self.body(x)
@@ -34,7 +46,8 @@ class Net(ScriptNet):
 LOADER = """
 def build_loader(dataset, device):
     pin = torch.device(device).type == "cuda"
-    return DataLoader(dataset, batch_size=256, shuffle=True, pin_memory={pin}, num_workers={workers})
+    return DataLoader(dataset, batch_size=256, shuffle=True, pin_memory={pin}, num_workers={workers},
+                      persistent_workers={persistent})
 """
 SIDE_STREAM_LOOP = """
 def run_epoch(model, loader, optimizer, device):
@@ -74,10 +87,12 @@ def run_epoch(model, loader, optimizer, device):
 """
 
 
-def script(net=NET_FIXED, pin="pin", workers="2 if pin else 0", loop=SIDE_STREAM_LOOP, **parts) -> str:
+def script(net=NET_FIXED, pin="pin", workers="8 if pin else 0", persistent="pin", loop=SIDE_STREAM_LOOP,
+           **parts) -> str:
     defaults = {"wait": "torch.cuda.current_stream().wait_stream(side)", "keep": "loss.detach()", "nb": "",
                 "result": "torch.stack(losses)"}
-    return IMPORTS + net + LOADER.format(pin=pin, workers=workers) + loop.format(**{**defaults, **parts})
+    return (IMPORTS + net + LOADER.format(pin=pin, workers=workers, persistent=persistent)
+            + loop.format(**{**defaults, **parts}))
 
 
 def namespace_of(source: str) -> dict:
@@ -97,7 +112,7 @@ FIXED = (COURSE_ROOT / "benchmarks" / "stand_ins" / "capstone_fixed.py").read_te
 
 
 def test_the_script_runs_on_the_cpu_and_stops_on_the_simulated_gpu_as_on_a_gpu(capsys):
-    capstone.main("cpu")
+    capstone.main("cpu", images=8)
     assert "one epoch:" in capsys.readouterr().out
     with pytest.raises(RuntimeError, match="device"):
         capstone.profile_script()
@@ -118,15 +133,31 @@ def test_the_simulated_cuda_is_put_back_after_a_run():
 def test_the_unfixed_script_shows_every_problem_in_its_trace():
     run = capstone.profile_script(lesson08.NoiseOnDevice)
     summary = capstone.summarize(run.trace)
-    assert summary.waits == {"aten::copy_": 16,
-                             "aten::_local_scalar_dense": 8}, "3 waits a step, as predicted"
-    assert summary.copies["Memcpy HtoD (Pageable -> Device)"] == 16
-    assert summary.copies["Memcpy DtoH (Device -> Pinned)"] == 8, ".item() copies into pinned memory"
-    assert summary.overlap == 0.0
-    assert 0.5 < summary.gpu_busy_s / run.seconds < 0.7, "the lesson's prediction says about 60% busy"
+    assert run.steps == 50
+    assert summary.waits == {"aten::copy_": 100,
+                             "aten::_local_scalar_dense": 50}, "3 waits a step, as predicted"
+    assert summary.copies["Memcpy HtoD (Pageable -> Device)"] == 100
+    assert summary.copies["Memcpy DtoH (Device -> Pinned)"] == 50, ".item() copies into pinned memory"
+    measures = trace_measures.measure(run.trace, run.steps)
+    assert measures.copy_overlap == 0.0 and measures.waits_per_step == 3
+    assert 0.25 < measures.gpu_busy_share < 0.35, "the lesson's prediction says about 30% busy"
     found = lesson08.symptoms(run)
-    for words in ("_local_scalar_dense", "aten::copy_", "Pageable", "DataLoader", "take turns"):
+    for words in ("host waits per step", "pageable memory", "GPU is busy", "copy overlap"):
         assert any(words in f for f in found), (words, found)
+
+
+CAUSES = ("item", "_local_scalar_dense", "pin_memory", "non_blocking", "num_workers", "persistent", "Stream",
+          "wait_stream", "record_stream", "DataLoader(")
+
+
+def test_check_hints_and_reveals_never_name_a_cause():
+    """The student finds the causes in the trace: the check's words are measures, not fixes."""
+    run = capstone.profile_script(lesson08.NoiseOnDevice)
+    exercise = EXERCISES["run_epoch"]
+    spoken = [*lesson08.symptoms(run), *exercise.hints, exercise.success, exercise.withheld,
+              *(p.reason for p in lesson08.PREDICTIONS.values())]
+    for words in spoken:
+        assert not any(cause in words for cause in CAUSES), words
 
 
 def test_the_fixed_script_has_a_clean_trace_with_copies_under_compute():
@@ -136,12 +167,12 @@ def test_the_fixed_script_has_a_clean_trace_with_copies_under_compute():
     assert set(summary.copies) == {"Memcpy HtoD (Pinned -> Device)"} and summary.overlap > 0.8
     assert summary.waits == {"(no operator)": 1}, "one wait: the sync after the epoch"
     before = capstone.profile_script(lesson08.NoiseOnDevice)
-    assert before.seconds > 2 * run.seconds
+    assert before.seconds > 3 * run.seconds, "the simulated H100 meets the capstone's target"
     assert run.host_seconds < run.seconds, "a stopwatch without a sync stops before the GPU has finished"
-    assert len(run.result) == 8
+    assert len(run.result) == 50
 
 
-def test_check_confirms_the_fixed_script_and_lists_symptoms_of_the_unfixed_one():
+def test_check_confirms_the_fixed_script_and_lists_what_the_unfixed_one_misses():
     assert evaluate(EXERCISES["run_epoch"], namespace_of(FIXED)).outcome is Outcome.CORRECT
     unfixed = evaluate(EXERCISES["run_epoch"], {"run_epoch": capstone.run_epoch})
     assert unfixed.outcome is Outcome.INCORRECT and "stops with RuntimeError" in unfixed.message
@@ -151,27 +182,29 @@ def test_check_confirms_the_fixed_script_and_lists_symptoms_of_the_unfixed_one()
          "    return _script(model, loader, optimizer, device)\n",
          {**noise_only, "_script": capstone.run_epoch}, noise_only)
     feedback = evaluate(EXERCISES["run_epoch"], noise_only)
-    assert feedback.outcome is Outcome.INCORRECT and "_local_scalar_dense" in feedback.message
+    assert feedback.outcome is Outcome.INCORRECT and "host waits per step: 3.00" in feedback.message
 
 
 WRONG_FIXES = [
     ("noise made on the CPU and moved", script(net=NET_FIXED.replace("torch.randn_like(x)",
                                                                      "torch.randn(x.shape).to(x.device)")),
-     "host-to-device copies for 8 batches"),
+     "host-to-device copies for 50 batches"),
     ("item() kept in the loop", script(keep="loss.detach()); print(f'{loss.item():.3f}'"),
-     "_local_scalar_dense"),
+     "host waits per step: 1.0"),
     ("a device-wide sync each step", script(keep="loss.detach()); torch.cuda.synchronize("),
-     "cudaDeviceSynchronize"),
-    ("no pinning", script(pin="False"), "Pageable"),
-    ("pinned, blocking copies, no side stream", script(loop=PLAIN_LOOP), "aten::copy_"),
-    ("pinned, non-blocking, one stream", script(loop=PLAIN_LOOP, nb=", non_blocking=True"), "take turns"),
-    ("no workers", script(workers="0"), "DataLoader"),
-    ("a side stream without the wait", script(wait="pass"), "without waiting for that copy"),
+     "host waits per step: 1.0"),
+    ("no pinning", script(pin="False"), "uploads from pageable memory: 100 of 100"),
+    ("pinned, blocking copies, no side stream", script(loop=PLAIN_LOOP), "host waits per step: 2.0"),
+    ("pinned, non-blocking, one stream", script(loop=PLAIN_LOOP, nb=", non_blocking=True"),
+     "copy overlap: 0%"),
+    ("no workers", script(workers="0", persistent="False"), "the GPU is busy"),
+    ("workers started every epoch", script(persistent="False"), "the GPU is busy"),
+    ("a side stream without the wait", script(wait="pass"), "before that copy had landed"),
 ]
 
 
 @pytest.mark.parametrize(("why", "source", "words"), WRONG_FIXES, ids=[w[0] for w in WRONG_FIXES])
-def test_each_realistic_wrong_fix_leaves_its_symptom(why, source, words):
+def test_each_realistic_wrong_fix_leaves_a_measure_off_target(why, source, words):
     feedback = evaluate(EXERCISES["run_epoch"], namespace_of(source))
     assert feedback.outcome is Outcome.INCORRECT, f"{why}: {feedback}"
     assert words in feedback.message, f"{why}: {feedback.message}"
@@ -186,12 +219,67 @@ def test_a_loop_that_drops_losses_is_not_accepted():
 def test_the_predictions_answers_are_what_the_simulation_shows():
     run = capstone.profile_script(lesson08.NoiseOnDevice)
     waits = sum(capstone.summarize(run.trace).waits.values())
-    assert lesson08.PREDICTIONS["waits-per-step"].answer == str(waits // 8)
+    assert lesson08.PREDICTIONS["waits-per-step"].answer == str(waits // run.steps)
+    assert lesson08.PREDICTIONS["gpu-busy"].answer == (
+        f"about {round(trace_measures.gpu_busy_share(run.trace) * 10) * 10}%")
     assert lesson08.PREDICTIONS["on-a-gpu"].answer == "it stops with a device mismatch"
     assert math.isclose(run.host_seconds, run.seconds, rel_tol=0.01), "the script's own stopwatch is right"
     assert lesson08.PREDICTIONS["naive-stopwatch"].answer == "about the same"
     fixed = run_of(FIXED)
     assert fixed.host_seconds < 0.9 * fixed.seconds, "the reveal says a fixed loop's stopwatch reads less"
+
+
+STAGES = capstone_stages.stages()
+
+
+def test_each_stage_of_the_fix_pays_on_the_simulated_h100_and_the_whole_fix_at_least_3x():
+    seconds = [capstone.profile_script(s.net, s.build_loader, s.run_epoch, machine="H100").seconds
+               for s in STAGES]
+    for (before, after), stage in zip(itertools.pairwise(seconds), STAGES[1:], strict=True):
+        assert after < 0.95 * before, f"{stage.name}: {before * 1e3:.1f} -> {after * 1e3:.1f} ms"
+    assert seconds[0] > 3 * seconds[-1]
+
+
+def test_on_the_simulated_t4_the_gpu_sets_the_pace():
+    """The same fixes on a T4: the first stage lets the GPU work while the host decodes; after it the GPU is
+    busy almost all the time, so the rest gain little (the lesson's per-GPU story)."""
+    runs = [capstone.profile_script(s.net, s.build_loader, s.run_epoch, machine="T4") for s in STAGES[:2]]
+    assert runs[0].seconds > 1.3 * runs[1].seconds
+    assert trace_measures.gpu_busy_share(runs[1].trace) > 0.95
+
+
+def test_every_simulated_machine_names_the_source_of_each_figure():
+    for machine in capstone.MACHINES.values():
+        host_fields = {f.name for f in dataclasses.fields(machine.host)} - {"name", "sources"}
+        assert set(dict(machine.host.sources)) == host_fields, machine.name
+        assert "SIMULATED" in machine.describe()
+    h100 = dict(capstone.MACHINES["H100"].gpu.sources)
+    assert {"launch_s", "h2d_pinned_Bps", "h2d_pageable_Bps", "context_init_s"} <= set(h100)
+    assert all(source.startswith(("recorded", "ASSUMPTION", "NVIDIA", "PCIe")) for source in h100.values())
+
+
+def test_alternate_times_each_version_in_turns_and_reports_its_spread():
+    gpu = SimulatedGPU(initialized=True)
+    order = []
+
+    def version(name, seconds):
+        def run():
+            order.append(name)
+            gpu.launch(seconds.pop(0), name=name)
+        return run
+
+    before = version("before", [0.05, 0.010, 0.012, 0.011, 0.013, 0.010, 0.014, 0.011])
+    after = version("after", [0.05, 0.004, 0.005, 0.004, 0.006, 0.004, 0.005, 0.004])
+    result = capstone.alternate(before, after, sync=gpu.synchronize, clock=gpu.clock, runs=7)
+    assert order == ["before", "after"] * 8, "warm-up, then one of each in turn"
+    assert len(result.before.samples) == len(result.after.samples) == 7
+    launch = gpu.profile.launch_s
+    assert result.before.min == pytest.approx(0.010 + launch)
+    assert result.before.max == pytest.approx(0.014 + launch)
+    assert result.after.median == pytest.approx(0.004 + launch)
+    assert result.beyond_spread and result.speedup == pytest.approx((0.011 + launch) / (0.004 + launch))
+    overlapping = capstone.Comparison(capstone.Spread((1.0, 2.0)), capstone.Spread((1.5, 1.6)))
+    assert not overlapping.beyond_spread
 
 
 def time_it_outcome(source: str):
@@ -305,12 +393,13 @@ def time_it(fn, sync, clock, warmup=1, repeats=5):
     assert EXERCISES["run_epoch"].solution is None and EXERCISES["run_epoch"].withheld
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 8 workers, for the H100's host
 def test_the_reference_fix_gpu_record_runs_is_clean_on_the_simulated_gpu():
     """benchmarks/stand_ins/capstone_fixed.py (what `make gpu-record` runs in place of `my-script`)."""
     ns = namespace_of(FIXED)
     outcome = evaluate(EXERCISES["run_epoch"], ns)
     assert outcome.outcome is Outcome.CORRECT, outcome.message
-    loader = ns["build_loader"](capstone.Images(), "cuda")
+    loader = ns["build_loader"](capstone.Photos(n=256), "cuda")
     assert loader.persistent_workers, "workers started once, not every epoch"
 
 
@@ -347,3 +436,22 @@ def test_a_held_copy_and_its_stream_sync_in_one_operator_are_one_wait():
         _event("cuda_runtime", "cudaStreamSynchronize", 815, 20),
         _event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 50, 700, tid=7, correlation=1)]}
     assert capstone.summarize(trace).waits == {"aten::copy_": 1}
+
+
+def test_a_training_function_that_makes_its_own_loader_is_simulated_too():
+    """profile_training (ps06's grader): a DataLoader made inside the code, `.cuda()` and `torch.device`."""
+    seen = {}
+
+    def train(model, dataset, optimizer, device):
+        seen["device"] = torch.device(device).type
+        loader = DataLoader(dataset, batch_size=256, pin_memory=True)
+        losses = []
+        for x, y in loader:
+            x, y = x.cuda(non_blocking=True), y.to(device, non_blocking=True)
+            losses.append(F.cross_entropy(model(x), y).detach())
+        return losses
+
+    run = capstone.profile_training(lesson08.NoiseOnDevice, train, dataset=capstone.Photos(n=3 * 256 + 10))
+    assert seen["device"] == "cuda", "the code is told it runs on cuda"
+    assert run.steps == 4 and len(run.result) == 4 and run.loader.pin_memory
+    assert capstone.summarize(run.trace).copies == {"Memcpy HtoD (Pinned -> Device)": 8}

@@ -17,8 +17,9 @@ CELLS_OF = {
     "measure": ("measure-tests-basic", "measure-tests-sync", "measure-tests-warmup", "measure-tests-median"),
     "bandwidth-gbps": ("bandwidth-gbps-tests-basic", "bandwidth-gbps-tests-errors"),
     "step-times-ms": ("step-times-ms-tests-values", "step-times-ms-tests-one-wait"),
+    "fixed-tagger": ("fixed-tagger-tests-same", "fixed-tagger-tests-moves", "fixed-tagger-tests-forward"),
 }
-POINTS_OF = {"measure": 8, "bandwidth-gbps": 2, "step-times-ms": 4}
+POINTS_OF = {"measure": 8, "bandwidth-gbps": 2, "step-times-ms": 4, "fixed-tagger": 5}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "measure": "def measure(fn, *, sync, clock=time.perf_counter, warmup: int = 1, repeats: int = 5)"
@@ -26,6 +27,7 @@ HEADS = {
     "bandwidth-gbps": 'def bandwidth_gbps(nbytes: int, seconds: float) -> float:\n    """Rate."""\n',
     "step-times-ms": 'def step_times_ms(step, n: int, new_event) -> list[float]:\n'
                      '    """Time the steps."""\n',
+    "fixed-tagger": 'def fixed_tagger() -> nn.Module:\n    """Return a fixed Tagger."""\n',
 }
 
 
@@ -91,17 +93,20 @@ class TestContract(support.AssignmentContract):
 def test_imports_points_and_check_calls():
     code = support.code_cells(NOTEBOOK)
     graded = support.graded_cells(code)
-    for line in ("import time", "import torch", "from devicelab.exercises.ps04 import check, hint"):
+    for line in ("import time", "import torch", "from torch import nn",
+                 "from devicelab.exercises.ps04 import HostCopySpy, Tagger, check, copy_weights, hint"):
         assert line in support.imports_cell(code).source.splitlines()
     assert support.points_by_cell(graded) == {
         "measure-tests-basic": 2, "measure-tests-sync": 2, "measure-tests-warmup": 2,
         "measure-tests-median": 2, "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1,
-        "step-times-ms-tests-values": 2, "step-times-ms-tests-one-wait": 2}
+        "step-times-ms-tests-values": 2, "step-times-ms-tests-one-wait": 2, "fixed-tagger-tests-same": 1,
+        "fixed-tagger-tests-moves": 2, "fixed-tagger-tests-forward": 2}
     checks = [c.source for c in code if c.source.startswith("check(")]
     assert checks == [('check("measure")  # instant feedback; hint("measure") gives a nudge, '
                        'call it again for more'),
                       'check("bandwidth_gbps")  # instant feedback; hint("bandwidth_gbps") gives a nudge',
-                      'check("step_times_ms")  # instant feedback; hint("step_times_ms") gives a nudge']
+                      'check("step_times_ms")  # instant feedback; hint("step_times_ms") gives a nudge',
+                      'check("fixed_tagger")  # instant feedback; hint("fixed_tagger") says where to look']
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -110,13 +115,13 @@ def test_imports_points_and_check_calls():
 
 def _namespace(sources: dict[str, str]) -> dict:
     namespace: dict = {"__name__": "__main__"}
-    exec("import time\nimport torch\n", namespace)
+    exec("import time\nimport torch\nfrom torch import nn\n", namespace)
     for source in sources.values():
         exec(compile(source, "<solution>", "exec"), namespace)
     return namespace
 
 
-@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps", "step_times_ms"])
+@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps", "step_times_ms", "fixed_tagger"])
 def test_feedback_says_correct_for_the_solution(name, monkeypatch):
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     solutions = support.solution_sources(support.code_cells(NOTEBOOK))
@@ -124,7 +129,7 @@ def test_feedback_says_correct_for_the_solution(name, monkeypatch):
     assert feedback.outcome is Outcome.CORRECT, feedback.message
 
 
-@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps", "step_times_ms"])
+@pytest.mark.parametrize("name", ["measure", "bandwidth_gbps", "step_times_ms", "fixed_tagger"])
 def test_feedback_says_not_attempted_for_the_stub(name):
     feedback = evaluate(ps04._exercises.exercises[name], _namespace(support.student_stubs(NOTEBOOK)))
     assert feedback.outcome is Outcome.NOT_ATTEMPTED, feedback.message
@@ -507,3 +512,113 @@ def test_step_times_mistake_loses_points(source):
 def test_step_times_failures_say_what_to_fix(mistake, cell, words):
     results = results_for({"step-times-ms": STEP_TIMES_MISTAKES[mistake]})
     assert not results[cell].passed and words in results[cell].error, support.report(results)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# fixed_tagger, the culprit hunt. The mistakes came first, from how people fix a model that will not move:
+#
+# | mistake | what the student believed |
+# | --- | --- |
+# | only the first error fixed (the positions) | the first error is the only one |
+# | heads left in a plain list | model.to() moves every nn.Module it can reach |
+# | bias kept as a plain attribute | model.to() moves every tensor attribute |
+# | bias copied with .to(x.device) in forward | moving it where it is used is the same as moving it once |
+# | positions made on the CPU, then .to(x.device) | a tensor can be made anywhere and moved |
+# | constants made nn.Parameter | a parameter is how a tensor moves with the model |
+# | device hard-coded as "cuda" | the model only ever runs on a GPU |
+# | the maths changed (temperature dropped) | only the devices are checked |
+
+
+def tagger_with(heads="nn.ModuleList(nn.Linear(features, tags) for _ in range(groups))",
+                temperature='self.register_buffer("temperature", torch.tensor(0.5))',
+                bias='self.register_buffer("bias", torch.zeros(tags))',
+                positions="torch.arange(x.shape[1], device=x.device) / x.shape[1]",
+                result="scores / self.temperature + self.bias") -> str:
+    """Return a fixed_tagger cell: the reference fix, one piece changed."""
+    return support.function_cell(HEADS["fixed-tagger"], f"""
+class FixedTagger(nn.Module):
+    def __init__(self, features=16, groups=2, tags=3):
+        super().__init__()
+        self.body = nn.Linear(features, features)
+        self.heads = {heads}
+        {temperature}
+        {bias}
+
+    def forward(self, x):
+        positions = {positions}
+        hidden = torch.relu(self.body(x)) + positions[None, :, None]
+        scores = torch.stack([head(hidden) for head in self.heads]).mean(dim=0)
+        return {result}
+
+return FixedTagger()
+""")
+
+
+CORRECT_TAGGER = {
+    "temperature-left-a-0-dim-attribute": tagger_with(temperature="self.temperature = torch.tensor(0.5)"),
+    "positions-on-the-weights-device": tagger_with(
+        positions="torch.arange(x.shape[1], device=self.body.weight.device) / x.shape[1]"),
+    "constants-as-python-numbers": tagger_with(temperature="self.temperature = 0.5",
+                                               bias='self.register_buffer("bias", torch.zeros(tags))'),
+    "subclass-of-tagger": support.function_cell(HEADS["fixed-tagger"], """
+class FixedTagger(Tagger):
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleList(self.heads)
+        bias = self.bias
+        del self.bias
+        self.register_buffer("bias", bias)
+
+    def forward(self, x):
+        positions = torch.linspace(0, 1, x.shape[1] + 1, device=x.device)[:-1]
+        hidden = torch.relu(self.body(x)) + positions[None, :, None]
+        scores = torch.stack([head(hidden) for head in self.heads]).mean(dim=0)
+        return scores / self.temperature + self.bias
+
+return FixedTagger()
+"""),
+}
+TAGGER_MISTAKES = {
+    "only-the-positions": tagger_with(heads="[nn.Linear(features, tags) for _ in range(groups)]",
+                                      bias="self.bias = torch.zeros(tags)"),
+    "heads-in-a-plain-list": tagger_with(heads="[nn.Linear(features, tags) for _ in range(groups)]"),
+    "bias-a-plain-attribute": tagger_with(bias="self.bias = torch.zeros(tags)"),
+    "bias-copied-in-forward": tagger_with(bias="self.bias = torch.zeros(tags)",
+                                          result="scores / self.temperature + self.bias.to(x.device)"),
+    "positions-moved-in-forward": tagger_with(
+        positions="(torch.arange(x.shape[1]) / x.shape[1]).to(x.device)"),
+    "constants-as-parameters": tagger_with(temperature="self.temperature = nn.Parameter(torch.tensor(0.5))",
+                                           bias="self.bias = nn.Parameter(torch.zeros(tags))"),
+    "device-hard-coded": tagger_with(positions='torch.arange(x.shape[1], device="cuda") / x.shape[1]'),
+    "temperature-dropped": tagger_with(result="scores + self.bias"),
+}
+
+
+@pytest.mark.parametrize("source", CORRECT_TAGGER.values(), ids=CORRECT_TAGGER.keys())
+def test_other_correct_taggers_get_full_marks(source):
+    support.assert_all_pass(results_for({"fixed-tagger": source}))
+
+
+@pytest.mark.parametrize("source", TAGGER_MISTAKES.values(), ids=TAGGER_MISTAKES.keys())
+def test_tagger_mistake_loses_points(source):
+    support.assert_mistake_loses_points(NOTEBOOK, "fixed-tagger", source, CELLS_OF, TOTAL)
+
+
+@pytest.mark.parametrize(("mistake", "cell", "words"), [
+    ("heads-in-a-plain-list", "fixed-tagger-tests-moves", "both heads have 6"),
+    ("bias-a-plain-attribute", "fixed-tagger-tests-moves", "bias should move with model.to()"),
+    ("bias-copied-in-forward", "fixed-tagger-tests-forward", "copies 1 tensors from the host"),
+    ("constants-as-parameters", "fixed-tagger-tests-moves", "parameters"),
+])
+def test_tagger_failures_say_what_to_fix(mistake, cell, words):
+    results = results_for({"fixed-tagger": TAGGER_MISTAKES[mistake]})
+    assert not results[cell].passed and words in results[cell].error, support.report(results)
+
+
+def test_the_culprit_hunt_checks_catch_each_culprit():
+    namespace = _namespace({"tagger": TAGGER_MISTAKES["bias-copied-in-forward"]})
+    namespace["Tagger"] = ps04.Tagger
+    feedback = evaluate(ps04._exercises.exercises["fixed_tagger"], namespace)
+    assert feedback.outcome is Outcome.INCORRECT and "copy (and a wait) per call" in feedback.message
+    plain_list = _namespace({"tagger": TAGGER_MISTAKES["heads-in-a-plain-list"]})
+    assert evaluate(ps04._exercises.exercises["fixed_tagger"], plain_list).outcome is Outcome.INCORRECT

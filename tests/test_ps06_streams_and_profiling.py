@@ -25,8 +25,11 @@ CELLS_OF = {
     "refill-pinned": ("refill-pinned-tests-order", "refill-pinned-tests-in-place",
                       "refill-pinned-tests-shape"),
     "copy-then-run": ("copy-then-run-tests-wait", "copy-then-run-tests-memory"),
+    "fixed-epoch": ("fixed-epoch-tests-results", "fixed-epoch-tests-waits", "fixed-epoch-tests-pinned",
+                    "fixed-epoch-tests-busy", "fixed-epoch-tests-overlap"),
 }
-POINTS_OF = {"copy-totals": 3, "overlap-fraction": 4, "sync-ops": 3, "refill-pinned": 4, "copy-then-run": 4}
+POINTS_OF = {"copy-totals": 3, "overlap-fraction": 4, "sync-ops": 3, "refill-pinned": 4, "copy-then-run": 4,
+             "fixed-epoch": 8}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "copy-totals": 'def copy_totals(trace: dict) -> dict:\n    """Sum the copies."""\n',
@@ -38,6 +41,7 @@ HEADS = {
                      '    """Refill."""\n',
     "copy-then-run": 'def copy_then_run(batch: torch.Tensor, device, side, step):\n'
                      '    """Copy, wait, record, run."""\n',
+    "fixed-epoch": 'def fixed_epoch(model, dataset, optimizer, device):\n    """Train one epoch."""\n',
 }
 
 results_for = partial(run_graded_cells, NOTEBOOK)
@@ -156,13 +160,66 @@ def streams_with(current="current = torch.cuda.current_stream()",
     return cell("copy-then-run", body + "\n")
 
 
+def epoch_with(loader="DataLoader(dataset, batch_size=256, shuffle=True, pin_memory=True, num_workers=8, "
+                      "persistent_workers=True)",
+               copy="[t.to(device, non_blocking=True) for t in batch]", side="side = torch.cuda.Stream()",
+               within="with torch.cuda.stream(side):", wait="torch.cuda.current_stream().wait_stream(side)",
+               keep="losses.append(loss.detach())", steps="len(loader)", result="torch.stack(losses)") -> str:
+    """Return a fixed_epoch cell: the reference (pinned workers, side-stream prefetch), one piece changed."""
+    return cell("fixed-epoch", f"""
+loader = {loader}
+{side}
+batches = iter(loader)
+
+def upload(batch):
+    {within}
+        return {copy}
+
+losses, following = [], upload(next(batches))
+for step in range({steps}):
+    {wait}
+    x, y = following
+    x.record_stream(torch.cuda.current_stream())
+    y.record_stream(torch.cuda.current_stream())
+    if step + 1 < {steps}:
+        following = upload(next(batches))
+    loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    {keep}
+return {result}
+""")
+
+
+PLAIN_EPOCH = """
+loader = {loader}
+losses = []
+for step, (x, y) in enumerate(loader):
+    x, y = x.to(device{nb}), y.to(device{nb})
+    loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    {keep}
+return {result}
+"""
+
+
+def plain_epoch(loader="DataLoader(dataset, batch_size=256, shuffle=True, pin_memory=True, num_workers=8, "
+                       "persistent_workers=True)", nb=", non_blocking=True",
+                keep="losses.append(loss.detach())", result="torch.stack(losses)") -> str:
+    """Return a fixed_epoch cell that keeps every batch on the current stream."""
+    return cell("fixed-epoch", PLAIN_EPOCH.format(loader=loader, nb=nb, keep=keep, result=result))
+
+
 def test_imports_and_check_calls():
     code = support.code_cells(NOTEBOOK)
     imports = support.imports_cell(code).source
     assert "from devicelab.exercises.ps06 import" in imports and "check, " in imports
     checks = [c.source.split(")")[0] for c in code if c.source.startswith("check(")]
     assert checks == ['check("copy_totals"', 'check("overlap_fraction"', 'check("sync_ops"',
-                      'check("refill_pinned"', 'check("copy_then_run"']
+                      'check("refill_pinned"', 'check("copy_then_run"', 'check("fixed_epoch"']
 
 
 class TestContract(support.AssignmentContract):
@@ -171,7 +228,8 @@ class TestContract(support.AssignmentContract):
 
 def _namespace(sources: list[str]) -> dict:
     namespace: dict = {}
-    exec("import torch\nimport json\n", namespace)
+    exec("import torch\nimport json\nimport torch.nn.functional as F\n"
+         "from torch.utils.data import DataLoader\n", namespace)
     for source in sources:
         exec(source, namespace)
     return namespace
@@ -207,6 +265,8 @@ def test_feedback_checks_say_correct_for_the_solution_and_not_attempted_for_stub
     ("copy_then_run", lambda: streams_with(record=""), "record_stream"),
     ("copy_then_run", lambda: streams_with(current="current = torch.cuda.default_stream()"),
      "current_stream()"),
+    ("fixed_epoch", lambda: plain_epoch(), "copy overlap: 0%"),
+    ("fixed_epoch", lambda: epoch_with(wait="pass"), "before its copy had landed"),
 ])
 def test_feedback_checks_catch_the_common_mistakes(name, source, words):
     from devicelab.exercises import ps06
@@ -474,6 +534,60 @@ return result
 }
 
 
+CORRECT["fixed-epoch"] = {
+    "event-instead-of-wait-stream": """
+loader = DataLoader(dataset, batch_size=256, shuffle=True, pin_memory=True, num_workers=6,
+                    persistent_workers=True)
+side = torch.cuda.Stream()
+losses = []
+it = iter(loader)
+
+def prefetch():
+    batch = next(it, None)
+    if batch is None:
+        return None
+    with torch.cuda.stream(side):
+        moved = [t.cuda(non_blocking=True) for t in batch]
+        ready = side.record_event()
+    return moved, ready
+
+nxt = prefetch()
+while nxt is not None:
+    (x, y), ready = nxt
+    torch.cuda.current_stream().wait_event(ready)
+    x.record_stream(torch.cuda.current_stream())
+    y.record_stream(torch.cuda.current_stream())
+    nxt = prefetch()
+    loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.detach())
+return losses
+""",
+    "losses-read-once-at-the-end": (
+        "loader = DataLoader(dataset, batch_size=256, shuffle=True, pin_memory=True, num_workers=8, "
+        "persistent_workers=True, prefetch_factor=4)\n"
+        "side = torch.cuda.Stream()\n"
+        "losses = torch.zeros(len(loader), device=device)\n"
+        "batches = iter(loader)\n"
+        "with torch.cuda.stream(side):\n"
+        "    nxt = [t.to(device, non_blocking=True) for t in next(batches)]\n"
+        "for step in range(len(loader)):\n"
+        "    torch.cuda.current_stream().wait_stream(side)\n"
+        "    x, y = nxt\n"
+        "    if step + 1 < len(loader):\n"
+        "        with torch.cuda.stream(side):\n"
+        "            nxt = [t.to(device, non_blocking=True) for t in next(batches)]\n"
+        "    loss = F.cross_entropy(model(x), y)\n"
+        "    optimizer.zero_grad()\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    losses[step] = loss.detach()\n"
+        "return losses.cpu()\n"),
+}
+
+
 @pytest.mark.parametrize(("exercise", "source"), support.correct_cases(CORRECT, HEADS))
 def test_other_correct_answers_get_full_marks(exercise, source):
     support.assert_all_pass(results_for({exercise: source}))
@@ -535,6 +649,19 @@ def test_other_correct_answers_get_full_marks(exercise, source):
 # | refill_pinned | shape check after writing | the error is what matters |
 # | refill_pinned | dtype must match | different dtypes are an error |
 # | refill_pinned | returns None | in place means nothing to return |
+# | fixed_epoch | .item() kept for a printout | one number per step costs nothing |
+# | fixed_epoch | f"{loss:.4f}" every 10 steps | formatting is not a read |
+# | fixed_epoch | each loss read with .item() after the loop | after the loop is free |
+# | fixed_epoch | pinned batches, blocking copies | pinning alone is the fix |
+# | fixed_epoch | non_blocking copies from unpinned batches | non_blocking alone is the fix |
+# | fixed_epoch | a torch.cuda.synchronize() per step | a sync keeps the streams right |
+# | fixed_epoch | side.synchronize() instead of wait_stream | a stream sync is a GPU-side wait |
+# | fixed_epoch | no workers | pinning and streams are enough |
+# | fixed_epoch | workers started every epoch | workers are free to start |
+# | fixed_epoch | copies and kernels on one stream | non_blocking copies overlap by themselves |
+# | fixed_epoch | a side stream nobody waits for | streams are ordered |
+# | fixed_epoch | range(50) steps | every epoch has 50 batches |
+# | fixed_epoch | batches of 512 | a bigger batch is a faster epoch |
 
 MISTAKES = {
     ("copy-totals", "microseconds-as-seconds"): totals_with(seconds='event["dur"]'),
@@ -688,6 +815,26 @@ return step(copy)
                                                     run="return result"),
     ("copy-then-run", "no-record-stream"): streams_with(record=""),
     ("copy-then-run", "record-side"): streams_with(record="copy.record_stream(side)"),
+    ("fixed-epoch", "item-for-a-printout"): epoch_with(
+        keep="losses.append(loss.detach()); print(loss.item())"),
+    ("fixed-epoch", "formatted-every-10-steps"): epoch_with(
+        keep="losses.append(loss.detach())\n    if step % 10 == 0:\n        print(f'{loss:.4f}')"),
+    ("fixed-epoch", "items-after-the-loop"): epoch_with(result="[loss.item() for loss in losses]"),
+    ("fixed-epoch", "pinned-blocking-copies"): plain_epoch(nb=""),
+    ("fixed-epoch", "unpinned-non-blocking"): epoch_with(
+        loader="DataLoader(dataset, batch_size=256, shuffle=True, num_workers=8, persistent_workers=True)"),
+    ("fixed-epoch", "device-sync-per-step"): epoch_with(wait="torch.cuda.synchronize()"),
+    ("fixed-epoch", "side-synchronize"): epoch_with(wait="side.synchronize()"),
+    ("fixed-epoch", "no-workers"): epoch_with(
+        loader="DataLoader(dataset, batch_size=256, shuffle=True, pin_memory=True)"),
+    ("fixed-epoch", "workers-every-epoch"): epoch_with(
+        loader="DataLoader(dataset, batch_size=256, shuffle=True, pin_memory=True, num_workers=8)"),
+    ("fixed-epoch", "one-stream"): plain_epoch(),
+    ("fixed-epoch", "nobody-waits"): epoch_with(wait="pass"),
+    ("fixed-epoch", "fifty-steps"): epoch_with(steps="50"),
+    ("fixed-epoch", "batches-of-512"): epoch_with(
+        loader="DataLoader(dataset, batch_size=512, shuffle=True, pin_memory=True, num_workers=8, "
+               "persistent_workers=True)"),
 }
 
 
@@ -709,6 +856,12 @@ def test_mistake_loses_points(exercise, source):
     (("refill-pinned", "device-wide-synchronize"), "refill-pinned-tests-order", "that event only"),
     (("refill-pinned", "shape-check-after-writing"), "refill-pinned-tests-shape", "check the shape first"),
     (("refill-pinned", "swaps-data"), "refill-pinned-tests-in-place", "other memory"),
+    (("fixed-epoch", "item-for-a-printout"), "fixed-epoch-tests-waits", "host waits per step: 1.02"),
+    (("fixed-epoch", "unpinned-non-blocking"), "fixed-epoch-tests-pinned", "uploads from pageable memory"),
+    (("fixed-epoch", "workers-every-epoch"), "fixed-epoch-tests-busy", "the GPU is busy"),
+    (("fixed-epoch", "one-stream"), "fixed-epoch-tests-overlap", "copy overlap: 0%"),
+    (("fixed-epoch", "nobody-waits"), "fixed-epoch-tests-overlap", "before its copy had landed"),
+    (("fixed-epoch", "fifty-steps"), "fixed-epoch-tests-results", "StopIteration"),
 ])
 def test_failures_say_what_to_fix(mistake, cell_id, words):
     results = results_for({mistake[0]: MISTAKES[mistake]})

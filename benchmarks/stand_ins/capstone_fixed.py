@@ -1,6 +1,7 @@
 # The capstone's `my-script` cell as a student leaves it once every fix is in (the course's reference fix).
 # `make gpu-record` runs it in place of the lesson's unfixed cell, so that the GPU cells of section 7, which
 # profile and time the student's fixed copy, record what a finished capstone prints; their notes say so.
+# benchmarks/stand_ins/capstone_stages.py builds the fixes up from it one stage at a time, and
 # tests/test_lesson08.py checks that check("run_epoch") calls this copy clean. Not shipped to students: the
 # capstone has no worked solution.
 import torch
@@ -9,9 +10,12 @@ from torch.utils.data import DataLoader
 
 from devicelab.capstone import Net as ScriptNet
 
+WORKERS = 8  # worker processes that decode batches beside the loop (the H100 host has 16 cores or more)
+
 
 class Net(ScriptNet):
     def forward(self, x):
+        x = x.float() / 255
         if self.training:
             x = x + self.noise * torch.randn_like(x)  # made where x is, not on the CPU
         return self.body(x)
@@ -19,9 +23,10 @@ class Net(ScriptNet):
 
 def build_loader(dataset, device):
     """Return the DataLoader for training on `device`."""
-    pin = torch.device(device).type == "cuda"  # pinned batches, pinned in the loader's own thread
-    return DataLoader(dataset, batch_size=256, shuffle=True, pin_memory=pin, num_workers=2 if pin else 0,
-                      persistent_workers=pin)  # workers started once, not every epoch
+    cuda = torch.device(device).type == "cuda"
+    return DataLoader(dataset, batch_size=256, shuffle=True, pin_memory=cuda,  # pinned batches
+                      num_workers=WORKERS if cuda else 0,  # decoded beside the loop
+                      persistent_workers=cuda)  # workers started once, not every epoch
 
 
 def run_epoch(model, loader, optimizer, device):

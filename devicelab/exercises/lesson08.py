@@ -1,17 +1,19 @@
 """Practice for lesson 08, the capstone: each check tests what the code does, never how it is written.
 
 run_epoch: your version of the script (your `Net`, `build_loader` and `run_epoch`, read from the notebook)
-runs one epoch on the simulated GPU, and the check reads its trace: what it reports are symptoms in the trace,
-the same ones a real profile shows, never the fix. time_it: against the simulated GPU's virtual clock, where a
-naive stopwatch measures only the launch.
+runs one epoch on the simulated H100, and the check reads its trace's measures (`devicelab.trace_measures`:
+host waits per step, uploads from pageable memory, the GPU's busy share, copy overlap), the same a real
+profile gives: what it reports are measures off target, never their cause or the fix. time_it: against the
+simulated GPU's virtual clock, where a naive stopwatch measures only the launch.
 """
 
+import functools
 import math
 import statistics
 
 import torch
 
-from devicelab import capstone
+from devicelab import capstone, trace_measures
 from devicelab.feedback import Exercise, checker
 from devicelab.predict import Prediction, asker
 from devicelab.simgpu import KernelSequence, SimulatedGPU
@@ -21,47 +23,31 @@ class NoiseOnDevice(capstone.Net):
     """The script's Net with only the crash fixed (the "before" every later fix is compared with)."""
 
     def forward(self, x):
+        x = x.float() / 255
         if self.training:
             x = x + self.noise * torch.randn_like(x)
         return self.body(x)
 
 
 def symptoms(run: capstone.ScriptRun) -> list[str]:
-    """Return what a trace of one simulated epoch still shows wrong, in the words of the trace."""
-    summary = capstone.summarize(run.trace)
-    events = [e for e in run.trace["traceEvents"] if e.get("ph") == "X"]
-    steps = (sum(1 for e in events if e["cat"] == "user_annotation"
-                 and e["name"].startswith("DataLoader: make"))
-             or sum(1 for e in events if e["cat"] == "user_annotation"
-                    and e["name"].startswith("DataLoader: receive")))
+    """Return what a trace of one simulated epoch still shows off target, in the words of the trace."""
+    measures = trace_measures.measure(run.trace, max(run.steps, 1))
     found = []
     if run.races:
         found.append(f"{len(run.races)} kernels ({', '.join(sorted(set(run.races)))}) read a batch copied on "
-                     "another stream without waiting for that copy: on a GPU they may read the memory before "
-                     "the copy has landed (wrong results, no error)")
-    uploads = sum(n for name, n in summary.copies.items() if "HtoD" in name)
-    if steps and uploads > 2 * steps:
-        found.append(f"{uploads} host-to-device copies for {steps} batches of one x and one y: something "
+                     "another stream before that copy had landed: on a GPU they may read the memory before "
+                     "the copy arrives (wrong results, no error)")
+    uploads = measures.pageable_uploads + measures.pinned_uploads
+    if run.steps and uploads > 2 * run.steps:
+        found.append(f"{uploads} host-to-device copies for {run.steps} batches of one x and one y: something "
                      "else crosses from the host to the GPU every step")
-    waits = {op: n for op, n in summary.waits.items() if op != "(no operator)"}
-    # the check's own, at the end
-    device_syncs = sum(1 for e in events if e["name"] == "cudaDeviceSynchronize") - 1
-    if waits or device_syncs > 0:
-        where = ", ".join(f"{n} in {op}" for op, n in sorted(waits.items()))
-        if device_syncs > 0:
-            where += f"{', ' if where else ''}{device_syncs} cudaDeviceSynchronize"
-        found.append(f"the host waits for the GPU inside the loop ({where})")
-    pageable = sum(n for name, n in summary.copies.items() if "Pageable -> Device" in name)
-    if pageable:
-        found.append(f"{pageable} uploads come from pageable memory (Memcpy HtoD (Pageable -> Device))")
-    if summary.loader_s > 0.25 * run.seconds and summary.gpu_busy_s < 0.7 * run.seconds:
-        found.append(f"the host spends {summary.loader_s * 1e3:.1f} ms of the {run.seconds * 1e3:.1f} ms "
-                     "epoch in the DataLoader (user_annotation rows), and the GPU is idle for "
-                     f"{(run.seconds - summary.gpu_busy_s) * 1e3:.1f} ms")
-    if summary.overlap < 0.5:
-        found.append(f"only {summary.overlap:.0%} of the upload time runs under a kernel: copies and compute "
-                     "take turns on the GPU")
-    return found
+    return found + trace_measures.shortfalls(measures)
+
+
+@functools.cache
+def _script_seconds() -> float:
+    """The simulated epoch of the script with only its crash fixed (the "before")."""
+    return capstone.profile_script(NoiseOnDevice).seconds
 
 
 def _train_epoch(run_epoch) -> None:
@@ -77,19 +63,17 @@ def _train_epoch(run_epoch) -> None:
             "line (with 'cuda:0 and cpu' in the message): some tensor is not where the model's input "
             "is.") from error
     result = run.result
-    loader = loader_maker(capstone.Images(), "cuda")
-    batches = math.ceil(len(loader.dataset) / (loader.batch_size or 1))
-    assert result is not None and len(result) == batches, (
-        f"run_epoch should still return one loss per step ({batches}), got {type(result).__name__}"
+    assert result is not None and len(result) == run.steps, (
+        f"run_epoch should still return one loss per step ({run.steps}), got {type(result).__name__}"
         f"{'' if result is None else f' of length {len(result)}'}.")
     found = symptoms(run)
-    before = capstone.profile_script(NoiseOnDevice).seconds
+    before = _script_seconds()
     assert not found, (
-        f"Your simulated epoch takes {run.seconds * 1e3:.2f} ms. Its trace still shows:\n- "
-        + "\n- ".join(found)
-        + "\nOpen traces/mine.json in Perfetto (or summarize it) and find where each comes from.")
-    print(f"The script took {before * 1e3:.2f} ms per epoch (simulated, noise fix only); yours "
-          f"{run.seconds * 1e3:.2f} ms, {before / run.seconds:.1f}x faster.")
+        f"Your simulated epoch takes {run.seconds * 1e3:.1f} ms on the simulated {run.machine}. Its trace "
+        "still misses:\n- " + "\n- ".join(found)
+        + "\nOpen traces/mine.json in Perfetto and find the rows behind each.")
+    print(f"The script took {before * 1e3:.1f} ms per epoch (simulated {run.machine}, crash fixed only); "
+          f"yours {run.seconds * 1e3:.1f} ms, {before / run.seconds:.1f}x faster.")
 
 
 def _steps(gpu: SimulatedGPU, durations: list[float]) -> KernelSequence:
@@ -161,17 +145,16 @@ def time_it(fn, sync, clock, warmup=1, repeats=5):
 
 _exercises = checker(
     Exercise("run_epoch", _train_epoch, hints=(
-        ("Run the profile cell and read the summary line by line: each wait sits inside an operator; find "
-         "the line of your loop that calls it."),
-        ("Lessons 07 and 06: a blocking .to() and .item() are sync points; a pageable batch is staged by the "
-         "driver; DataLoader(num_workers=..., pin_memory=...) moves loading and pinning off the loop's "
-         "thread, and persistent_workers=True keeps the workers from one epoch to the next."),
-        ("Copies under compute need the copy on another stream than the kernels: torch.cuda.Stream(), "
-         "wait_stream, record_stream (lesson 07, section 5; ps06's copy_then_run)."),
-    ), withheld="No worked solution: the capstone is yours. The hints point at the lessons that have each "
-             "piece.",
-        success=("Your trace is clean: no host wait in the loop, pinned uploads under compute, the loader "
-                 "off the loop's thread.")),
+        ("Take the measures one at a time. Run the profile cell, then open traces/mine.json in Perfetto: "
+         "every measure off target has rows behind it."),
+        ("A host wait sits inside an operator (the summary's 'inside'): find the line of your loop that "
+         "calls it. A copy's name says where its host memory was. The host's rows show what it does "
+         "while the GPU idles."),
+        ("Fix one thing, profile again, and compare the measures: a fix can move a wait somewhere else. "
+         "Lessons 05, 06 and 07 have every piece."),
+    ), withheld="No worked solution: the capstone is yours. The hints say where to look, not what to change.",
+        success=("Your trace reaches every target: no host waits in the loop, pinned uploads, the GPU busy, "
+                 "uploads under compute.")),
     Exercise("time_it", _time_it, hints=(
         ("A GPU call returns once the work is queued: sync() before each clock() read, at the start and at "
          "the end."),
@@ -197,28 +180,26 @@ PREDICTIONS = {
         question=("With the crash fixed, how many times per step does the host wait for the GPU (sync calls "
                   "or copies that hold the host)? Type a number."),
         answer="3", accept=("three",),
-        giveaways=("3 per step", "three waits", "3 waits", "24 in 8 steps", "three times per step"),
-        reason=("x.to(device) and y.to(device) are blocking copies (each waits for the stream), and "
-                "loss.item() copies the loss to the host and waits: 3 per step, 24 in 8 steps; the trace "
-                "below shows them.")),
+        giveaways=("3 per step", "three waits", "3 waits", "150 in 50 steps", "three times per step"),
+        reason=("3 per step, 150 in the 50 steps. The summary under the profile cell says which operator "
+                "each one sits inside; the lines of your loop that call those operators are yours to find.")),
     "gpu-busy": Prediction(
-        question="For what share of the epoch is the GPU busy (a kernel or a copy running)?",
-        choices=("about 25%", "about 60%", "about 95%"),
-        answer="about 60%",
-        giveaways=("about 60%", "busy for about 12", "12 of the 20 ms"),
-        reason=("The simulated T4 is busy for about 12 of the 20 ms: the rest of the time it waits for the "
-                "host, which makes every batch in the loop's own thread and waits in every blocking copy and "
-                ".item(). The summary's last line and the timeline show it.")),
+        question=("On the simulated H100, for what share of the epoch is the GPU busy (a kernel or a copy "
+                  "running)?"),
+        choices=("about 30%", "about 60%", "about 95%"),
+        answer="about 30%",
+        giveaways=("about 30%", "busy 30%", "idle for most"),
+        reason=("About 30%: for most of each step the GPU has nothing to do and waits for the host. The "
+                "timeline shows what the host does meanwhile.")),
     "naive-stopwatch": Prediction(
-        question=("The script as written (crash fixed, `.item()` every step), timed with its own "
-                  "stopwatch (perf_counter before and after, no sync): does it read more, less or about the "
-                  "same as the epoch really takes?"),
+        question=("The script as written (crash fixed only), timed with its own stopwatch (perf_counter "
+                  "before and after, no sync): does it read more, less or about the same as the epoch really "
+                  "takes?"),
         choices=("more", "less", "about the same"),
         answer="about the same",
-        giveaways=("agree by accident", "right by accident", "last .item() waited", "the last .item() waits"),
-        reason=("Its last `.item()` waits for the GPU, so the loop returns only when the GPU has finished: "
-                "the stopwatch is right by accident. Your fixed copy has no sync left in the loop, so it "
-                "returns once its last step is queued, and the same stopwatch reads less. The next cell "
-                "times both.")),
+        giveaways=("agree by accident", "right by accident", "last step waited", "waits inside its last"),
+        reason=("The script's loop waits for the GPU inside its last step, so it returns only when the GPU "
+                "has finished: the stopwatch is right by accident. A loop with no wait left returns once its "
+                "last step is queued, and the same stopwatch reads less. The next cell times both.")),
 }
 ask = asker(PREDICTIONS)

@@ -1,8 +1,13 @@
-"""Checks and hints for ps04-async-timing: `measure` on a simulated GPU, and `bandwidth_gbps`."""
+"""Checks and hints for ps04-async-timing: `measure` on a simulated GPU, `bandwidth_gbps`, and the culprit
+hunt (`Tagger`, `fixed_tagger`, graded on `meta` with `HostCopySpy`)."""
 
 import contextlib
 import math
 from unittest import mock
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from devicelab.feedback import Exercise, checker
 from devicelab.simgpu import KernelSequence, SimEvent, SimStream, SimulatedGPU
@@ -182,7 +187,90 @@ _BANDWIDTH_HINTS = (
     "Check the arguments first: raise ValueError(...) when seconds <= 0 or nbytes < 0. 0 bytes is fine.",
 )
 
+# ----- part 4: the culprit hunt
+
+
+class Tagger(nn.Module):
+    """Tag every token of a batch of sequences: a shared body, one head per group of tags, averaged."""
+
+    def __init__(self, features: int = 16, groups: int = 2, tags: int = 3) -> None:
+        super().__init__()
+        self.body = nn.Linear(features, features)
+        self.heads = [nn.Linear(features, tags) for _ in range(groups)]
+        self.temperature = torch.tensor(0.5)
+        self.bias = torch.zeros(tags)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[1]) / x.shape[1]
+        hidden = torch.relu(self.body(x)) + positions[None, :, None]
+        scores = torch.stack([head(hidden) for head in self.heads]).mean(dim=0)
+        return scores / self.temperature + self.bias
+
+
+class HostCopySpy(TorchFunctionMode):
+    """Record every tensor copied from the CPU to another device while the mode is on (.to, .cuda, copy_)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        out = func(*args, **kwargs)
+        source = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
+        if name in ("to", "cuda", "copy_") and isinstance(source, torch.Tensor) and isinstance(
+                out, torch.Tensor) and source.device.type == "cpu" and out.device.type != "cpu":
+            self.copies.append(f"{tuple(source.shape)} {source.dtype}")
+        return out
+
+
+def copy_weights(model: nn.Module, reference: Tagger) -> None:
+    """Give `model` the weights of `reference` (its body and its heads, by position)."""
+    with torch.no_grad():
+        model.body.load_state_dict(reference.body.state_dict())
+        for head, original in zip(model.heads, reference.heads, strict=True):
+            head.load_state_dict(original.state_dict())
+
+
+def _fixed_tagger(fixed_tagger) -> None:
+    model = fixed_tagger()
+    assert isinstance(model, nn.Module), f"fixed_tagger() should return a model (nn.Module), not {model!r}."
+    assert isinstance(getattr(model, "body", None), nn.Linear) and len(getattr(model, "heads", ())) == 2, (
+        "Keep the layers' names: a `body` and two `heads`.")
+    reference = Tagger()
+    copy_weights(model, reference)
+    x = torch.randn(2, 5, 16)
+    got = model(x)
+    assert isinstance(got, torch.Tensor) and torch.allclose(got, reference(x)), (
+        "On the CPU the fixed model should compute exactly what Tagger computes: fix where tensors live, not "
+        "the maths.")
+    assert len(list(model.parameters())) == 6, (
+        f"The model has {len(list(model.parameters()))} parameters; its body and both heads have 6: an "
+        "optimizer given model.parameters() would not train some of its layers.")
+    model.to("meta")
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    left = [name for name, t in tensors if t.device.type != "meta"]
+    assert not left, f"After model.to('meta') these stayed on the CPU: {left}."
+    try:
+        with HostCopySpy() as spy:
+            out = model(torch.randn(2, 5, 16, device="meta"))
+    except RuntimeError as error:
+        raise AssertionError(f"On meta the model should run, but it raised: {error}") from None
+    assert out.device.type == "meta", f"The output should be on the input's device (meta), not {out.device}."
+    assert not spy.copies, (
+        f"Each call copies {len(spy.copies)} tensors from the host ({', '.join(spy.copies)}): on a GPU each "
+        "is a copy (and a wait) per call. Make them where they are used, or let model.to() move them once.")
+
+
 _exercises = checker(
+    Exercise("fixed_tagger", _fixed_tagger, hints=(
+        ("Move a Tagger to meta and call it on a meta input; tensor_table(model) (lesson 04) shows what "
+         "stayed on the CPU, and explain(error) reads the message."),
+        ("Check everything model.to() moves: model.parameters() and model.buffers(). Anything else a forward "
+         "uses, made in __init__ or in forward, is yours to place."),
+        "Fix one culprit, run it on meta again: the error moves to the next one.",
+    )),
     Exercise("measure", _measure, hints=_MEASURE_HINTS),
     Exercise("bandwidth_gbps", _bandwidth_gbps, hints=_BANDWIDTH_HINTS),
     Exercise("step_times_ms", _step_times_ms, hints=(

@@ -5,11 +5,14 @@ with a `"traceEvents"` list of complete events (`"ph": "X"`, `"ts"` and `"dur"` 
 """
 
 import contextlib
+import marshal
 import math
+from dataclasses import dataclass
 from unittest import mock
 
 import torch
 
+from devicelab import capstone, trace_measures
 from devicelab.feedback import Exercise, checker
 
 MEMCPY = {"h2d": "Memcpy HtoD (Pinned -> Device)", "d2h": "Memcpy DtoH (Device -> Pageable)",
@@ -400,6 +403,80 @@ def _copy_then_run(copy_then_run) -> None:
                           "torch.cuda.current_stream(), not torch.cuda.default_stream().")
 
 
+# ----- part 6: the capstone's script, fixed, graded on its trace measures in the simulator
+
+BATCH = 256  # the capstone's batch size: keep it
+GRADED_BATCHES = 50  # an epoch of the capstone; the hidden tests also run one with a short last batch
+
+
+@dataclass(frozen=True)
+class CapstoneResult:
+    """One simulated epoch of a student's fixed_epoch: the trace measures and what the function did."""
+
+    measures: trace_measures.TraceMeasures
+    steps: int  # batches the loader handed out
+    losses: int | None  # how many losses fixed_epoch returned (None: not a sequence)
+    races: tuple[str, ...]  # kernels that read a batch before its copy had landed
+    extra_uploads: int  # host-to-device copies beyond one x and one y per step
+    batch_size: int
+    seconds: float  # the simulated epoch
+
+    def shortfalls(self) -> list[str]:
+        """Return each measure off the capstone's target, in the trace's words."""
+        return trace_measures.shortfalls(self.measures)
+
+
+_RUNS: dict[tuple[bytes, int], CapstoneResult] = {}
+
+
+def capstone_run(fixed_epoch, batches: int = GRADED_BATCHES, extra: int = 0) -> CapstoneResult:
+    """Run `fixed_epoch(model, dataset, optimizer, device)` for one epoch of `batches` batches of the
+    capstone's photos (and `extra` more in a short last batch) on the simulated H100; return its measures.
+
+    The model is the capstone's Net with its crash fixed; the simulated GPU stands in for `device`.
+    """
+    try:
+        key = (marshal.dumps(fixed_epoch.__code__), batches * BATCH + extra)
+    except (AttributeError, ValueError):
+        key = None
+    if key is not None and key in _RUNS:
+        return _RUNS[key]
+    from devicelab.exercises.lesson08 import NoiseOnDevice
+
+    try:
+        run = capstone.profile_training(NoiseOnDevice, fixed_epoch,
+                                        dataset=capstone.Photos(n=batches * BATCH + extra))
+    except NotImplementedError:  # the stub: not attempted yet
+        raise
+    except RuntimeError as error:
+        raise AssertionError(f"On the simulated GPU your function stops with RuntimeError: {error}") \
+            from error
+    measures = trace_measures.measure(run.trace, max(run.steps, 1))
+    uploads = measures.pageable_uploads + measures.pinned_uploads
+    try:
+        losses = len(run.result)
+    except TypeError:
+        losses = None
+    result = CapstoneResult(measures, run.steps, losses, tuple(run.races), max(0, uploads - 2 * run.steps),
+                            run.loader.batch_size, run.seconds)
+    if key is not None:
+        _RUNS[key] = result
+    return result
+
+
+def _fixed_epoch(fixed_epoch) -> None:
+    run = capstone_run(fixed_epoch)
+    assert run.losses == run.steps, (f"Return one loss per step ({run.steps}); got "
+                                     f"{'no sequence' if run.losses is None else run.losses}.")
+    assert run.batch_size == BATCH, f"Keep the script's batches of {BATCH}; yours has {run.batch_size}."
+    assert not run.races, (f"{len(run.races)} kernels read a batch before its copy had landed: on a GPU they "
+                           "may read the memory before the copy arrives.")
+    assert not run.extra_uploads, (f"{run.extra_uploads} host-to-device copies beyond each batch's x and y: "
+                                   "something else crosses to the GPU every step.")
+    found = run.shortfalls()
+    assert not found, "Your epoch's trace misses:\n- " + "\n- ".join(found)
+
+
 _exercises = checker(
     Exercise("copy_totals", _copy_totals, hints=(
         "Start from {d: {'count': 0, 'bytes': 0, 'seconds': 0.0} for d in ('h2d', 'd2h', 'd2d')}.",
@@ -434,6 +511,13 @@ _exercises = checker(
         ("copy_done.synchronize() makes the host wait for that event only; torch.cuda.synchronize() waits "
          "for everything, and copy_done.wait() makes a GPU stream wait, not the host."),
         "buffer.copy_(data) writes in place (and converts the dtype); return buffer.",
+    )),
+    Exercise("fixed_epoch", _fixed_epoch, hints=(
+        ("Profile it as in lesson 08 (capstone.profile_training(NoiseOnDevice, fixed_epoch) gives the run "
+         "and its trace) and take the measures one at a time."),
+        ("A host wait sits inside an operator: find the line that calls it. A copy's name says where its "
+         "host memory was. The host's rows show what it does while the GPU idles."),
+        "Fix one thing, profile again, compare the measures. Lessons 05, 06 and 07 have every piece.",
     )),
 )
 check, hint = _exercises.check, _exercises.hint
