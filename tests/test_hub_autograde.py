@@ -609,7 +609,10 @@ def fetched_score(server, assignment: str, stamp: str, notebook: str | None = No
 
 
 def queue_of(hub: Hub) -> Queue:
-    return Queue(Path(hub.settings.paths.course) / "autograde" / "queue.sqlite")
+    """Return the hub's autograde queue, where the service keeps it (a sqlite file, or PostgreSQL)."""
+    from autograder.hub.service.autograde import Place
+
+    return Place(Path(hub.settings.paths.course), Path("/nonexistent"), "").queue()
 
 
 def service_pids(hub: Hub) -> list[int]:

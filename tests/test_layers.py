@@ -11,12 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The hub's parts, lowest first: a module may import its own part and those below it, never one above.
 HUB_LAYERS = (
-    ("settings", ("settings",)),
+    ("settings", ("settings", "database")),
     ("exchange", ("exchange", "arrival", "formgrader_exchange")),
+    ("http exchange", ("http_exchange",)),
     ("setup", ("setup",)),
     ("lms", ("lms",)),
     ("service", ("service",)),
-    ("commands", ("cli", "loop", "start", "extensions", "grade_export")),
+    ("commands", ("cli", "loop", "http_loop", "start", "extensions", "grade_export")),
 )
 # Programs started by path (as scripts, in the sandbox or before it): the standard library only; the grading
 # kernel's package also its own modules (relative imports: it runs as a copy under another name), ipykernel.

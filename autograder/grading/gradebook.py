@@ -61,11 +61,16 @@ def course_id(root: Path) -> str:
 
 @contextlib.contextmanager
 def locked(db_url: str) -> Iterator[None]:
-    """Hold an exclusive lock beside a sqlite gradebook for the whole run (other URLs are not locked).
+    """Hold an exclusive lock beside a sqlite gradebook, or PostgreSQL's advisory lock of a gradebook there,
+    for the whole run (other URLs are not locked).
 
     GradebookBusy at once when another run holds it (the lock file, `<gradebook>.lock`, stays; only the
     lock held on it counts).
     """
+    if db_url.startswith(("postgresql:", "postgresql+")):
+        with _advisory_lock(db_url):
+            yield
+        return
     if not db_url.startswith("sqlite:///"):
         yield
         return
@@ -76,6 +81,26 @@ def locked(db_url: str) -> Iterator[None]:
             yield
     except Timeout:
         raise GradebookBusy(f"another grading run is using {path}; wait for it to finish") from None
+
+
+@contextlib.contextmanager
+def _advisory_lock(db_url: str) -> Iterator[None]:
+    """Hold PostgreSQL's session lock of the gradebook (its database and search_path; the connection's end
+    releases it)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            got = conn.execute(text("SELECT pg_try_advisory_lock(hashtext('devicelab-gradebook:' || "
+                                    "current_setting('search_path')))")).scalar()
+            conn.commit()
+            if not got:
+                raise GradebookBusy(f"another grading run is using the gradebook in {engine.url.database}; "
+                                    "wait for it to finish")
+            yield
+    finally:
+        engine.dispose()
 
 
 def alembic_head() -> str:

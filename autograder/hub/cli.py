@@ -7,7 +7,14 @@ from pathlib import Path
 
 from autograder.hub.grade_export import ExportFormat
 from autograder.hub.service.autograde_queue import HiddenTests
-from autograder.hub.settings import AUTHENTICATORS, DEFAULT_ROOT, HubError, HubSettings, LtiSettings
+from autograder.hub.settings import (
+    AUTHENTICATORS,
+    DEFAULT_ROOT,
+    EXCHANGES,
+    HubError,
+    HubSettings,
+    LtiSettings,
+)
 
 ROOT_ENV = "DEVICELAB_HUB_ROOT"
 
@@ -71,8 +78,21 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                        help="bwrap (default): each server in a box of its own (private /tmp and /dev/shm, "
                             "own process view, no shared folder but the exchange; needs bubblewrap); none: "
                             "servers share the machine's /tmp and /proc (SECURITY.md: not isolated)")
+    setup.add_argument("--exchange", choices=EXCHANGES, default=None,
+                       help="files (the first setup's default): nbgrader's exchange folder, made safe; "
+                            "http: an exchange service of the hub (no shared folder; who submits is the hub "
+                            "token's user; docs/hub.md); default: as the last setup")
+    setup.add_argument("--exchange-port", type=int, default=None,
+                       help="the HTTP exchange service's port (default: as the last setup, else 9998)")
     setup.add_argument("--course", default=str(course_root),
                        help="the course to install (default: this repo)")
+    setup.add_argument("--database-url", default=None, metavar="URL",
+                       help="PostgreSQL for JupyterHub's database, the gradebook and the queues: postgresql://"
+                            "ROLE@HOST:PORT/DATABASE, no password (docs/hub.md); `sqlite`: sqlite files (the "
+                            "first setup's default); default: as the last setup")
+    setup.add_argument("--database-password-file", default=None, type=Path, metavar="FILE",
+                       help="a file only its owner can read that holds the PostgreSQL password (or set "
+                            "DEVICELAB_DATABASE_PASSWORD); default: the one the last setup kept")
     add = action("add-user", "add one person to the hub (account, roster, gradebook, running hub)")
     add.add_argument("id")
     add.add_argument("--name", default="")
@@ -146,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autograder.hub import loop, start
+    from autograder.hub import http_loop, loop, start
     from autograder.hub.exchange import printable
     from autograder.hub.setup import install
     from autograder.hub.setup.roster import Member
@@ -160,8 +180,13 @@ def _run(args: argparse.Namespace) -> int:
             proxy_api_port=args.proxy_api_port, service_port=args.service_port, cull_idle_s=args.cull_idle,
             python=args.python, extra_group=args.extra_group, mem_limit_mib=args.mem_limit,
             cpu_limit=args.cpu_limit, tasks_limit=args.tasks_limit, server_box=args.server_box,
+            exchange=args.exchange or _last_setup(root).exchange,
+            exchange_port=args.exchange_port or _last_setup(root).exchange_port,
             proxy=args.proxy or install.find_proxy(Path(args.course)),
-            lti=_lti_settings(args) if args.authenticator == "lti13" else None)
+            lti=_lti_settings(args) if args.authenticator == "lti13" else None,
+            database_url=_database_url(args.database_url, root))
+        if settings.database_url:
+            install.keep_database_password(settings, args.database_password_file)
         report = loop.setup(settings, _roster_file(args))
         s = report.settings
         print(f"hub for {s.course_id} in {s.paths.root}: {len(report.members)} people, grader account "
@@ -179,15 +204,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"next: sudo python -m autograder hub start --root {s.paths.root}")
         return 0
     settings = HubSettings.load(root)
+    exchange_loop = http_loop if settings.exchange == "http" else loop
     if args.action == "add-user":
         for line in install.add_user(settings, Member(args.id.lower(), args.name or args.id, args.role)):
             print(line)
     elif args.action == "start":
         start.start(settings, args.debug)
     elif args.action == "release":
-        print(loop.release(settings, args.assignment, args.force, args.due))
+        print(exchange_loop.release(settings, args.assignment, args.force, args.due))
     elif args.action == "status":
-        found = loop.status(settings, args.assignment)
+        found = exchange_loop.status(settings, args.assignment)
         for row in found.handins:
             print(printable(f"{row.student:24} {row.submitted or 'not submitted':28} "
                             f"{'collected' if row.collected else ''}"))
@@ -195,7 +221,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"not a submission: {bad.line()}")
         print(f"{sum(1 for r in found.handins if r.submitted)} of {len(found.handins)} submitted")
     elif args.action == "collect":
-        print("\n".join(loop.collect(settings, args.assignment).lines()))
+        collected = exchange_loop.collect(settings, args.assignment)
+        print("\n".join(collected if isinstance(collected, list) else collected.lines()))
     elif args.action == "grade":
         extra = [*(["--timeout", args.timeout] if args.timeout else []),
                  *(["--jobs", args.jobs] if args.jobs else []),
@@ -213,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "roster":
         print("\n".join(printable(line) for line in loop.roster_from_lms(settings)))
     elif args.action == "feedback":
-        print("feedback released to: " + ", ".join(loop.feedback(settings, args.assignment)))
+        print("feedback released to: " + ", ".join(exchange_loop.feedback(settings, args.assignment)))
     elif args.action == "autograde":
         said = loop.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout,
                               args.hidden_tests)
@@ -233,6 +260,24 @@ def _run(args: argparse.Namespace) -> int:
             layout = ExportFormat.TABLE
         print(f"wrote {loop.export(settings, Path(args.to).resolve(), layout, args.by_question)}")
     return 0
+
+
+def _database_url(given: str | None, root: Path) -> str:
+    """Return `--database-url` ('' for sqlite), or the last setup's when not given."""
+    if given is not None:
+        return "" if given in ("", "sqlite") else given
+    try:
+        return HubSettings.load(root).database_url
+    except HubError:
+        return ""
+
+
+def _last_setup(root: Path) -> HubSettings:
+    """Return the last setup's settings (the defaults when there was none), for options not given again."""
+    try:
+        return HubSettings.load(root)
+    except HubError:
+        return HubSettings(root=str(root), course_id="", course_source="")
 
 
 def _lti_settings(args: argparse.Namespace) -> LtiSettings:

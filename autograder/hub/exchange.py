@@ -334,6 +334,8 @@ def collect(course: Path, ex: Exchange, assignment: str, course_id: str) -> Coll
     """Copy each student's newest own submission to submitted/<student>/<assignment>/ (as the grader)."""
     from nbgrader.api import Gradebook
 
+    from autograder.grading.gradebook import course_db_url
+
     inbox = ex.read_inbox({assignment})
     report = CollectReport(skipped=list(inbox.skipped))
     skip = course_ignore(course)
@@ -350,7 +352,7 @@ def collect(course: Path, ex: Exchange, assignment: str, course_id: str) -> Coll
         if outcome is None:
             report.unchanged.append(student)
             continue
-        with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id) as gb:
+        with Gradebook(course_db_url(course), course_id) as gb:  # sqlite or PostgreSQL, as the course says
             gb.update_or_create_student(student)
         report.collected.append(outcome)
     return report

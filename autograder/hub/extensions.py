@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     how.add_argument("--by", type=float, dest="hours")
     how.add_argument("--remove", action="store_true")
     args = parser.parse_args(argv)
-    db_url = f"sqlite:///{args.course / 'gradebook.db'}"
+    from autograder.grading import gradebook as gbook
+
+    db_url = gbook.course_db_url(args.course)
     try:
         if args.student is None:
             print(json.dumps([asdict(e) for e in listed(db_url, args.course_id, args.assignment)]))

@@ -82,10 +82,13 @@ def _cell_order(course: Path, assignment: str, notebook: str) -> list[str]:
 
 
 def read_table(course: Path, course_id: str, by_question: bool = False) -> GradeTable:
-    """Read the course gradebook (`course`/gradebook.db) into a GradeTable."""
+    """Read the course gradebook (its nbgrader_config.py's: `course`/gradebook.db, or PostgreSQL) into a
+    GradeTable."""
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id) as gb:
+    from autograder.grading.gradebook import course_db_url
+
+    with Gradebook(course_db_url(course), course_id) as gb:
         columns: list[ScoreColumn] = []
         for assignment in gb.assignments:
             if by_question:
@@ -156,8 +159,10 @@ def nbgrader_csv(course: Path, course_id: str) -> str:
     """Return `nbgrader export`'s rows and values, read from the gradebook and written safely (csv_cells)."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    from autograder.grading.gradebook import course_db_url
+
     rows: list[list[Cell]] = [list(NBGRADER_COLUMNS)]
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id) as gb:
+    with Gradebook(course_db_url(course), course_id) as gb:
         for assignment in gb.assignments:
             for student in gb.students:
                 try:

@@ -9,6 +9,7 @@ from pathlib import Path
 DEFAULT_ROOT = Path("/srv/devicelab-hub")
 SETTINGS_FILE = "hub.json"
 AUTHENTICATORS = ("pam", "native", "dummy", "lti13")
+EXCHANGES = ("files", "http")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -39,6 +40,11 @@ class HubSettings:
     cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
     tasks_limit: int = 1024  # processes and threads each server may run (0: no limit)
     server_box: str = "bwrap"  # each server in a box of its own (hub/setup/server_box.py); "none": not
+    exchange: str = "files"  # nbgrader's exchange: "files" (a shared folder) or "http" (hub/http_exchange/)
+    exchange_port: int = 9998  # the HTTP exchange service's port (exchange "http")
+    # JupyterHub's database, the gradebook and the queues in one PostgreSQL database (hub/database.py:
+    # postgresql://ROLE@HOST:PORT/DATABASE, no password); empty: each in its sqlite file
+    database_url: str = ""
     lti: "LtiSettings | None" = None  # the LMS, with --authenticator lti13
 
     def __post_init__(self) -> None:
@@ -137,6 +143,16 @@ class HubPaths:
         return self.hub / "lti-nonces.sqlite"
 
     @property
+    def database_passfile(self) -> Path:
+        """Return root's copy of the PostgreSQL password (JupyterHub's, `hub setup`'s; libpq's format)."""
+        return self.hub / "database.pgpass"
+
+    @property
+    def grader_passfile(self) -> Path:
+        """Return the grader's copy of the PostgreSQL password (gradebook, queues), in the course (0600)."""
+        return self.course / ".database.pgpass"
+
+    @property
     def log(self) -> Path:
         """Return the hub's log file (`hub start --log`)."""
         return self.hub / "jupyterhub.log"
@@ -145,6 +161,11 @@ class HubPaths:
     def exchange(self) -> Path:
         """Return nbgrader's exchange root."""
         return self.root / "exchange"
+
+    @property
+    def exchange_store(self) -> Path:
+        """Return the HTTP exchange service's store (in the course: only the grader account enters it)."""
+        return self.course / "http-exchange"
 
     @property
     def course(self) -> Path:

@@ -8,3 +8,8 @@ FROM quay.io/jupyter/minimal-notebook:python-3.12
 RUN pip install --no-cache-dir \
         "jupyterhub==5.5.0" \
         "devicelab[instructor] @ git+https://github.com/devicelab-course/device-lab@main"
+
+# The instructor's package (the wheel holds only devicelab): the exchange service's client classes that the
+# values' nbgrader_config.py names (autograder/hub/http_exchange/client.py), the exchange service, the grader.
+COPY autograder /opt/devicelab/autograder
+ENV PYTHONPATH=/opt/devicelab

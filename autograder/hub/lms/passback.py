@@ -62,7 +62,7 @@ def lti_on(files: ToolFiles) -> bool:
 
 def offer(files: ToolFiles, scores: list[Score]) -> int:
     """Queue the scores (the same value twice is queued once); return how many were new."""
-    queue = PassbackQueue(files.queue)
+    queue = PassbackQueue.of_course(files.folder.parent, files.queue)
     try:
         return sum(queue.offer(s) for s in scores)
     finally:
@@ -79,7 +79,7 @@ def flush(files: ToolFiles, now: float | None = None) -> Flushed:
 
 
 def _flush(files: ToolFiles, now: float | None) -> Flushed:
-    queue = PassbackQueue(files.queue)
+    queue = PassbackQueue.of_course(files.folder.parent, files.queue)
     sent, failed = [], []
     try:
         due = queue.due(now)
@@ -187,7 +187,7 @@ class Pacer:
 
 def status_lines(files: ToolFiles, assignment: str | None) -> list[str]:
     """Return a line per queued score: student, assignment, score, state, posts, why not yet."""
-    queue = PassbackQueue(files.queue)
+    queue = PassbackQueue.of_course(files.folder.parent, files.queue)
     try:
         rows = queue.rows(assignment)
     finally:

@@ -1,4 +1,5 @@
-"""The grade passback queue: one sqlite file in the grader's lti/ folder, a row per student and assignment.
+"""The grade passback queue, a row per student and assignment: one sqlite file in the grader's lti/ folder,
+or a schema of the hub's PostgreSQL database (database.py).
 
 A score is offered after each grading; the same score again changes nothing, a new one replaces what was not
 sent yet. Each row is pending until the LMS took it (sent), retried with a growing wait when the LMS is down
@@ -8,11 +9,13 @@ only if it still holds the value that was posted, so a score that changed while 
 again, once.
 """
 
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy import text
+
+from autograder.hub.database import Tables, course_part_url
 from autograder.words import Word
 
 FIRST_WAIT_S = 30.0  # after the first failure; doubled after each next one
@@ -20,16 +23,16 @@ LONGEST_WAIT_S = 3600.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS scores (
-    student TEXT NOT NULL,
-    assignment TEXT NOT NULL,
-    score REAL NOT NULL,
-    max_score REAL NOT NULL,
+    student {text} NOT NULL,
+    assignment {text} NOT NULL,
+    score {real} NOT NULL,
+    max_score {real} NOT NULL,
     status TEXT NOT NULL,
     state TEXT NOT NULL,
     tries INTEGER NOT NULL DEFAULT 0,
-    next_try REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    sent_at REAL,
+    next_try {real} NOT NULL,
+    updated_at {real} NOT NULL,
+    sent_at {real},
     posts INTEGER NOT NULL DEFAULT 0,
     detail TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (student, assignment)
@@ -77,85 +80,97 @@ def wait_after(tries: int) -> float:
 
 
 class PassbackQueue:
-    """The queue in one sqlite file (made on first use)."""
+    """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its table made on first use."""
 
-    def __init__(self, path: Path) -> None:
-        self.db = sqlite3.connect(path, timeout=30, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.executescript(SCHEMA)
+    def __init__(self, where: Path | str) -> None:
+        self.store = Tables(f"sqlite:///{where}" if isinstance(where, Path) else where, SCHEMA, ("scores",))
+
+    @classmethod
+    def of_course(cls, course: Path, sqlite_file: Path) -> "PassbackQueue":
+        """Open the course's queue: in its PostgreSQL database when its gradebook is there, else the file."""
+        return cls(course_part_url(course, "passback", sqlite_file))
 
     def close(self) -> None:
-        """Close the file."""
-        self.db.close()
+        """Close its connections."""
+        self.store.close()
+
+    def _run(self, conn, sql: str, **params):
+        return conn.execute(text(sql), {k: str(v) if isinstance(v, str) else v for k, v in params.items()})
 
     def offer(self, score: Score, now: float | None = None) -> bool:
         """Queue a score unless the row already holds this very value; return whether it was queued."""
         now = time.time() if now is None else now
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            old = self.db.execute("SELECT score, max_score, status FROM scores WHERE student=? AND "
-                                  "assignment=?", (score.student, score.assignment)).fetchone()
+        with self.store.write() as conn:
+            old = self._run(conn, "SELECT score, max_score, status FROM scores WHERE student = :student AND "
+                            "assignment = :assignment", **_key(score)).first()
             if old is not None and tuple(old) == (score.score, score.max_score, score.status):
                 return False
-            self.db.execute(
+            self._run(conn,
                 "INSERT INTO scores (student, assignment, score, max_score, status, state, tries, next_try, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?) ON CONFLICT (student, assignment) DO UPDATE "
-                "SET score=excluded.score, max_score=excluded.max_score, status=excluded.status, "
-                "state=excluded.state, tries=0, next_try=excluded.next_try, updated_at=excluded.updated_at, "
-                "detail=''",
-                (score.student, score.assignment, score.score, score.max_score, score.status,
-                 PassbackState.PENDING, now, now))
+                "updated_at) VALUES (:student, :assignment, :score, :max_score, :status, :pending, 0, :now, "
+                ":now) ON CONFLICT (student, assignment) DO UPDATE SET score=excluded.score, "
+                "max_score=excluded.max_score, status=excluded.status, state=excluded.state, tries=0, "
+                "next_try=excluded.next_try, updated_at=excluded.updated_at, detail=''",
+                **_value(score), pending=PassbackState.PENDING, now=now)
         return True
 
     def due(self, now: float | None = None) -> list[Row]:
         """Return the rows to post now (pending or failed, their wait over), oldest first."""
         now = time.time() if now is None else now
-        found = self.db.execute("SELECT * FROM scores WHERE state NOT IN (?, ?) AND next_try <= ? ORDER BY "
-                                "updated_at", (PassbackState.SENT, PassbackState.UNSENDABLE, now))
-        return [_row(r) for r in found]
+        with self.store.read() as conn:
+            found = self._run(conn, "SELECT * FROM scores WHERE state NOT IN (:sent, :unsendable) AND "
+                              "next_try <= :now ORDER BY updated_at", sent=PassbackState.SENT,
+                              unsendable=PassbackState.UNSENDABLE, now=now)
+            return [_row(r._mapping) for r in found]
 
     def rows(self, assignment: str | None = None) -> list[Row]:
         """Return every row (of one assignment), by assignment and student."""
-        found = self.db.execute("SELECT * FROM scores WHERE ? IS NULL OR assignment = ? ORDER BY assignment, "
-                                "student", (assignment, assignment))
-        return [_row(r) for r in found]
+        where = "WHERE assignment = :assignment " if assignment is not None else ""
+        with self.store.read() as conn:
+            found = self._run(conn, f"SELECT * FROM scores {where}ORDER BY assignment, student",
+                              **({"assignment": assignment} if assignment is not None else {}))
+            return [_row(r._mapping) for r in found]
 
     def sent(self, score: Score, now: float | None = None) -> bool:
         """Mark the row sent if it still holds this value; return whether it did (else it stays due)."""
         now = time.time() if now is None else now
-        with self.db:
-            done = self.db.execute(
-                "UPDATE scores SET state=?, sent_at=?, posts=posts+1, detail='' WHERE student=? AND "
-                "assignment=? AND score=? AND max_score=? AND status=?",
-                (PassbackState.SENT, now, score.student, score.assignment, score.score, score.max_score,
-                 score.status))
-        return done.rowcount == 1
+        with self.store.write() as conn:
+            done = self._run(conn, f"UPDATE scores SET state=:sent, sent_at=:now, posts=posts+1, detail='' "
+                             f"WHERE {_MATCH}", sent=PassbackState.SENT, now=now, **_value(score))
+            return done.rowcount == 1
 
     def unsendable(self, score: Score, detail: str) -> None:
         """Record that no LMS can take this score as it is: it stays, with why, and is not tried again."""
-        with self.db:
-            self.db.execute("UPDATE scores SET state=?, tries=tries+1, detail=? WHERE student=? AND "
-                            "assignment=? AND score=? AND max_score=? AND status=?",
-                            (PassbackState.UNSENDABLE, detail[:500], score.student, score.assignment,
-                             score.score, score.max_score, score.status))
+        with self.store.write() as conn:
+            self._run(conn, "UPDATE scores SET state=:unsendable, tries=tries+1, detail=:detail WHERE "
+                      f"{_MATCH}", unsendable=PassbackState.UNSENDABLE, detail=detail[:500], **_value(score))
 
     def failed(self, score: Score, detail: str, refused: bool, now: float | None = None) -> None:
         """Record a failed post (refused: the LMS said no; else it could not be reached); wait, then retry."""
         now = time.time() if now is None else now
-        key = (score.student, score.assignment, score.score, score.max_score, score.status)
-        match = "student=? AND assignment=? AND score=? AND max_score=? AND status=?"
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            found = self.db.execute(f"SELECT tries FROM scores WHERE {match}", key).fetchone()
+        with self.store.write() as conn:
+            found = self._run(conn, f"SELECT tries FROM scores WHERE {_MATCH}", **_value(score)).first()
             if found is None:  # a new score took its place meanwhile: that one is due now
                 return
-            tries = found["tries"] + 1
-            self.db.execute(f"UPDATE scores SET state=?, tries=?, next_try=?, detail=? WHERE {match}",
-                            (PassbackState.FAILED if refused else PassbackState.PENDING, tries,
-                             now + wait_after(tries), detail[:500], *key))
+            tries = found[0] + 1
+            self._run(conn, f"UPDATE scores SET state=:state, tries=:tries, next_try=:next, detail=:detail "
+                      f"WHERE {_MATCH}", state=PassbackState.FAILED if refused else PassbackState.PENDING,
+                      tries=tries, next=now + wait_after(tries), detail=detail[:500], **_value(score))
 
 
-def _row(r: sqlite3.Row) -> Row:
+_MATCH = ("student=:student AND assignment=:assignment AND score=:score AND max_score=:max_score AND "
+          "status=:status")
+
+
+def _key(score: Score) -> dict:
+    return {"student": score.student, "assignment": score.assignment}
+
+
+def _value(score: Score) -> dict:
+    return {**_key(score), "score": score.score, "max_score": score.max_score, "status": score.status}
+
+
+def _row(r) -> Row:
     return Row(Score(r["student"], r["assignment"], r["score"], r["max_score"], r["status"]),
                PassbackState(r["state"]), r["tries"], r["next_try"], r["updated_at"], r["sent_at"],
                r["posts"], r["detail"])

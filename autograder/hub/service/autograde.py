@@ -25,7 +25,11 @@ from autograder.grading.results import Status, StudentResult
 from autograder.grading.warm_start import Standby
 from autograder.grading.zygote import LIBRARIES, WarmStartError
 from autograder.hub import exchange
+from autograder.hub.database import course_part_url
 from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
+from autograder.hub.http_exchange.api import ServiceClient, ServiceError
+from autograder.hub.http_exchange.archive import ArchiveRefused
+from autograder.hub.http_exchange.staff import give_back, take_submission
 from autograder.hub.lms.tool import ToolFiles
 from autograder.hub.service.autograde_queue import (
     MAX_TRIES,
@@ -55,6 +59,11 @@ class Place:
     course: Path
     exchange: Path
     course_id: str
+    http_exchange: str = ""  # the HTTP exchange service's address (`--exchange http`); "": the folder
+
+    def service(self) -> ServiceClient:
+        """Return the HTTP exchange's API with this service's own hub token (staff)."""
+        return ServiceClient(self.http_exchange, os.environ.get("JUPYTERHUB_API_TOKEN", ""), timeout_s=60)
 
     @property
     def home(self) -> Path:
@@ -75,7 +84,7 @@ class Place:
         return self.dirs.feedback
 
     def queue(self) -> Queue:
-        return Queue(self.home / QUEUE_FILE)
+        return Queue(course_part_url(self.course, "autograde", self.home / QUEUE_FILE))
 
     @property
     def lti(self) -> ToolFiles:
@@ -99,6 +108,8 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
     enabled = set(queue.enabled())
     if not enabled:
         return 0
+    if place.http_exchange:
+        return scan_service(place, queue, enabled, now)
     inbox = place.dirs.read_inbox(enabled, now=None)
     known = {a: queue.known(a) for a in enabled}
     new = 0
@@ -110,6 +121,26 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
         if not secret and _age_s(sub.folder) < COPYING_GRACE_S:
             continue  # nbgrader is still copying it (its secret comes last): the next scan takes it
         state = queue.add(student, assignment, timestamp, sub.folder.name, secret, now)
+        known[assignment].add((student, timestamp))
+        logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
+        new += 1
+    return new
+
+
+def scan_service(place: Place, queue: Queue, enabled: set[str], now: float | None = None) -> int:
+    """Queue every new submission the HTTP exchange lists (oldest first); return how many were new."""
+    try:
+        listed = [sub for a in sorted(enabled) for sub in place.service().submissions(a)]
+    except ServiceError as exc:
+        logger.info(printable(f"the exchange service listed nothing: {exc}"))
+        return 0
+    known = {a: queue.known(a) for a in enabled}
+    new = 0
+    for sub in sorted(listed, key=lambda sub: sub.timestamp):
+        student, assignment, timestamp = sub.student_id, sub.assignment_id, sub.timestamp
+        if (student, timestamp) in known[assignment]:
+            continue
+        state = queue.add(student, assignment, timestamp, timestamp, "", now)  # no secret: the service knows
         known[assignment].add((student, timestamp))
         logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
         new += 1
@@ -159,6 +190,9 @@ def stage_into(place: Place, batch: list[Entry], staged: Staged) -> None:
     """Copy more submissions into a batch's work folder (missing and refused ones are noted in `staged`)."""
     skip = exchange.course_ignore(place.course)
     for e in batch:
+        if place.http_exchange:
+            take_from_service(place, e, staged, skip)
+            continue
         found = place.dirs.submission(e.folder)
         if isinstance(found, BadName):
             if not os.path.lexists(place.inbound / e.folder):
@@ -177,6 +211,23 @@ def stage_into(place: Place, batch: list[Entry], staged: Staged) -> None:
         if notes:
             staged.notes[e.student] = "; ".join(notes)
             logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: {'; '.join(notes)}"))
+
+
+def take_from_service(place: Place, e: Entry, staged: Staged, skip) -> None:
+    """Copy one submission out of the HTTP exchange into the batch's work folder (or note why not)."""
+    (staged.work / e.student).mkdir()
+    try:
+        take_submission(place.service(), e.student, e.assignment, e.timestamp,
+                        staged.work / e.student / e.assignment, skip)
+    except ServiceError as exc:
+        if exc.status != 404:
+            staged.refused[e.student] = str(exc)
+        else:
+            (staged.work / e.student).rmdir()
+            staged.missing.append(e)
+    except ArchiveRefused as exc:
+        staged.refused[e.student] = str(exc)
+        logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: refused: {exc}"))
 
 
 def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path,
@@ -217,9 +268,16 @@ def release_feedback(place: Place, entry: Entry, pages: dict[str, str],
     `submitted` is the copy of the submission that was graded: its file names are the ones the student's
     fetch_feedback looks for.
     """
+    ids = exchange.notebook_ids(place.course, entry.assignment, submitted) if submitted else None
+    if place.http_exchange:
+        try:
+            give_back(place.service(), place.course, entry.student, entry.assignment, entry.timestamp, pages,
+                      ids)
+        except ServiceError as exc:  # the grade is kept; `hub feedback` gives the pages back later
+            logger.info(printable(f"{entry.student} {entry.assignment}: feedback not given back: {exc}"))
+        return
     if not entry.secret:
         return  # not an nbgrader submission: nothing to hand it back through
-    ids = exchange.notebook_ids(place.course, entry.assignment, submitted) if submitted else None
     exchange.release_feedback(place.dirs, place.course, entry.student, entry.assignment, entry.timestamp,
                               entry.secret, pages, ids)
 
@@ -538,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             p.add_argument("--exchange", required=True)
             p.add_argument("--course-id", required=True)
+            p.add_argument("--http-exchange", default="", metavar="URL",
+                           help="take submissions from the HTTP exchange service, not the exchange folder")
             p.add_argument("--jobs", type=int, default=None)
             p.add_argument("--once", action="store_true", help="stop when the queue is empty")
         else:
@@ -553,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
                             format="[autograde %(asctime)s] %(message)s",
                             datefmt="%H:%M:%S")  # the hub's log, one line each, as before
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        run(Place(course, Path(args.exchange), args.course_id), args.jobs, args.once)
+        run(Place(course, Path(args.exchange), args.course_id, args.http_exchange), args.jobs, args.once)
         return 0
     queue = Place(course, Path("/nonexistent"), "").queue()
     if args.action in ("on", "off"):

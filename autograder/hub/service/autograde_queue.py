@@ -1,4 +1,5 @@
-"""The autograde service's durable queue: one sqlite file in the grader's course folder.
+"""The autograde service's durable queue: one sqlite file in the grader's course folder, or a schema of the
+hub's PostgreSQL database (database.py).
 
 A submission is keyed by (student, assignment, timestamp), nbgrader's own identity of a submission. Its state
 moves queued -> grading -> done (or superseded when a newer one of the same student arrives first, or failed
@@ -11,7 +12,6 @@ place, never an extra one), a batch holds at most one submission per student and
 later submission waits for those ahead of it and never for a whole class's batch.
 """
 
-import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from sqlalchemy import text
+
 from autograder.grading.results import Status
+from autograder.hub.database import Tables
 from autograder.words import Word
 
 
@@ -47,28 +50,28 @@ HOUR = 3600.0
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS assignments (
-    assignment TEXT PRIMARY KEY,
+    assignment {{text}} PRIMARY KEY,
     enabled INTEGER NOT NULL,
     per_hour INTEGER NOT NULL DEFAULT 0,
-    timeout REAL NOT NULL DEFAULT 120,
+    timeout {{real}} NOT NULL DEFAULT 120,
     hidden_tests TEXT NOT NULL DEFAULT '{HiddenTests.PROTECTED}'
 );
 CREATE TABLE IF NOT EXISTS submissions (
-    student TEXT NOT NULL,
-    assignment TEXT NOT NULL,
-    timestamp TEXT NOT NULL,
+    student {{text}} NOT NULL,
+    assignment {{text}} NOT NULL,
+    timestamp {{text}} NOT NULL,
     folder TEXT NOT NULL,
     secret TEXT NOT NULL,
     state TEXT NOT NULL,
-    place REAL NOT NULL,
-    seen_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
+    place {{real}} NOT NULL,
+    seen_at {{real}} NOT NULL,
+    started_at {{real}},
+    finished_at {{real}},
     tries INTEGER NOT NULL DEFAULT 0,
     graded INTEGER NOT NULL DEFAULT 0,
     status TEXT NOT NULL DEFAULT '',
-    score REAL,
-    max_score REAL,
+    score {{real}},
+    max_score {{real}},
     detail TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (student, assignment, timestamp)
 );
@@ -123,33 +126,31 @@ class AutogradeSetting:
 
 
 class Queue:
-    """The queue in one sqlite file (made on first use)."""
+    """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its tables made on first use."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.executescript(SCHEMA)
-        columns = {r["name"] for r in self.db.execute("PRAGMA table_info(assignments)")}
-        if "hidden_tests" not in columns:  # a queue made before the setting existed: protected, the default
-            self.db.execute("ALTER TABLE assignments ADD COLUMN hidden_tests TEXT NOT NULL DEFAULT "
-                            f"'{HiddenTests.PROTECTED}'")
+    def __init__(self, where: Path | str) -> None:
+        url = f"sqlite:///{where}" if isinstance(where, Path) else where
+        self.store = Tables(url, SCHEMA, ("assignments", "submissions"))
+        if not self.store.postgres:
+            with self.store.write(lock=False) as db:
+                columns = {r[1] for r in db.exec_driver_sql("PRAGMA table_info(assignments)")}
+                if "hidden_tests" not in columns:  # a queue made before the setting existed: protected
+                    db.exec_driver_sql("ALTER TABLE assignments ADD COLUMN hidden_tests TEXT NOT NULL "
+                                       f"DEFAULT '{HiddenTests.PROTECTED}'")
 
     def close(self) -> None:
-        """Close the file."""
-        self.db.close()
+        """Close its connections."""
+        self.store.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Run the block as one transaction (all of it or nothing)."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def transaction(self) -> Iterator["_Db"]:
+        """Run the block as one transaction (all of it or nothing), no other writer in between."""
+        with self.store.write() as conn:
+            yield _Db(conn)
+
+    def _read(self, sql: str, **params) -> list:
+        with self.store.read() as conn:
+            return list(_Db(conn).execute(sql, **params))
 
     # The instructor's switches
     def configure(self, assignment: str, enabled: bool, per_hour: int | None = None,
@@ -163,29 +164,33 @@ class Queue:
                       old.timeout if timeout is None else timeout,
                       old.hidden_tests if hidden_tests is None else HiddenTests(hidden_tests))
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO assignments (assignment, enabled, per_hour, timeout, "
-                       "hidden_tests) VALUES (?, ?, ?, ?, ?)",
-                       (assignment, int(new.enabled), new.per_hour, new.timeout, new.hidden_tests))
+            db.execute("INSERT INTO assignments (assignment, enabled, per_hour, timeout, hidden_tests) "
+                       "VALUES (:a, :enabled, :per_hour, :timeout, :hidden) ON CONFLICT (assignment) DO "
+                       "UPDATE SET enabled = excluded.enabled, per_hour = excluded.per_hour, timeout = "
+                       "excluded.timeout, hidden_tests = excluded.hidden_tests",
+                       a=assignment, enabled=int(new.enabled), per_hour=new.per_hour, timeout=new.timeout,
+                       hidden=new.hidden_tests)
         return new
 
     def setting(self, assignment: str) -> AutogradeSetting:
         """Return the assignment's setting (off when never set)."""
-        row = self.db.execute("SELECT * FROM assignments WHERE assignment = ?", (assignment,)).fetchone()
-        if row is None:
+        rows = self._read("SELECT * FROM assignments WHERE assignment = :a", a=assignment)
+        if not rows:
             return AutogradeSetting(assignment, False)
+        row = rows[0]
         return AutogradeSetting(row["assignment"], bool(row["enabled"]), row["per_hour"], row["timeout"],
                        HiddenTests(row["hidden_tests"]))
 
     def enabled(self) -> list[str]:
         """Return the assignments being autograded."""
-        return [r[0] for r in self.db.execute("SELECT assignment FROM assignments WHERE enabled ORDER BY 1")]
+        return [r["assignment"] for r in self._read("SELECT assignment FROM assignments WHERE enabled != 0 "
+                                                    "ORDER BY assignment")]
 
     # Submissions
     def known(self, assignment: str) -> set[tuple[str, str]]:
         """Return the (student, timestamp) of every submission of the assignment already in the queue."""
-        rows = self.db.execute("SELECT student, timestamp FROM submissions WHERE assignment = ?",
-                               (assignment,))
-        return {(r[0], r[1]) for r in rows}
+        rows = self._read("SELECT student, timestamp FROM submissions WHERE assignment = :a", a=assignment)
+        return {(r["student"], r["timestamp"]) for r in rows}
 
     def add(self, student: str, assignment: str, timestamp: str, folder: str, secret: str,
             now: float | None = None) -> str:
@@ -195,28 +200,30 @@ class Queue:
         place in the queue. Adding a known submission again changes nothing.
         """
         now = time.time() if now is None else now
+        key = {"student": student, "assignment": assignment, "stamp": timestamp}
         with self.transaction() as db:
-            row = db.execute("SELECT state FROM submissions WHERE student = ? AND assignment = ? "
-                             "AND timestamp = ?", (student, assignment, timestamp)).fetchone()
+            row = db.one("SELECT state FROM submissions WHERE student = :student AND assignment = "
+                         ":assignment AND timestamp = :stamp", **key)
             if row is not None:
                 return row["state"]
-            newer = db.execute("SELECT 1 FROM submissions WHERE student = ? AND assignment = ? "
-                               "AND timestamp > ? AND state != ?",
-                               (student, assignment, timestamp, State.SUPERSEDED)).fetchone()
-            older = db.execute("SELECT place FROM submissions WHERE student = ? AND assignment = ? "
-                               "AND state = ? AND timestamp < ? ORDER BY place LIMIT 1",
-                               (student, assignment, State.QUEUED, timestamp)).fetchone()
+            newer = db.one("SELECT 1 FROM submissions WHERE student = :student AND assignment = "
+                           ":assignment AND timestamp > :stamp AND state != :superseded", **key,
+                           superseded=State.SUPERSEDED)
+            older = db.one("SELECT place FROM submissions WHERE student = :student AND assignment = "
+                           ":assignment AND state = :queued AND timestamp < :stamp ORDER BY place LIMIT 1",
+                           **key,
+                           queued=State.QUEUED)
             state = State.SUPERSEDED if newer else State.QUEUED
             place = older["place"] if older is not None and not newer else now
             if state == State.QUEUED:
-                db.execute("UPDATE submissions SET state = ?, finished_at = ?, detail = ? WHERE student = ? "
-                           "AND assignment = ? AND state = ? AND timestamp < ?",
-                           (State.SUPERSEDED, now, f"replaced by the submission of {timestamp}", student,
-                            assignment, State.QUEUED, timestamp))
+                db.execute("UPDATE submissions SET state = :superseded, finished_at = :now, detail = :detail "
+                           "WHERE student = :student AND assignment = :assignment AND state = :queued AND "
+                           "timestamp < :stamp", **key, superseded=State.SUPERSEDED, now=now,
+                           detail=f"replaced by the submission of {timestamp}", queued=State.QUEUED)
             db.execute("INSERT INTO submissions (student, assignment, timestamp, folder, secret, state, "
-                       "place, seen_at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       (student, assignment, timestamp, folder, secret, state, place, now,
-                        "a newer submission was already there" if newer else ""))
+                       "place, seen_at, detail) VALUES (:student, :assignment, :stamp, :folder, :secret, "
+                       ":state, :place, :now, :detail)", **key, folder=folder, secret=secret, state=state,
+                       place=place, now=now, detail="a newer submission was already there" if newer else "")
         return state
 
     def recover(self, now: float | None = None) -> list[Entry]:
@@ -224,25 +231,26 @@ class Queue:
         """
         now = time.time() if now is None else now
         with self.transaction() as db:
-            rows = [_entry(r)
-                    for r in db.execute("SELECT * FROM submissions WHERE state = ?", (State.GRADING,))]
+            rows = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = :grading",
+                                                  grading=State.GRADING)]
             for e in rows:
                 if e.tries >= MAX_TRIES:
-                    db.execute("UPDATE submissions SET state = ?, finished_at = ?, status = ?, detail = ? "
-                               "WHERE student = ? AND assignment = ? AND timestamp = ?",
-                               (State.FAILED, now, Status.CRASHED, _died(e.tries), *e.key))
+                    db.execute("UPDATE submissions SET state = :failed, finished_at = :now, status = "
+                               f":status, detail = :detail WHERE {_KEY}", failed=State.FAILED, now=now,
+                               status=Status.CRASHED, detail=_died(e.tries), **_key(e))
                 else:
-                    db.execute("UPDATE submissions SET state = ? WHERE student = ? AND assignment = ? AND "
-                               "timestamp = ?", (State.QUEUED, *e.key))
+                    db.execute(f"UPDATE submissions SET state = :queued WHERE {_KEY}", queued=State.QUEUED,
+                               **_key(e))
         return rows
 
-    def waiting_until(self, entry: Entry, per_hour: int, now: float) -> float:
+    def waiting_until(self, entry: Entry, per_hour: int, now: float, db: "_Db | None" = None) -> float:
         """Return when the student may be graded again under the hourly limit (now or earlier: at once)."""
         if per_hour <= 0:
             return now
-        times = [r[0] for r in self.db.execute(
-            "SELECT finished_at FROM submissions WHERE student = ? AND assignment = ? AND graded = 1 AND "
-            "finished_at > ? ORDER BY finished_at", (entry.student, entry.assignment, now - HOUR))]
+        sql = ("SELECT finished_at FROM submissions WHERE student = :student AND assignment = :assignment "
+               "AND graded = 1 AND finished_at > :since ORDER BY finished_at")
+        params = {"student": entry.student, "assignment": entry.assignment, "since": now - HOUR}
+        times = [r["finished_at"] for r in (db.execute(sql, **params) if db else self._read(sql, **params))]
         return now if len(times) < per_hour else times[len(times) - per_hour] + HOUR
 
     def next_batch(self, size: int, now: float | None = None, joining: str | None = None,
@@ -253,10 +261,10 @@ class Queue:
         now = time.time() if now is None else now
         enabled = {a: self.setting(a) for a in self.enabled()}
         with self.transaction() as db:
-            queued = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = ? ORDER BY "
-                                                    "place, student", (State.QUEUED,))]
+            queued = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = :queued "
+                                                    "ORDER BY place, student", queued=State.QUEUED)]
             ready = [e for e in queued if e.assignment in enabled and e.student not in grading
-                     and self.waiting_until(e, enabled[e.assignment].per_hour, now) <= now]
+                     and self.waiting_until(e, enabled[e.assignment].per_hour, now, db) <= now]
             if not ready or (joining is not None and ready[0].assignment != joining):
                 return []
             assignment, batch, students = ready[0].assignment, [], set()
@@ -265,8 +273,8 @@ class Queue:
                     batch.append(e)
                     students.add(e.student)
             for e in batch:
-                db.execute("UPDATE submissions SET state = ?, started_at = ?, tries = tries + 1 WHERE "
-                           "student = ? AND assignment = ? AND timestamp = ?", (State.GRADING, now, *e.key))
+                db.execute(f"UPDATE submissions SET state = :grading, started_at = :now, tries = tries + 1 "
+                           f"WHERE {_KEY}", grading=State.GRADING, now=now, **_key(e))
         return batch
 
     def record_outcome(self, entry: Entry, *, state: State = State.DONE, graded: bool, status: Status,
@@ -275,31 +283,58 @@ class Queue:
         """Record how a submission ended (one transaction)."""
         now = time.time() if now is None else now
         with self.transaction() as db:
-            db.execute("UPDATE submissions SET state = ?, finished_at = ?, graded = ?, status = ?, score = "
-                       "?, max_score = ?, detail = ? WHERE student = ? AND assignment = ? AND timestamp = ?",
-                       (state, now, int(graded), status, score, max_score, detail[:2000], *entry.key))
+            db.execute("UPDATE submissions SET state = :state, finished_at = :now, graded = :graded, "
+                       "status = :status, score = :score, max_score = :max_score, detail = :detail WHERE "
+                       f"{_KEY}", state=state, now=now, graded=int(graded), status=status, score=score,
+                       max_score=max_score, detail=detail[:2000], **_key(entry))
 
     def requeue(self, entries: list[Entry], detail: str) -> None:
         """Put a batch back (the grader could not start, e.g. the gradebook was in use); tries are kept."""
         with self.transaction() as db:
             for e in entries:
-                db.execute("UPDATE submissions SET state = ?, tries = MAX(tries - 1, 0), detail = ? WHERE "
-                           "student = ? AND assignment = ? AND timestamp = ?", (State.QUEUED, detail, *e.key))
+                db.execute("UPDATE submissions SET state = :queued, tries = CASE WHEN tries > 0 THEN "
+                           f"tries - 1 ELSE 0 END, detail = :detail WHERE {_KEY}", queued=State.QUEUED,
+                           detail=detail, **_key(e))
 
     def entries(self, assignment: str | None = None, state: State | None = None) -> list[Entry]:
         """Return the submissions (of one assignment, in one state), oldest first."""
-        query, args = "SELECT * FROM submissions WHERE 1", []
+        query, params = "SELECT * FROM submissions WHERE 1 = 1", {}
         if assignment:
-            query, args = query + " AND assignment = ?", [*args, assignment]
+            query, params = query + " AND assignment = :assignment", {**params, "assignment": assignment}
         if state:
-            query, args = query + " AND state = ?", [*args, state]
-        return [_entry(r) for r in self.db.execute(query + " ORDER BY seen_at, student", args)]
+            query, params = query + " AND state = :state", {**params, "state": state}
+        return [_entry(r) for r in self._read(query + " ORDER BY seen_at, student", **params)]
+
+
+_KEY = "student = :k_student AND assignment = :k_assignment AND timestamp = :k_stamp"
+
+
+def _key(e: Entry) -> dict[str, str]:
+    return {"k_student": e.student, "k_assignment": e.assignment, "k_stamp": e.timestamp}
+
+
+class _Db:
+    """A connection in a transaction that runs SQL with named parameters and returns rows as mappings."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, **params) -> list:
+        result = self.conn.execute(text(sql), {k: _plain(v) for k, v in params.items()})
+        return [r._mapping for r in result] if result.returns_rows else []
+
+    def one(self, sql: str, **params):
+        rows = self.execute(sql, **params)
+        return rows[0] if rows else None
+
+
+def _plain(value):
+    return str(value) if isinstance(value, str) else value  # a Word as its spelling, for any driver
 
 
 def _died(tries: int) -> str:
     return f"the autograde service stopped {tries} times while grading it; grade it with `hub grade`"
 
 
-def _entry(row: sqlite3.Row) -> Entry:
-    fields = {k: row[k] for k in row.keys()}  # noqa: SIM118  (sqlite3.Row has no __iter__ of keys)
-    return Entry(**{**fields, "state": State(fields["state"])})
+def _entry(row) -> Entry:
+    return Entry(**{**dict(row), "state": State(row["state"])})

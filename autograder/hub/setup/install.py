@@ -13,12 +13,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from autograder.csv_cells import write_rows
+from autograder.hub import database
 from autograder.hub.exchange import Exchange, secure_tree
-from autograder.hub.settings import LOOPBACK, HubError, HubSettings
+from autograder.hub.settings import EXCHANGES, LOOPBACK, HubError, HubSettings
 from autograder.hub.setup import accounts
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
-from autograder.hub.setup.render import render_all, write_all
+from autograder.hub.setup.render import gradebook_url, render_all, write_all
 from autograder.hub.setup.roster import ROLES, Member, check_member, hub_groups, read_roster, write_roster
 from autograder.hub.setup.server_box import box_works
 
@@ -59,10 +60,14 @@ def check_settings(s: HubSettings) -> None:
                        "native.")
     if s.authenticator == "lti13":
         check_lti(s)
-    ports = [s.port, s.hub_port, s.proxy_api_port, s.service_port]
+    if s.exchange not in EXCHANGES:
+        raise HubError(f"unknown exchange {s.exchange!r}: choose {' or '.join(EXCHANGES)}")
+    ports = [s.port, s.hub_port, s.proxy_api_port, s.service_port,
+             *([s.exchange_port] if s.exchange == "http" else [])]
     if len(set(ports)) != len(ports):
         raise HubError(f"the hub's ports must differ: public {s.port}, hub {s.hub_port}, proxy API "
-                       f"{s.proxy_api_port}, formgrader service {s.service_port}")
+                       f"{s.proxy_api_port}, formgrader service {s.service_port}"
+                       + (f", exchange service {s.exchange_port}" if s.exchange == "http" else ""))
     if not (Path(s.bin_dir) / "jupyterhub").exists():
         raise HubError(f"no jupyterhub in {s.bin_dir}: install the hub extra (pip install -e '.[hub]')")
     if not s.proxy or not os.access(s.proxy, os.X_OK):
@@ -179,12 +184,58 @@ def write_course_config(s: HubSettings) -> None:
 
     origin = Path(s.course_source) / "nbgrader_config.py"
     course = origin.read_text(encoding="utf-8").rstrip("\n") + "\n\n" if origin.is_file() else ""
+    if s.database_url:  # the gradebook in PostgreSQL: every nbgrader command in the course finds it there
+        course += ("# Added by `hub setup --database-url`: the gradebook (the grader's queues beside it)\n"
+                   f"c.CourseDirectory.db_url = {gradebook_url(s)!r}\n\n")
     # a new file put in place: whatever the folder's owner left at that name (a link) is replaced, not written
     handle, tmp = tempfile.mkstemp(dir=s.paths.course, prefix=".nbgrader_config.", suffix=".py")
     with os.fdopen(handle, "w", encoding="utf-8") as out:
         out.write(course + course_config_source(str(s.paths.root), s.course_source))
     os.chmod(tmp, 0o644)
     os.replace(tmp, s.paths.course / "nbgrader_config.py")
+
+
+def keep_database_password(s: HubSettings, password_file: Path | None) -> None:
+    """Put the PostgreSQL password (from a file only its owner reads, or the environment) into the hub's
+    root-only password file; keep the one there when none is given."""
+    given = password_file is not None or os.environ.get(database.PASSWORD_ENV)
+    if not given and s.paths.database_passfile.is_file():
+        return
+    try:
+        password = database.read_password(password_file)
+    except (OSError, ValueError) as exc:
+        raise HubError(str(exc)) from None
+    s.paths.hub.mkdir(parents=True, exist_ok=True)
+    s.paths.hub.chmod(0o700)
+    database.write_passfile(s.paths.database_passfile, password)
+
+
+def check_database(s: HubSettings) -> None:
+    """Refuse a PostgreSQL URL that holds a password or that the hub cannot reach; make each part's schema."""
+    if not s.database_url:
+        return
+    try:
+        database.check_database_url(s.database_url)
+    except ValueError as exc:
+        raise HubError(str(exc)) from None
+    if not s.paths.database_passfile.is_file():
+        raise HubError("--database-url needs its password: --database-password-file FILE (readable by its "
+                       f"owner only) or {database.PASSWORD_ENV}")
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        database.create_schemas(database.part_url(s.database_url, "jupyterhub", s.paths.database_passfile))
+    except ImportError as exc:
+        raise HubError(f"{exc}: install the hub extra (psycopg2-binary)") from None
+    except SQLAlchemyError as exc:  # cannot connect, refused, no such database or role
+        raise HubError(f"cannot use the database {s.database_url}: {str(exc).strip()[-300:]}") from None
+
+
+def share_database_password(s: HubSettings, grader: accounts.Account) -> None:
+    """Give the grader its own copy of the PostgreSQL password, in the course (0600, as the gradebook)."""
+    if s.database_url:
+        text = s.paths.database_passfile.read_text(encoding="utf-8")
+        database.write_passfile(s.paths.grader_passfile, "", (grader.uid, grader.gid), text=text)
 
 
 def make_folders(s: HubSettings) -> None:
@@ -259,6 +310,7 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
         s = replace(s, dummy_password=secrets.token_urlsafe(12))
     check_settings(s)
     check_root(s)
+    check_database(s)
     members = read_roster(roster, s.prefix)
     make_folders(s)
     created = []
@@ -272,8 +324,10 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
     grader = accounts.ensure_account(s.grader, f"{s.course_id} grader", s.extra_group)
     check_python(s)
     check_server_box(s.server_box, grader)
-    secure_exchange(s.grader, Exchange(s.paths.exchange, s.course_id))
+    if s.exchange == "files":  # the HTTP exchange's service makes its own store, in the course
+        secure_exchange(s.grader, Exchange(s.paths.exchange, s.course_id))
     install_course(s, grader)
+    share_database_password(s, grader)
     configure(s, members)
     register_students(s, members)
     return SetupReport(s, members, created)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import jinja2
 
+from autograder.hub.database import part_url
+from autograder.hub.http_exchange.api import STAFF_SCOPE
 from autograder.hub.settings import HubSettings, grader_env
 from autograder.hub.setup.roster import Member
 
@@ -42,6 +44,30 @@ def bind_url(ip: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
+def hub_db_url(s: HubSettings) -> str:
+    """Return JupyterHub's database URL: its schema of the PostgreSQL database, else its sqlite file."""
+    if s.database_url:
+        return part_url(s.database_url, "jupyterhub", s.paths.database_passfile)
+    return f"sqlite:///{s.paths.hub / 'jupyterhub.sqlite'}"
+
+
+def gradebook_url(s: HubSettings) -> str:
+    """Return the course gradebook's URL: its schema of the PostgreSQL database, else nbgrader's file."""
+    if s.database_url:
+        return part_url(s.database_url, "gradebook", s.paths.grader_passfile)
+    return f"sqlite:///{s.paths.course / 'gradebook.db'}"
+
+
+def exchange_service(s: HubSettings) -> str:
+    """Return the name of the HTTP exchange's hub service (exchange "http")."""
+    return f"{s.course_id}-exchange"
+
+
+def exchange_url(s: HubSettings) -> str:
+    """Return where servers reach the HTTP exchange's API: the service itself, on loopback."""
+    return f"http://127.0.0.1:{s.exchange_port}/services/{exchange_service(s)}/"
+
+
 def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
     """Return every generated file for these settings and this roster."""
     env, paths = _environment(), s.paths
@@ -59,6 +85,11 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
                                *(u for u, m in users.items() if m.role in ("instructor", "grader"))]),
         "students": sorted(u for u, m in users.items() if m.role in ("student", "instructor")),
         "grader_env": grader_env(s),
+        "exchange_service": exchange_service(s),
+        "exchange_url": exchange_url(s),
+        "staff_scope": STAFF_SCOPE,
+        "hub_db_url": hub_db_url(s),
+        "gradebook_url": gradebook_url(s),
     }
 
     def one(template: str, path: Path, mode: int = 0o644) -> Rendered:
