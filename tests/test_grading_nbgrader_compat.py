@@ -224,6 +224,15 @@ def gradebook_view(folder: Path, assignments: list[str]) -> dict:
     return view
 
 
+def written_files(folder: Path) -> dict[str, str]:
+    """Return what lies in a course's autograded folder besides the notebooks and timestamps (read from the
+    submission, not written): relative path -> text."""
+    autograded = folder / "autograded"
+    found = sorted(autograded.rglob("*")) if autograded.is_dir() else []
+    return {str(p.relative_to(autograded)): p.read_text(errors="replace") for p in found
+            if p.is_file() and p.suffix != ".ipynb" and p.name != "timestamp.txt"}
+
+
 def grade_both(name: str, base: Path) -> dict:
     """Grade one course with nbgrader and with our grader; return both views and each command's outcome."""
     plain, ours = base / "plain", base / "ours"
@@ -243,9 +252,9 @@ def grade_both(name: str, base: Path) -> dict:
     for args, (code, err) in zip(ours_commands, grade_in_one_python(ours, *ours_commands), strict=True):
         outcome["ours"].append(["grade", args[1], code, err[-1500:]])
     return {"plain": gradebook_view(plain, assignments), "ours": gradebook_view(ours, assignments),
-            "outcome": outcome, "csv": {a: (ours / "graded" / a / "grades.csv").read_text()
-                                        for a in assignments
-                                        if (ours / "graded" / a / "grades.csv").exists()}}
+            "files": {"plain": written_files(plain), "ours": written_files(ours)}, "outcome": outcome,
+            "csv": {a: (ours / "graded" / a / "grades.csv").read_text() for a in assignments
+                    if (ours / "graded" / a / "grades.csv").exists()}}
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +277,14 @@ def test_the_grader_agrees_with_nbgrader(compared, name):
         assert code == 0, f"{command} {assignment}: {err}"
     assert result["plain"], "nbgrader graded nobody: the scenario is broken"
     assert result["ours"] == result["plain"]
+
+
+def test_files_a_notebook_writes_appear_in_autograded_as_under_nbgrader(compared):
+    # test_side_effects: side-effects.ipynb writes side-effect.txt, found beside the autograded notebook
+    files = compared["hidden-and-missing"]["files"]
+    assert files["plain"].get("foo/effects/side-effect.txt") == "a side effect", files["plain"]
+    for name, result in compared.items():
+        assert result["files"]["ours"] == result["files"]["plain"], name
 
 
 def test_grades_csv_shows_the_score_after_the_late_penalty(compared):

@@ -13,14 +13,22 @@
   left there cannot run in the next notebook's kernel before its guard has recorded the pristine path;
 - the grading kernel's guard (guard_kernel/, tamper.py): graded test cells are marked as such in their
   execute requests, a test cell that the guard cannot confirm ran on the pristine path fails, and every
-  change a cell made to the execution path becomes a "tamper" event.
+  change a cell made to the execution path becomes a "tamper" event;
+- out-of-process test cells (remote_calls.py): a test cell the instructor's notebook marks so is run here,
+  from the instructor's notebook, calling the student's functions in the kernel with plain data across;
+- the files a notebook writes while it runs are copied back beside the graded notebook, as they would be
+  there under plain nbgrader (regular files only, never through a link, within caps).
 """
 
+import asyncio
+import functools
 import json
 import math
 import os
+import secrets
 import shutil
 import stat
+import tempfile
 import time
 from pathlib import Path
 from queue import Empty
@@ -39,10 +47,19 @@ from autograder.cells import grade_id
 from autograder.grading.attempt import EventKind
 from autograder.grading.channels import SlicedKernelClient
 from autograder.grading.guard_kernel.guard import GRADER_KEY
+from autograder.grading.remote_calls import (
+    END,
+    MAX_REPLY_CHARS,
+    CallFailed,
+    Plan,
+    call_line,
+    run_test,
+    serve_code,
+)
 from autograder.grading.sandbox import MAX_FILE_MIB, MAX_TASKS, refused_tasks
 from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
 from autograder.grading.verdict import REPLIES
-from autograder.safe_copy import Refusal, read_small
+from autograder.safe_copy import Limits, Refusal, copy_tree, read_small
 
 MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory",
                       "defaultcpuallocator")
@@ -53,6 +70,9 @@ MAX_PROGRESS_BYTES = 16 * 2**20
 # What a kernel loads from its HOME as it starts (IPYTHONDIR, JUPYTER_CONFIG_DIR, JUPYTER_DATA_DIR, the user
 # site and XDG config): emptied before each kernel of an attempt starts.
 KERNEL_START_FOLDERS = (".ipython", ".jupyter", ".jupyter-data", ".local", ".config")
+# What a notebook's files written while it ran may take when copied back beside the graded notebook.
+WRITTEN_FILES = Limits(file_bytes=MAX_FILE_MIB * 2**20, total_bytes=200 * 2**20, entries=1000, depth=16)
+INTERRUPT_WAIT = 5.0  # seconds a call that ran out of time gets to answer its interrupt
 
 
 def is_memory_error(output: dict) -> bool:
@@ -148,6 +168,9 @@ class GraderExecute(Execute):
                                    "empty: nbgrader's folder, as plain nbgrader").tag(config=True)
     kernel_home = Unicode("", help="the kernel's HOME, whose start-up folders are emptied before each kernel "
                                    "starts; empty: left alone").tag(config=True)
+    source_folder = Unicode("", help="the instructor's notebooks of the assignment, whose out-of-process "
+                                     "test cells run in the grader; empty: every test cell runs in the kernel"
+                            ).tag(config=True)
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("kernel_manager_class", QuickStopKernelManager)  # (nbgrader's Execute sets its own)
@@ -167,6 +190,10 @@ class GraderExecute(Execute):
         self._answered: set[str] = set()  # execute request msg_ids the kernel has replied to
         self._flagged: set[str] = set()
         self._replies: dict[int, str] = {}  # cell index -> the status of the kernel's reply (verdict.py)
+        self._calls: dict[str, int] = {}  # msg_ids of calls into the kernel (remote_calls.py) -> test cell
+        self._plan = (Plan.read(Path(self.source_folder) / f"{self._notebook}.ipynb") if self.source_folder
+                      else Plan())
+        self._kernel_lost = False
         if resources is not None:
             resources[REPLIES] = self._replies
         self._write_progress("starting")
@@ -180,6 +207,7 @@ class GraderExecute(Execute):
             raise
         finally:
             self._close_channel()
+            self._copy_written_files()
             self._write_progress("finished")
         return result
 
@@ -309,7 +337,7 @@ class GraderExecute(Execute):
         for words, cells in background.items():
             shown = ", ".join(cells[:3]) + (f" and {len(cells) - 3} more" if len(cells) > 3 else "")
             self._flag(None, f"code left running in the background {words} (found before {shown})")
-        for msg_id, index in self._sent.items():
+        for msg_id, index in [*self._sent.items(), *self._calls.items()]:
             records = channel.records.get(msg_id, CellRecords())
             for change in records.changes("after"):
                 self._flag(index, describe_change(change))
@@ -360,6 +388,8 @@ class GraderExecute(Execute):
         self._kept_cell = 0
         self._dropped_cell = 0
         self._mark_requests()
+        if self._is_test(cell_index) and grade_id(cell) in self._plan.tests:
+            return await self._run_outside(cell, cell_index)
         refused = refused_tasks(self.task_events) if self.task_events else 0
         cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         self._check_test(cell, cell_index)
@@ -390,6 +420,48 @@ class GraderExecute(Execute):
         return cell
 
     execute_cell = run_sync(async_execute_cell)
+
+    # --- out-of-process test cells (remote_calls.py) -----------------------------------------------------
+
+    async def _run_outside(self, cell, cell_index):
+        """Run the instructor's code of an out-of-process test cell here, calling the student's functions in
+        the kernel; record its outputs and verdict as if the kernel had run it."""
+        loop = asyncio.get_running_loop()
+        timeout = self._get_timeout(cell)
+        deadline = time.monotonic() + (timeout if timeout is not None else max(1.0, self._remaining()))
+        gid = grade_id(cell)
+        try:
+            namespace = self._plan.namespace()
+        except Exception as exc:  # noqa: BLE001  (the instructor's set-up cells: every test fails, and says so)
+            why = f"the grader could not run the notebook's set-up cells ({type(exc).__name__}: {exc})"
+            cell.outputs = [_error_output("SetUpFailed", why)]
+            self._replies[cell_index] = "error"
+            return cell
+        calls = KernelCalls(self, cell_index, deadline)
+
+        def call(name: str, payload: bytes) -> str:
+            return asyncio.run_coroutine_threadsafe(calls.call(name, payload), loop).result()
+
+        run = await loop.run_in_executor(None, functools.partial(run_test, self._plan.tests[gid], namespace,
+                                                                 call, str(gid)))
+        await calls.close()
+        printed = calls.printed[:self.cell_output_chars]
+        cell.outputs = ([NotebookNode(output_type="stream", name="stdout", text=printed)] if printed else []
+                        ) + run.outputs
+        self._replies[cell_index] = run.status
+        if self._kernel_lost:  # (preprocess records it, as for a cell run in the kernel)
+            raise DeadKernelError("the kernel died while a test called the student's code")
+        return cell
+
+    # --- files the notebook wrote ------------------------------------------------------------------------
+
+    def _copy_written_files(self) -> None:
+        """Copy what the notebook wrote in its working folder back beside the graded notebook, as plain
+        nbgrader leaves it there: regular files only, read without following a link, within WRITTEN_FILES
+        (notebooks are never copied over the graded one)."""
+        target = Path(self.resources.get("metadata", {}).get("path") or "") if self.work_folder else None
+        if target is not None and target.is_dir():
+            copy_written_files(Path(self.work_folder), target)
 
     def on_cell_executed(self, **kwargs):
         """Keep the status of the kernel's reply to each cell, for the verdict on test cells."""
@@ -467,6 +539,130 @@ class GraderExecute(Execute):
         os.replace(tmp, self.progress_file)
 
 
+class KernelCalls:
+    """One out-of-process test cell's calls into the kernel: one request of the grader's runs a loop there
+    (remote_calls.serve_code) that takes each call as the answer to its `input()` and prints the result after
+    a marker only this cell's grader knows; every wait is bounded by the cell's deadline."""
+
+    POLL_S = 0.05
+
+    def __init__(self, execute: GraderExecute, cell_index: int, deadline: float) -> None:
+        self.execute, self.cell_index, self.deadline = execute, cell_index, deadline
+        self.marker = secrets.token_hex(16)
+        self.msg_id: str | None = None  # the loop's request, while it runs
+        self.stream = ""  # what the kernel printed since the last answer
+        self.printed = ""  # what the student's code printed (shown in the cell's outputs)
+
+    async def call(self, name: str, payload: bytes) -> str:
+        """Run one call in the kernel and return its answer (CallFailed when none comes)."""
+        kc = self.execute.kc
+        if kc is None or self.execute._kernel_lost:
+            raise CallFailed("the kernel is gone")
+        if self.msg_id is None:
+            self.start(kc)
+        await self.until_input(name)
+        kc.input(call_line(name, payload))
+        return await self.until_answer(name)
+
+    def start(self, kc) -> None:
+        content = {"code": serve_code(self.marker), "silent": True, "store_history": False,
+                   "user_expressions": {}, "allow_stdin": True, "stop_on_error": False}
+        msg = kc.session.msg("execute_request", content, metadata={GRADER_KEY: {"test": False}})
+        self.msg_id = msg["header"]["msg_id"]
+        self.execute._calls[self.msg_id] = self.cell_index
+        kc.shell_channel.send(msg)
+
+    async def until_input(self, name: str) -> None:
+        """Wait until the loop asks for the next call."""
+        while True:
+            await self.check(name)
+            try:
+                msg = await ensure_async(self.execute.kc.stdin_channel.get_msg(timeout=self.POLL_S))
+            except Empty:
+                continue
+            if msg.get("msg_type") == "input_request" and self._ours(msg):
+                return
+
+    async def until_answer(self, name: str) -> str:
+        """Read what the kernel prints until the answer's line is complete; return the answer."""
+        head = "\n" + self.marker + " "
+        while True:
+            at = self.stream.find(head)
+            end = self.stream.find("\n", at + len(head)) if at >= 0 else -1
+            if end >= 0:
+                answer = self.stream[at + len(head):end]
+                self._keep(self.stream[:at])
+                self.stream = self.stream[end + 1:]
+                return answer
+            if len(self.stream) > MAX_REPLY_CHARS + len(head) + self.execute.cell_output_chars:
+                raise CallFailed(f"{name} printed more than the grader reads")
+            await self.check(name)
+            try:
+                msg = await ensure_async(self.execute.kc.iopub_channel.get_msg(timeout=self.POLL_S))
+            except Empty:
+                continue
+            if msg.get("msg_type") == "stream" and self._ours(msg):
+                self.stream += str((msg.get("content") or {}).get("text", ""))
+
+    async def check(self, name: str) -> None:
+        """Raise CallFailed when the loop ended, the kernel died or the deadline passed (then interrupted)."""
+        kc = self.execute.kc
+        while await ensure_async(kc.shell_channel.msg_ready()):
+            reply = await kc.shell_channel.get_msg(timeout=0)
+            if reply.get("msg_type") == "execute_reply" and self._ours(reply):
+                self.msg_id = None
+                raise CallFailed(f"the student's code stopped the grader's calls while {name} ran")
+        if time.monotonic() > self.deadline:
+            self.execute._event(EventKind.TIMEOUT, self.cell_index, f"a call to {name} ran out of time")
+            await ensure_async(self.execute.km.interrupt_kernel())
+            await self.finish(INTERRUPT_WAIT)
+            raise CallFailed(f"{name} ran out of time (the cell's limit)")
+        if not await ensure_async(self.execute.km.is_alive()):
+            self.execute._kernel_lost = True
+            raise CallFailed("the kernel died while it ran the student's code")
+
+    async def close(self) -> None:
+        """End the loop (if it still runs) and wait for its reply."""
+        if self.msg_id is None or self.execute._kernel_lost:
+            return
+        kc, limit = self.execute.kc, time.monotonic() + INTERRUPT_WAIT
+        while self.msg_id is not None and time.monotonic() < limit:
+            try:
+                msg = await ensure_async(kc.stdin_channel.get_msg(timeout=self.POLL_S))
+            except Empty:
+                msg = None
+            if msg is not None and msg.get("msg_type") == "input_request" and self._ours(msg):
+                kc.input(END)
+                await self.finish(INTERRUPT_WAIT)
+                return
+            while self.msg_id is not None and await ensure_async(kc.shell_channel.msg_ready()):
+                reply = await kc.shell_channel.get_msg(timeout=0)
+                if reply.get("msg_type") == "execute_reply" and self._ours(reply):
+                    self.msg_id = None
+        if self.msg_id is not None:  # the loop neither asks nor ends: stop it
+            await ensure_async(self.execute.km.interrupt_kernel())
+            await self.finish(INTERRUPT_WAIT)
+
+    async def finish(self, wait_s: float) -> None:
+        """Wait (at most `wait_s`) for the loop's reply."""
+        kc, limit = self.execute.kc, time.monotonic() + wait_s
+        while self.msg_id is not None and time.monotonic() < limit:
+            try:
+                reply = await kc.shell_channel.get_msg(timeout=self.POLL_S)
+            except Empty:
+                continue
+            if reply.get("msg_type") == "execute_reply" and self._ours(reply):
+                self.msg_id = None
+
+    def _ours(self, msg: dict) -> bool:
+        return (msg.get("parent_header") or {}).get("msg_id") == self.msg_id
+
+    def _keep(self, text: str) -> None:
+        room = self.execute.cell_output_chars - len(self.printed)
+        if room > 0:
+            self.printed += text.lstrip("\n")[:room] if not self.printed else text[:room]
+
+
 def fill_work_folder(autograded: Path, work: Path) -> None:
     """Make the kernel's working folder with copies of the regular files beside the notebooks (once only).
 
@@ -488,6 +684,41 @@ def fill_work_folder(autograded: Path, work: Path) -> None:
             dest = work / src.relative_to(autograded)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest, follow_symlinks=False)
+
+
+def copy_written_files(work: Path, target: Path) -> list[str]:
+    """Copy the files in the kernel's working folder `work` into nbgrader's folder `target` (replacing what
+    is there, notebooks left out); return the files copied. Read as safe_copy reads a folder someone else
+    controls (no link followed, no FIFO or device opened, within WRITTEN_FILES); written as new files renamed
+    into place, in folders none of which is a link."""
+    if not work.is_dir() or work.is_symlink():
+        return []
+    staging = Path(tempfile.mkdtemp(prefix=".written-", dir=target.parent))
+    placed = []
+    try:
+        report = copy_tree(work, staging / "files", WRITTEN_FILES, skip=lambda rel: rel.endswith(".ipynb"))
+        for rel in report.copied:
+            dest = target / rel
+            if not _inside_real_folders(target, dest.parent) or dest.is_dir():
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / "files" / rel, dest)
+            placed.append(rel)
+    except (Refusal, OSError):
+        pass  # nothing the notebook wrote is worth failing the grading for
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return placed
+
+
+def _inside_real_folders(root: Path, folder: Path) -> bool:
+    """Return True when no part of `folder` under `root` is a link or not a folder (missing is fine)."""
+    path = root
+    for part in folder.relative_to(root).parts:
+        path = path / part
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            return False
+    return True
 
 
 def reset_kernel_home(home: Path) -> None:

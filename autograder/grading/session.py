@@ -48,6 +48,7 @@ from autograder.grading.errors import (
     UnknownAssignment,
     UnsupportedCourse,
 )
+from autograder.grading.remote_calls import preload
 from autograder.grading.report import write_reports
 from autograder.grading.results import (
     CellKind,
@@ -417,6 +418,8 @@ class ClassRun:
         subs = [_matched(f, self.prepared.expected, self.assignment, others) for f in students]
         todo = self.plan(subs)
         joined: list[Job] = []
+        if todo or joining is not None:  # before the workers fork, and while the zygotes import
+            preload(self.prepared.template / "source" / self.assignment)
 
         def more() -> list[Job]:
             """Plan the students who joined (a folder of theirs is new, and so is their name)."""

@@ -307,6 +307,7 @@ class Worker:
         config.GraderExecute.task_events = self.task_events
         config.GraderExecute.work_folder = str(KernelFolders.of(scratch, s.assignment).work)
         config.GraderExecute.kernel_home = str(KernelFolders.of(scratch, s.assignment).home)
+        config.GraderExecute.source_folder = str(scratch / "source" / s.assignment)  # the instructor's
         config.KernelManager.transport = "ipc"
         config.KernelManager.ip = str(KernelFolders.of(scratch, s.assignment).runtime / "k")
         config.KernelManager.connection_file = str(scratch / "rt" / "kernel.json")

@@ -1,0 +1,285 @@
+"""The parts of out-of-process grading, without a kernel: plain data, calls and their answers, test runs, the
+instructor's plan, and the files a notebook wrote copied back."""
+
+import io
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.grading.execution import copy_written_files
+from autograder.grading.plain_data import MAX_BYTES, NotPlainData, check_plain, dumps, loads
+from autograder.grading.redact import failing_line
+from autograder.grading.remote_calls import (
+    END,
+    KERNEL_SIDE,
+    AnswerRejected,
+    CallFailed,
+    Plan,
+    StudentError,
+    StudentFunction,
+    call_line,
+    read_result,
+    run_test,
+    serve_code,
+)
+
+
+class AlwaysEqual:
+    """An answer that says it equals anything."""
+
+    def __eq__(self, other):
+        return True
+
+
+class Tensorish(torch.Tensor):
+    """A tensor subclass that lies about equality."""
+
+    def __eq__(self, other):
+        return True
+
+
+def kernel_side(namespace: dict, name: str, args: list, kwargs: dict | None = None) -> str:
+    """Answer one call as the kernel's loop does, in `namespace`; return the answer it prints."""
+    space: dict = {}
+    exec(KERNEL_SIDE, space)
+    _, _, payload = call_line(name, dumps((args, kwargs or {}))).partition(" ")
+    return space["_devicelab_call"](namespace, name, payload)
+
+
+# --- plain data ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [None, True, 3, 2.5, 1j, "s", b"b", [1, (2, {"k": [3]})],
+                                   torch.zeros(2, 3), torch.nn.Parameter(torch.ones(2)),
+                                   torch.empty(10**6, 10**6, device="meta"),
+                                   torch.Size([2, 3]), torch.device("cuda:1"), torch.float16,
+                                   torch.arange(12.0).reshape(3, 4)[:, 1]])
+def test_plain_data_crosses_unchanged(value):
+    back = loads(dumps(value))
+    assert type(back) is type(value)
+    if isinstance(value, torch.Tensor):
+        assert (back.shape, back.stride(), back.dtype, back.device) == (
+            value.shape, value.stride(), value.dtype, value.device)
+        if value.device.type != "meta":
+            assert torch.equal(back, value)
+    else:
+        assert back == value
+
+
+@pytest.mark.parametrize("value", [AlwaysEqual(), [AlwaysEqual()], {"k": AlwaysEqual()},
+                                   torch.zeros(2).as_subclass(Tensorish), type("L", (list,), {})([1]),
+                                   type("I", (int,), {})(3), object(), len])
+def test_anything_else_is_refused_before_it_crosses(value):
+    with pytest.raises(NotPlainData):
+        dumps(value)
+
+
+def test_a_pickled_object_is_never_built_on_the_grader_side():
+    built = []
+
+    class Trap:
+        def __reduce__(self):
+            return (built.append, ("ran",))
+
+    for data in (pickle.dumps(Trap()), pickle.dumps(AlwaysEqual()), _saved(AlwaysEqual()), b"junk"):
+        with pytest.raises(NotPlainData, match="not plain data"):
+            loads(data)
+    assert built == []
+
+
+def test_containers_that_hold_themselves_or_nest_too_deep_are_refused():
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(NotPlainData):
+        check_plain(loop)
+    deep: list = []
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(NotPlainData):
+        check_plain(deep)
+
+
+def test_too_much_data_is_refused():
+    with pytest.raises(NotPlainData, match="MiB"):
+        loads(b"x" * (MAX_BYTES + 1))
+
+
+def _saved(value) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+# --- calls --------------------------------------------------------------------------------------------------
+
+def test_a_call_runs_the_function_in_the_kernels_namespace_and_brings_back_its_answer():
+    space = {"describe": lambda t, scale=1: {"shape": tuple(t.shape), "n": t.numel() * scale}}
+    content = kernel_side(space, "describe", [torch.zeros(2, 3)], {"scale": 2})
+    assert read_result("describe", content) == {"shape": (2, 3), "n": 12}
+
+
+def test_what_the_function_raised_is_raised_by_the_stand_in():
+    class Custom(RuntimeError):
+        pass
+
+    def fails(kind):
+        raise {"value": ValueError("bad shape"), "custom": Custom("on cpu and meta"),
+               "own": type("Mine", (Exception,), {})("mine")}[kind]
+
+    space = {"fails": fails}
+    with pytest.raises(ValueError, match="bad shape"):
+        read_result("fails", kernel_side(space, "fails", ["value"]))
+    with pytest.raises(RuntimeError, match="on cpu and meta"):  # the nearest of Python's own types
+        read_result("fails", kernel_side(space, "fails", ["custom"]))
+    with pytest.raises(StudentError, match="Mine: mine"):
+        read_result("fails", kernel_side(space, "fails", ["own"]))
+    with pytest.raises(NameError):
+        read_result("missing", kernel_side(space, "missing", []))
+
+
+def test_an_answer_that_is_not_plain_data_is_rejected_past_a_tests_except_exception():
+    space = {"liar": lambda: AlwaysEqual(), "subclass": lambda: torch.zeros(1).as_subclass(Tensorish)}
+    for name in ("liar", "subclass"):
+        content = kernel_side(space, name, [])
+        with pytest.raises(AnswerRejected, match="not plain data"):
+            try:
+                read_result(name, content)
+            except Exception:  # noqa: BLE001  (what a test that expects some error writes)
+                pytest.fail("a rejected answer was caught by except Exception")
+
+
+@pytest.mark.parametrize("answer", [None, 7, "", "!!!", "__import__('os')", "eA==",
+                                    "x" * 100_000_000])
+def test_an_answer_that_is_not_what_the_grader_sent_for_is_a_rejected_answer(answer):
+    with pytest.raises(AnswerRejected):
+        read_result("f", answer)
+
+
+def test_the_kernels_loop_answers_each_call_after_the_marker_until_told_to_end(monkeypatch, capsys):
+    asked = iter([call_line("double", dumps(([21], {}))), call_line("double", dumps((["ab"], {}))), END])
+    monkeypatch.setattr("builtins.input", lambda *args: next(asked))
+    space = {"double": lambda x: print("doubling") or 2 * x}
+    exec(serve_code("MARK"), space)
+    printed = capsys.readouterr().out
+    answers = [line.split(" ", 1)[1] for line in printed.split("\n") if line.startswith("MARK ")]
+    assert [read_result("double", a) for a in answers] == [42, "abab"]
+    assert printed.count("doubling") == 2
+
+
+def test_a_test_that_passes_something_that_cannot_cross_fails_loudly():
+    with pytest.raises(CallFailed, match="cannot run out of process"):
+        StudentFunction("f", lambda name, payload: {})(AlwaysEqual())
+
+
+# --- test runs ----------------------------------------------------------------------------------------------
+
+def _caller(space: dict):
+    return lambda name, payload: kernel_side(space, name, *loads(payload))
+
+
+def test_a_test_runs_here_and_only_the_students_functions_are_called_in_the_kernel():
+    space = {"double": lambda x: 2 * x, "torch": "a stand-in the test never sees"}
+    ns = {"__builtins__": __builtins__, "torch": torch}
+    run = run_test("assert double(2) == 4\nassert torch.equal(double(torch.ones(2)), torch.full((2,), 2.0))",
+                   ns, _caller(space), "double-tests")
+    assert (run.status, run.outputs) == ("ok", [])
+
+
+def test_a_failing_test_records_its_error_and_line():
+    run = run_test("x = 1\nassert double(2) == 5, 'double(2) should be 4'", {},
+                   _caller({"double": lambda x: 2 * x}), "t")
+    assert run.status == "error"
+    (error,) = run.outputs
+    assert (error.ename, error.evalue) == ("AssertionError", "double(2) should be 4")
+    assert error.traceback[0].startswith("Cell In[1], line 2")  # as IPython says it (redact.py reads it)
+    assert failing_line(error) == 2
+
+
+def test_a_rejected_answer_fails_a_test_that_expects_an_error():
+    source = "try:\n    f()\nexcept Exception:\n    pass\nelse:\n    raise AssertionError('should raise')"
+    run = run_test(source, {}, _caller({"f": lambda: AlwaysEqual()}), "t")
+    assert run.status == "error" and run.outputs[-1].ename == "AnswerRejected"
+
+
+def test_prints_and_a_last_expression_become_outputs():
+    run = run_test("print('hi')\n0.5", {}, _caller({}), "t")
+    assert run.status == "ok"
+    assert [o.output_type for o in run.outputs] == ["stream", "execute_result"]
+    assert run.outputs[1].data["text/plain"] == "0.5"
+
+
+# --- the instructor's plan ----------------------------------------------------------------------------------
+
+def _cell(source: str, nbgrader: dict | None = None, tags: list | None = None) -> dict:
+    metadata = {**({"nbgrader": nbgrader} if nbgrader else {}), **({"tags": tags} if tags else {})}
+    return {"cell_type": "code", "metadata": metadata, "source": source, "outputs": [],
+            "execution_count": None}
+
+
+def test_the_plan_takes_tagged_test_cells_and_the_locked_set_up_cells_from_the_instructors_notebook(tmp_path):
+    nb = {"cells": [_cell("import torch\nSETUP = 1", {"locked": True, "grade_id": "imports"}),
+                    _cell("x = 1"),  # not locked: the student's, never run here
+                    _cell("def f(): ...", {"solution": True, "grade_id": "f", "locked": False}),
+                    _cell("assert f() == 1", {"grade": True, "grade_id": "f-tests", "locked": True},
+                          ["out-of-process"]),
+                    _cell("assert f() == 2", {"grade": True, "grade_id": "f-tests-inside", "locked": True})],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb))
+    plan = Plan.read(path)
+    assert plan.tests == {"f-tests": "assert f() == 1"}
+    space = plan.namespace()
+    assert space["SETUP"] == 1 and space["torch"] is torch and "x" not in space
+    space["SETUP"] = 2
+    assert plan.namespace()["SETUP"] == 1, "each test gets a fresh copy"
+    assert Plan.read(tmp_path / "missing.ipynb").tests == {}
+
+
+# --- files a notebook wrote ---------------------------------------------------------------------------------
+
+def test_written_files_come_back_regular_files_only_never_through_links(tmp_path):
+    work, target, secret = tmp_path / "work", tmp_path / "autograded" / "foo" / "ps1", tmp_path / "secret"
+    (work / "sub").mkdir(parents=True)
+    target.mkdir(parents=True)
+    secret.write_text("the grader's")
+    (work / "side-effect.txt").write_text("a side effect")
+    (work / "sub" / "data.csv").write_text("1,2")
+    (work / "p1.ipynb").write_text("{}")  # never over the graded notebook
+    (target / "p1.ipynb").write_text("graded")
+    os.symlink(secret, work / "link.txt")
+    os.mkfifo(work / "pipe")
+    os.symlink(secret, target / "planted.txt")  # a link already there is replaced, never written through
+    (work / "planted.txt").write_text("new")
+    placed = copy_written_files(work, target)
+    assert sorted(placed) == ["planted.txt", "side-effect.txt", "sub/data.csv"]
+    assert (target / "side-effect.txt").read_text() == "a side effect"
+    assert (target / "sub" / "data.csv").read_text() == "1,2"
+    assert (target / "p1.ipynb").read_text() == "graded"
+    assert not (target / "link.txt").exists() and not (target / "pipe").exists()
+    assert secret.read_text() == "the grader's" and not (target / "planted.txt").is_symlink()
+    assert [p.name for p in target.parent.iterdir()] == ["ps1"], "the staging folder is gone"
+
+
+def test_written_files_are_capped(tmp_path, monkeypatch):
+    from autograder.grading import execution
+    from autograder.safe_copy import Limits
+
+    work, target = tmp_path / "work", tmp_path / "out" / "a"
+    work.mkdir()
+    target.mkdir(parents=True)
+    for k in range(5):
+        (work / f"f{k}.txt").write_text("x" * 100)
+    monkeypatch.setattr(execution, "WRITTEN_FILES", Limits(file_bytes=1000, total_bytes=250, entries=10))
+    assert len(copy_written_files(work, target)) == 2
+
+
+def test_a_work_folder_that_is_a_link_is_not_read(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "x.txt").write_text("x")
+    (tmp_path / "out" / "a").mkdir(parents=True)
+    os.symlink(real, tmp_path / "work")
+    assert copy_written_files(Path(tmp_path / "work"), tmp_path / "out" / "a") == []
