@@ -191,3 +191,11 @@ def test_removing_a_cap_ends_what_still_runs_in_it_and_nothing_else():
         for process in (inside, outside):
             process.kill()
             process.wait()
+
+
+def test_auto_refuses_to_grade_unsandboxed_when_no_sandbox_works(monkeypatch):
+    """Untrusted code runs unsandboxed only when the instructor says so (`--sandbox none`), never by fallback."""
+    monkeypatch.setattr(sandbox, "_probe", lambda isolation: f"{isolation.mode} is broken here")
+    with pytest.raises(IsolationUnavailable, match="--sandbox none"):
+        detect_isolation("auto")
+    assert detect_isolation("none").mode == "none"

@@ -1,6 +1,7 @@
 """Limits and isolation for student code: how a kernel is started, and how a worker's processes are watched.
 
-Three setups, best first (`--sandbox auto` picks the best that works on this machine):
+Three setups, best first (`--sandbox auto` picks the best of the first two that works on this machine, and
+refuses when neither does: student code runs unsandboxed only when asked for with `--sandbox none`):
 
 - `bwrap` (bubblewrap): the kernel runs in new PID, network, IPC, UTS and mount namespaces, with no network
   at all. It sees only an allow-list of folders, read-only: the system's own (/usr, /etc, /sys), Python and
@@ -40,6 +41,7 @@ class IsolationUnavailable(RuntimeError):
 
 
 MODES = ("bwrap", "unshare", "none")
+SANDBOXES = MODES[:2]  # what `auto` may pick: never none
 STUDENT_PACKAGES = ("devicelab",)  # imported by assignment notebooks; visible inside sandboxes and boxes
 # torch maps about 3.2 GiB of address space at import before it holds any data, so the address-space limit
 # is the memory cap plus this; the real (resident) memory cap is enforced by watching the process tree.
@@ -176,7 +178,7 @@ def detect_isolation(preference: str = "auto", hidden: list[Path] | None = None,
     hide = {str(p) for p in (hidden or [])} | {str(Path.home()), "/home", "/root", "/mnt", "/media"}
     show = set(python_locations()) | {str(p) for p in (visible or [])}
     notes: list[str] = []
-    for mode in (MODES if preference == "auto" else (preference,)):
+    for mode in (SANDBOXES if preference == "auto" else (preference,)):
         if mode == "none":
             return Isolation("none", notes=tuple(notes))
         isolation = Isolation(mode, tuple(sorted(hide)), tuple(sorted(show)), _bwrap_has_size())
@@ -187,7 +189,8 @@ def detect_isolation(preference: str = "auto", hidden: list[Path] | None = None,
         if preference != "auto":
             raise IsolationUnavailable(f"--sandbox {mode} does not work here: {problem}")
         notes.append(f"{mode} not used: {problem}")
-    raise AssertionError("unreachable")
+    raise IsolationUnavailable("no sandbox works here (" + "; ".join(notes) + "): student code is graded "
+                               "unsandboxed only when asked for with --sandbox none (for code you trust)")
 
 
 def _bwrap_has_size() -> bool:
