@@ -18,17 +18,22 @@ archive.py's refusals.
     GET  api/submissions/A/S/T                    one submission, as a tar stream (staff)
     PUT  api/feedback/A/S/T                       give a submission's feedback pages back (staff)
     GET  api/feedback/A                           your own feedback pages, TIMESTAMP/NOTEBOOK.html
+    POST api/work[?assignment=A,B]                lease the oldest ungraded submission (staff; 204: none)
+    PUT  api/results/A/S/T?lease=L                a worker's result and feedback pages, recorded once (staff)
+    GET  api/results[?assignment=A]               the recorded results (staff)
 """
 
 import argparse
 import asyncio
 import datetime
+import io
 import json
 import logging
 import os
 import sys
+import tarfile
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -44,8 +49,17 @@ from autograder.hub.http_exchange.api import (
     SubmissionInfo,
     notebooks,
 )
-from autograder.hub.http_exchange.archive import ArchiveRefused, upload_cap
+from autograder.hub.http_exchange.archive import ArchiveRefused, pack_files, upload_cap
 from autograder.hub.http_exchange.store import FEEDBACK, RELEASED, SUBMITTED, FolderStore, Store, check_part
+from autograder.hub.http_exchange.work import (
+    LEASE_S,
+    MAX_RESULT_BYTES,
+    RESULT_FILE,
+    RESULT_LIMITS,
+    RESULTS,
+    Leases,
+    WorkResult,
+)
 
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's Exchange.timestamp_format
 NAME = r"([^/]+)"
@@ -83,8 +97,8 @@ class ApiHandler(web.RequestHandler):
 
     caller: Caller
 
-    def initialize(self, store: Store, auth) -> None:
-        self.store, self.auth = store, auth
+    def initialize(self, store: Store, auth, leases: Leases) -> None:
+        self.store, self.auth, self.leases = store, auth, leases
 
     async def prepare(self) -> None:
         model = await self.auth.get_user(self, sync=False)
@@ -232,6 +246,80 @@ class OwnFeedbackHandler(ApiHandler):
         self.send_tar((FEEDBACK, _part(assignment), _part(self.caller.name)))
 
 
+class WorkHandler(ApiHandler):
+    def post(self) -> None:
+        self.require_staff()
+        asked = ([_part(a) for a in self.get_argument("assignment", "").split(",") if a]
+                 or self.store.children((SUBMITTED,)))
+        lease = self.leases.lease(waiting(self.store, asked))
+        if lease is None:
+            self.set_status(204)
+            self.finish()
+            return
+        log.info("%s leased %s %s %s", printable(self.caller.name), printable(lease.student_id),
+                 printable(lease.assignment_id), lease.timestamp)
+        self.send_json(lease.offer(self.leases.clock()))
+
+
+class ResultHandler(ApiHandler):
+    async def put(self, assignment: str, student: str, stamp: str) -> None:
+        self.require_staff()
+        key = (_part(assignment), _part(student), _part(stamp))
+        if len(self.request.body) > MAX_RESULT_BYTES:
+            raise web.HTTPError(413, f"a result is at most {MAX_RESULT_BYTES} bytes")
+        try:
+            result = WorkResult.from_json(self.request.body)
+        except ValueError as exc:
+            raise web.HTTPError(400, printable(str(exc))) from None
+        if not self.store.children((SUBMITTED, *key)):
+            raise web.HTTPError(404, "no such submission")
+        if self.store.children((RESULTS, *key)) or not self.leases.begin_recording(key):
+            raise web.HTTPError(409, "already recorded: this submission's result is kept once")
+        live = self.leases.live(key, self.get_argument("lease", ""))
+        recorded = False
+        try:  # the pages first: a recorded result always has its feedback given back
+            pages = {f"{name}.html": text.encode() for name, text in result.pages.items()}
+            await asyncio.to_thread(self.store.put, (FEEDBACK, *key), io.BytesIO(pack_files(pages)),
+                                    FEEDBACK_LIMITS, True)
+            record = io.BytesIO(pack_files({RESULT_FILE: result.to_json()}))
+            await asyncio.to_thread(self.store.put, (RESULTS, *key), record, RESULT_LIMITS, False)
+            recorded = True
+        except ArchiveRefused as exc:
+            raise web.HTTPError(400, f"refused: {printable(str(exc))}") from None
+        except FileExistsError:
+            raise web.HTTPError(409, "already recorded: this submission's result is kept once") from None
+        finally:
+            self.leases.end_recording(key, recorded)
+        log.info("%s: result for %s %s %s: %s%s", printable(self.caller.name), printable(student),
+                 printable(assignment), stamp, printable(result.status),
+                 "" if live else " (lease had expired)")
+        self.send_json({"recorded": True, "lease_was_live": live})
+
+
+class ResultsHandler(ApiHandler):
+    def get(self) -> None:
+        self.require_staff()
+        asked = [_part(a) for a in self.get_arguments("assignment")] or self.store.children((RESULTS,))
+        keys = [(a, s, t) for a in asked for s in self.store.children((RESULTS, a))
+                for t in self.store.children((RESULTS, a, s))]
+        self.send_json({"results": [{"assignment_id": a, "student_id": s, "timestamp": t,
+                                     **asdict(recorded_result(self.store, (a, s, t)))} for a, s, t in keys]})
+
+
+def waiting(store: Store, assignments: list[str]) -> list[SubmissionInfo]:
+    """Return the stored submissions of these assignments that have no result yet."""
+    return [SubmissionInfo(s, a, t, []) for a in assignments for s in store.children((SUBMITTED, a))
+            for t in store.children((SUBMITTED, a, s)) if not store.children((RESULTS, a, s, t))]
+
+
+def recorded_result(store: Store, key: tuple[str, str, str]) -> WorkResult:
+    """Return a submission's recorded result, without its pages (they are its feedback)."""
+    with tarfile.open(fileobj=io.BytesIO(store.get((RESULTS, *key)))) as archive:
+        member = archive.extractfile(RESULT_FILE)
+        kept = WorkResult.from_json(member.read() if member else b"")
+    return replace(kept, pages={})
+
+
 def _part(name: str) -> str:
     try:
         return check_part(name)
@@ -239,10 +327,10 @@ def _part(name: str) -> str:
         raise web.HTTPError(400, printable(str(exc))) from None
 
 
-def make_app(store: Store, auth, prefix: str = "/") -> web.Application:
+def make_app(store: Store, auth, prefix: str = "/", leases: Leases | None = None) -> web.Application:
     """Return the service's tornado application, its routes under the service's prefix."""
     api = prefix.rstrip("/") + "/api"
-    args = {"store": store, "auth": auth}
+    args = {"store": store, "auth": auth, "leases": leases or Leases()}
     return web.Application([
         (f"{api}/assignments", AssignmentsHandler, args),
         (f"{api}/assignments/{NAME}", ReleasedHandler, args),
@@ -251,15 +339,19 @@ def make_app(store: Store, auth, prefix: str = "/") -> web.Application:
         (f"{api}/submissions/{NAME}/{NAME}/{NAME}", SubmissionHandler, args),
         (f"{api}/feedback/{NAME}", OwnFeedbackHandler, args),
         (f"{api}/feedback/{NAME}/{NAME}/{NAME}", FeedbackHandler, args),
+        (f"{api}/work", WorkHandler, args),
+        (f"{api}/results", ResultsHandler, args),
+        (f"{api}/results/{NAME}/{NAME}/{NAME}", ResultHandler, args),
     ])
 
 
-async def serve(store: Store) -> None:
+async def serve(store: Store, leases: Leases) -> None:
     """Serve the API where the hub says (JUPYTERHUB_SERVICE_URL) until stopped."""
     from jupyterhub.services.auth import HubAuth
 
     url = urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
-    app = make_app(store, HubAuth(cache_max_age=60), os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/"))
+    app = make_app(store, HubAuth(cache_max_age=60), os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/"),
+                   leases)
     app.listen(url.port or 80, url.hostname or "127.0.0.1", max_body_size=upload_cap(RELEASE_LIMITS))
     log.info("exchange service on %s, store %s", url.geturl(), getattr(store, "root", store))
     await asyncio.Event().wait()
@@ -268,10 +360,12 @@ async def serve(store: Store) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="exchange-service", description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="the folder the service keeps everything in")
+    parser.add_argument("--lease-s", type=float, default=LEASE_S,
+                        help="how long a grading worker holds a submission before it is handed out again")
     args = parser.parse_args(argv)
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(serve(FolderStore(Path(args.store))))
+    asyncio.run(serve(FolderStore(Path(args.store)), Leases(args.lease_s)))
     return 0
 
 

@@ -232,7 +232,14 @@ def take_from_service(place: Place, e: Entry, staged: Staged, skip) -> None:
 
 def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path,
                    setting: AutogradeSetting) -> dict[str, str]:
-    """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not.
+    """Return the feedback pages for a result (notebook name -> HTML): the grader's, or one saying why not."""
+    return result_pages(place, entry.student, entry.assignment, result, work, setting)
+
+
+def result_pages(place: Place, student: str, assignment: str, result: StudentResult, work: Path,
+                 setting: AutogradeSetting) -> dict[str, str]:
+    """Return a student's feedback pages for a result (notebook name -> HTML): the grader's, or one saying
+    why not (also what a grading worker posts back).
 
     Until the student's due date (unless the instructor shows them) the pages keep the hidden tests hidden;
     they never fall back to the full pages.
@@ -243,21 +250,18 @@ def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path
     if result.ran:
         now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
         # a student's own due date: an extension keeps their hidden tests hidden until it has passed
-        if setting.protects_hidden_tests(due_date(place.course, entry.assignment, entry.student), now):
-            pages = student_feedback_pages(place.course, entry.assignment, entry.student,
-                                           place.graded(
-                                               entry.assignment) / "feedback-on-submit" / entry.student)
+        if setting.protects_hidden_tests(due_date(place.course, assignment, student), now):
+            pages = student_feedback_pages(place.course, assignment, student,
+                                           place.graded(assignment) / "feedback-on-submit" / student)
         else:
-            pages_dir = place.graded(entry.assignment) / "feedback" / entry.student
+            pages_dir = place.graded(assignment) / "feedback" / student
             pages = {p.stem: p.read_text(encoding="utf-8") for p in sorted(pages_dir.glob("*.html"))}
     if pages:
         return pages
     from autograder.grading.report import not_graded_page  # nbconvert: not for `autograde on`, `status`
 
-    names = (sorted(p.stem for p in (work / entry.student / entry.assignment).glob("*.ipynb"))
-             or [entry.assignment])
-    return {name: not_graded_page(entry.assignment, name, result.max_score, result.status,
-                                  result.detail or "")
+    names = sorted(p.stem for p in (work / student / assignment).glob("*.ipynb")) or [assignment]
+    return {name: not_graded_page(assignment, name, result.max_score, result.status, result.detail or "")
             for name in names}
 
 

@@ -1,0 +1,149 @@
+"""Grading work handed out by the exchange service: leases on submissions, and the results workers post.
+
+A worker leases one submission without a result (oldest first); the lease lasts LEASE_S. A worker that dies
+holding one loses it when it expires, and the submission is handed out again. The first result posted for a
+submission is the one recorded, whoever posts it (a worker whose lease ran out grades the same stored
+submission as the one it was handed to next); any later one is refused as already recorded, so nothing is lost
+or counted twice.
+"""
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+
+from autograder.hub.http_exchange.api import ServiceClient, ServiceError, SubmissionInfo
+from autograder.safe_copy import Limits
+
+LEASE_S = 900.0  # longer than a submission's grading (DEFAULT_TIMEOUT per notebook, the kernel's start)
+MAX_RESULT_BYTES = 16 << 20  # a result and its feedback pages, as JSON
+RESULT_FILE = "result.json"
+RESULTS = "results"  # the store's trees of results: ("results", assignment, student, timestamp)
+RESULT_LIMITS = Limits(file_bytes=MAX_RESULT_BYTES, total_bytes=MAX_RESULT_BYTES, entries=1, depth=1)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One submission handed to one worker until `expires` (the service's monotonic clock)."""
+
+    lease_id: str
+    student_id: str
+    assignment_id: str
+    timestamp: str
+    expires: float
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.assignment_id, self.student_id, self.timestamp)
+
+    def offer(self, now: float) -> dict:
+        """Return the lease as a worker receives it (how long it has, not the service's clock)."""
+        return {"lease_id": self.lease_id, "student_id": self.student_id, "assignment_id": self.assignment_id,
+                "timestamp": self.timestamp, "lease_s": round(self.expires - now, 3)}
+
+
+@dataclass(frozen=True)
+class WorkResult:
+    """What a worker posts for a graded submission: the grader's status and score, and the feedback pages."""
+
+    status: str
+    score: float | None
+    max_score: float | None
+    detail: str = ""
+    pages: dict[str, str] = field(default_factory=dict)  # notebook (the student's name for it) -> HTML
+    worker: str = ""
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, body: bytes) -> "WorkResult":
+        """Read a posted result (ValueError when it is not one)."""
+        try:
+            raw = json.loads(body)
+            result = cls(str(raw["status"]), _number(raw.get("score")), _number(raw.get("max_score")),
+                         str(raw.get("detail", "")), dict(raw.get("pages", {})), str(raw.get("worker", "")))
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"not a result: {exc}") from None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in result.pages.items()):
+            raise ValueError("not a result: pages are notebook names and HTML text")
+        return result
+
+
+def _number(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
+
+
+class Leases:
+    """The leases the service holds in memory (after a restart every submission without a result is free)."""
+
+    def __init__(self, lease_s: float = LEASE_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.lease_s, self.clock = lease_s, clock
+        self.held: dict[tuple[str, str, str], Lease] = {}
+        self.recording: set[tuple[str, str, str]] = set()  # results being written now
+
+    def lease(self, waiting: Iterable[SubmissionInfo]) -> Lease | None:
+        """Lease the oldest of the waiting submissions that no live lease holds (None when there is none)."""
+        now = self.clock()
+        for sub in sorted(waiting, key=lambda s: s.timestamp):
+            key = (sub.assignment_id, sub.student_id, sub.timestamp)
+            held = self.held.get(key)
+            if key in self.recording or (held is not None and held.expires > now):
+                continue
+            self.held[key] = Lease(secrets.token_hex(16), sub.student_id, sub.assignment_id, sub.timestamp,
+                                   now + self.lease_s)
+            return self.held[key]
+        return None
+
+    def live(self, key: tuple[str, str, str], lease_id: str) -> bool:
+        """Return whether this lease is the submission's current one and has not expired."""
+        held = self.held.get(key)
+        return held is not None and held.lease_id == lease_id and held.expires > self.clock()
+
+    def begin_recording(self, key: tuple[str, str, str]) -> bool:
+        """Claim the right to write a submission's result (False: another post is writing it now)."""
+        if key in self.recording:
+            return False
+        self.recording.add(key)
+        return True
+
+    def end_recording(self, key: tuple[str, str, str], recorded: bool) -> None:
+        """Let go of a submission: its lease ends when its result was recorded."""
+        self.recording.discard(key)
+        if recorded:
+            self.held.pop(key, None)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A lease as a worker holds it: the submission and how long it may take to post its result."""
+
+    lease_id: str
+    student_id: str
+    assignment_id: str
+    timestamp: str
+    lease_s: float
+
+
+def take_work(service: ServiceClient, assignments: Iterable[str] = ()) -> Offer | None:
+    """Lease the oldest ungraded submission (of these assignments; all when none); None when there is none."""
+    asked = ",".join(assignments)
+    body = service.call("POST", "work", **({"assignment": asked} if asked else {}))
+    return Offer(**json.loads(body)) if body else None
+
+
+def post_result(service: ServiceClient, offer: Offer, result: WorkResult) -> bool:
+    """Post a graded submission's result; return False when one was recorded already (this one is not)."""
+    path = f"results/{offer.assignment_id}/{offer.student_id}/{offer.timestamp}"
+    try:
+        service.call("PUT", path, result.to_json(), lease=offer.lease_id)
+    except ServiceError as exc:
+        if exc.status == 409:
+            return False
+        raise
+    return True

@@ -1,0 +1,181 @@
+"""Grading workers and the exchange service's leases, without a hub (the service in a thread, tokens from a
+table): a worker that dies holding a lease, two workers racing for one submission, a stale worker posting
+after its lease was handed on, a result posted twice: each submission's result is recorded once, none lost.
+Then a worker grades a right answer of the smallest assignment with the real grader in its sandbox."""
+
+import concurrent.futures
+import io
+import json
+import shutil
+import tarfile
+import urllib.parse
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.hub.http_exchange import service as service_module
+from autograder.hub.http_exchange.api import ServiceClient, ServiceError
+from autograder.hub.http_exchange.store import FolderStore
+from autograder.hub.http_exchange.work import Leases, WorkResult, post_result, take_work
+from autograder.hub.service import grading_worker
+from autograder.hub.service.grading_worker import SandboxRefused, Worker, choose_sandbox
+from tests.test_http_exchange_service import call, serving, tar_of
+
+
+class Clock:
+    """The service's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def leased(tmp_path: Path, monkeypatch):
+    """The service with a clock of the test's and 60 s leases; ann has submitted ps01. Yield (url, clock)."""
+    clock = Clock()
+    monkeypatch.setattr(service_module, "Leases", lambda: Leases(60.0, clock))
+    with serving(FolderStore(tmp_path / "store")) as url:
+        assert call(url, "ivy-token", "PUT", "assignments/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+        assert call(url, "ann-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+        yield url, clock
+
+
+def grader(url: str) -> ServiceClient:
+    return ServiceClient(url, "grader-token", timeout_s=30)
+
+
+def result(score: float, worker: str) -> WorkResult:
+    return WorkResult("graded", score, 3.0, "", {"ps01": f"<p>{worker}: {score:g}/3</p>"}, worker)
+
+
+def recorded(url: str) -> list[dict]:
+    status, body = call(url, "ivy-token", "GET", "results")
+    assert status == 200, body
+    return json.loads(body)["results"]
+
+
+def own_feedback(url: str) -> dict[str, bytes]:
+    status, body = call(url, "ann-token", "GET", "feedback/ps01")
+    assert status == 200, body
+    with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+        return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+
+
+def test_a_lease_held_is_not_handed_out_again_until_it_expires(leased) -> None:
+    url, clock = leased
+    first = take_work(grader(url))
+    assert first is not None and first.student_id == "ann" and first.lease_s == 60.0
+    assert take_work(grader(url)) is None  # the worker holding it may still post
+    clock.now += 61  # ... it died: its lease expires and the submission is handed out again
+    again = take_work(grader(url))
+    assert again is not None and again.timestamp == first.timestamp and again.lease_id != first.lease_id
+
+
+def test_two_workers_racing_for_one_submission_get_it_once(leased) -> None:
+    url, _ = leased
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        offers = list(pool.map(lambda _: take_work(grader(url)), range(8)))
+    assert len([o for o in offers if o is not None]) == 1
+
+
+def test_a_stale_worker_posting_after_its_lease_was_handed_on_is_recorded_once(leased) -> None:
+    url, clock = leased
+    stale = take_work(grader(url))
+    clock.now += 61
+    fresh = take_work(grader(url))
+    assert post_result(grader(url), stale, result(2, "stale")) is True  # the same submission, graded
+    assert post_result(grader(url), fresh, result(3, "fresh")) is False  # not recorded a second time
+    assert post_result(grader(url), stale, result(2, "stale")) is False  # nor the same post again
+    (only,) = recorded(url)
+    assert (only["student_id"], only["score"], only["worker"]) == ("ann", 2.0, "stale")
+    (page,) = own_feedback(url).values()
+    assert page == b"<p>stale: 2/3</p>"
+    assert take_work(grader(url)) is None  # a submission with a result is never handed out again
+
+
+def test_results_are_recorded_once_when_posted_at_once(leased) -> None:
+    url, _ = leased
+    offer = take_work(grader(url))
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        posted = list(pool.map(lambda i: post_result(grader(url), offer, result(i % 4, f"w{i}")), range(6)))
+    assert posted.count(True) == 1 and len(recorded(url)) == 1
+
+
+def test_only_staff_lease_and_post_results(leased) -> None:
+    url, _ = leased
+    offer = take_work(grader(url))
+    with pytest.raises(ServiceError) as refused:
+        take_work(ServiceClient(url, "ann-token"))
+    assert refused.value.status == 403
+    with pytest.raises(ServiceError) as refused:
+        post_result(ServiceClient(url, "ann-token"), offer, result(3, "ann herself"))
+    assert refused.value.status == 403 and recorded(url) == []
+
+
+def test_a_result_that_is_not_one_is_refused(leased) -> None:
+    url, _ = leased
+    offer = take_work(grader(url))
+    path = f"results/ps01/ann/{urllib.parse.quote(offer.timestamp)}?lease={offer.lease_id}"
+    for body in (b"[]", b'{"status": "graded", "score": "3"}', b'{"status": "x", "pages": {"a": 1}}'):
+        assert call(url, "grader-token", "PUT", path, body)[0] == 400
+    nobody = call(url, "grader-token", "PUT", "results/ps01/bob/2026?lease=x", result(3, "w").to_json())
+    assert nobody[0] == 404
+    assert recorded(url) == []
+
+
+def test_auto_never_means_no_sandbox() -> None:
+    with pytest.raises(SandboxRefused):
+        choose_sandbox("auto", detect=lambda mode: "none")
+    assert choose_sandbox("auto", detect=lambda mode: "bwrap") == "bwrap"
+    assert choose_sandbox("none", detect=lambda mode: pytest.fail("none asked: nothing to detect")) == "none"
+
+
+def test_the_worker_refuses_to_start_without_a_sandbox(tmp_path: Path, monkeypatch, capsys) -> None:
+    nothing = lambda asked: choose_sandbox(asked, lambda mode: "none")
+    monkeypatch.setattr(grading_worker, "choose_sandbox", nothing)
+    (tmp_path / "token").write_text("grader-token")
+    code = grading_worker.main(["--url", "http://127.0.0.1:1/", "--token-file", str(tmp_path / "token"),
+                                "--course", str(tmp_path)])
+    assert code == 2 and "--sandbox none" in capsys.readouterr().err
+
+
+def test_a_worker_grades_a_submission_in_the_sandbox_and_posts_it_back(tmp_path: Path) -> None:
+    from autograder.grading.sandbox import detect_isolation
+    from tests.hub_support import ROOT, answers, smallest_assignment
+
+    sandbox = detect_isolation("auto").mode
+    if sandbox == "none":
+        pytest.skip("no sandbox works here")
+    assignment = smallest_assignment()
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    shutil.copyfile(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(ROOT / "source" / assignment, course / "source" / assignment)
+    right = nbformat.writes(answers(assignment)["right"]).encode()
+    with serving(FolderStore(tmp_path / "store")) as url:
+        release = tar_of({f"{assignment}.ipynb": (ROOT / "release" / assignment / f"{assignment}.ipynb")
+                          .read_bytes()})
+        assert call(url, "ivy-token", "PUT", f"assignments/{assignment}", release)[0] == 200
+        assert call(url, "ann-token", "POST", f"submissions/{assignment}",
+                    tar_of({f"{assignment}.ipynb": right}))[0] == 200
+        Worker(course, grader(url), sandbox).run(until_idle=True)
+        (only,) = recorded(url)
+        assert only["status"] == "graded" and only["score"] == only["max_score"] > 0, only
+        status, body = call(url, "ann-token", "GET", f"feedback/{assignment}")
+        with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+            (name,) = archive.getnames()
+        assert status == 200 and name.endswith(f"/{assignment}.html")
+
+
+def test_a_submission_the_worker_cannot_grade_is_left_to_its_lease(leased, tmp_path: Path) -> None:
+    url, clock = leased
+    lacking = tmp_path / "course without ps01"
+    lacking.mkdir()
+    assert Worker(lacking, grader(url), "none").once() is True  # leased, not graded: nothing posted
+    assert recorded(url) == [] and take_work(grader(url)) is None
+    clock.now += 61
+    assert take_work(grader(url)) is not None  # handed out again, to a worker that may have the assignment
