@@ -194,7 +194,7 @@ def test_removing_a_cap_ends_what_still_runs_in_it_and_nothing_else():
 
 
 def test_auto_refuses_to_grade_unsandboxed_when_no_sandbox_works(monkeypatch):
-    """Untrusted code runs unsandboxed only when the instructor says so (`--sandbox none`), never by fallback."""
+    """Untrusted code runs unsandboxed only when asked for (`--sandbox none`), never by a fallback."""
     monkeypatch.setattr(sandbox, "_probe", lambda isolation: f"{isolation.mode} is broken here")
     with pytest.raises(IsolationUnavailable, match="--sandbox none"):
         detect_isolation("auto")
