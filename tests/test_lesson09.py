@@ -137,3 +137,45 @@ def test_autocast_for_cuda_without_a_gpu_warns_and_does_nothing():
         with torch.autocast(device_type="cuda"):
             out = linear(torch.randn(1, 2))
     assert out.dtype == torch.float32 and caught
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The practice exercise: state_devices
+
+STATE_DEVICES_WRONG = {
+    "reads-the-parameters": "def state_devices(optimizer):\n"
+                            "    return {p.device for g in optimizer.param_groups for p in g['params']}",
+    "keeps-step": "def state_devices(optimizer):\n"
+                  "    return {v.device for s in optimizer.state.values() for v in s.values()}",
+    "a-list": "def state_devices(optimizer):\n"
+              "    return [v.device for s in optimizer.state.values() for k, v in s.items() if k != 'step']",
+    "device-names": "def state_devices(optimizer):\n"
+                    "    return {str(v.device) for s in optimizer.state.values()\n"
+                    "            for k, v in s.items() if k != 'step'}",
+}
+
+
+def _practice(source: str) -> dict:
+    namespace = {"torch": torch}
+    exec(source, namespace)
+    return namespace
+
+
+def test_the_practice_solution_is_correct_and_the_notebook_stub_not_attempted():
+    from devicelab.exercises.lesson09 import _exercises
+    from devicelab.feedback import Outcome, evaluate
+
+    exercise = _exercises.exercises["state_devices"]
+    assert evaluate(exercise, _practice(exercise.solution)).outcome is Outcome.CORRECT
+    stub = _practice(_cell("practice-state-devices"))
+    assert evaluate(exercise, stub).outcome is Outcome.NOT_ATTEMPTED
+    assert 'check("state_devices")' in _cell("practice-state-devices-check")
+
+
+@pytest.mark.parametrize("name", sorted(STATE_DEVICES_WRONG))
+def test_realistic_wrong_answers_to_the_practice_are_incorrect_with_what_to_fix(name):
+    from devicelab.exercises.lesson09 import _exercises
+    from devicelab.feedback import Outcome, evaluate
+
+    feedback = evaluate(_exercises.exercises["state_devices"], _practice(STATE_DEVICES_WRONG[name]))
+    assert feedback.outcome is Outcome.INCORRECT and "should" in feedback.message, str(feedback)
