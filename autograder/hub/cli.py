@@ -11,6 +11,7 @@ from autograder.hub.settings import (
     AUTHENTICATORS,
     DEFAULT_ROOT,
     EXCHANGES,
+    WORKER_SANDBOXES,
     HubError,
     HubSettings,
     LtiSettings,
@@ -84,6 +85,12 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                             "token's user; docs/hub.md); default: as the last setup")
     setup.add_argument("--exchange-port", type=int, default=None,
                        help="the HTTP exchange service's port (default: as the last setup, else 9998)")
+    setup.add_argument("--grading-workers", type=int, default=None, metavar="N",
+                       help="N grading workers as hub services, each with its own course copy (needs "
+                            "--exchange http; docs/hub.md); default: as the last setup, else 0 (none)")
+    setup.add_argument("--worker-sandbox", choices=WORKER_SANDBOXES, default=None,
+                       help="the workers' sandbox (default: as the last setup, else auto: bubblewrap or "
+                            "unshare, never none unless asked)")
     setup.add_argument("--course", default=str(course_root),
                        help="the course to install (default: this repo)")
     setup.add_argument("--database-url", default=None, metavar="URL",
@@ -182,6 +189,9 @@ def _run(args: argparse.Namespace) -> int:
             cpu_limit=args.cpu_limit, tasks_limit=args.tasks_limit, server_box=args.server_box,
             exchange=args.exchange or _last_setup(root).exchange,
             exchange_port=args.exchange_port or _last_setup(root).exchange_port,
+            grading_workers=(_last_setup(root).grading_workers if args.grading_workers is None
+                             else args.grading_workers),
+            worker_sandbox=args.worker_sandbox or _last_setup(root).worker_sandbox,
             proxy=args.proxy or install.find_proxy(Path(args.course)),
             lti=_lti_settings(args) if args.authenticator == "lti13" else None,
             database_url=_database_url(args.database_url, root))

@@ -10,6 +10,7 @@ DEFAULT_ROOT = Path("/srv/devicelab-hub")
 SETTINGS_FILE = "hub.json"
 AUTHENTICATORS = ("pam", "native", "dummy", "lti13")
 EXCHANGES = ("files", "http")
+WORKER_SANDBOXES = ("auto", "bwrap", "unshare", "none")  # grading_worker.py's --sandbox
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -42,6 +43,8 @@ class HubSettings:
     server_box: str = "bwrap"  # each server in a box of its own (hub/setup/server_box.py); "none": not
     exchange: str = "files"  # nbgrader's exchange: "files" (a shared folder) or "http" (hub/http_exchange/)
     exchange_port: int = 9998  # the HTTP exchange service's port (exchange "http")
+    grading_workers: int = 0  # grading workers the hub runs as services (exchange "http" only); 0: none
+    worker_sandbox: str = "auto"  # the workers' --sandbox (grading_worker.py: never none unless asked)
     # JupyterHub's database, the gradebook and the queues in one PostgreSQL database (hub/database.py:
     # postgresql://ROLE@HOST:PORT/DATABASE, no password); empty: each in its sqlite file
     database_url: str = ""
@@ -166,6 +169,10 @@ class HubPaths:
     def exchange_store(self) -> Path:
         """Return the HTTP exchange service's store (in the course: only the grader account enters it)."""
         return self.course / "http-exchange"
+
+    def worker_course(self, k: int) -> Path:
+        """Return grading worker k's own copy of the course (its gradebook and graded/), in the course."""
+        return self.course / "workers" / f"worker-{k}"
 
     @property
     def course(self) -> Path:

@@ -19,6 +19,7 @@ archive.py's refusals.
     PUT  api/feedback/A/S/T                       give a submission's feedback pages back (staff)
     GET  api/feedback/A                           your own feedback pages, TIMESTAMP/NOTEBOOK.html
     POST api/work[?assignment=A,B]                lease the oldest ungraded submission (staff; 204: none)
+    PUT  api/work {"assignments": [A, ...]}       hand out only these assignments' submissions (staff)
     PUT  api/results/A/S/T?lease=L                a worker's result and feedback pages, recorded once (staff)
     GET  api/results[?assignment=A]               the recorded results (staff)
 """
@@ -251,6 +252,8 @@ class WorkHandler(ApiHandler):
         self.require_staff()
         asked = ([_part(a) for a in self.get_argument("assignment", "").split(",") if a]
                  or self.store.children((SUBMITTED,)))
+        if self.leases.handed_out is not None:  # only what the autograde service said (PUT api/work)
+            asked = [a for a in asked if a in self.leases.handed_out]
         lease = self.leases.lease(waiting(self.store, asked))
         if lease is None:
             self.set_status(204)
@@ -259,6 +262,17 @@ class WorkHandler(ApiHandler):
         log.info("%s leased %s %s %s", printable(self.caller.name), printable(lease.student_id),
                  printable(lease.assignment_id), lease.timestamp)
         self.send_json(lease.offer(self.leases.clock()))
+
+    def put(self) -> None:
+        self.require_staff()
+        try:
+            named = json.loads(self.request.body)["assignments"]
+            if not isinstance(named, list):
+                raise TypeError("assignments is a list of names")
+            self.leases.handed_out = {_part(str(a)) for a in named}
+        except (ValueError, TypeError, KeyError) as exc:
+            raise web.HTTPError(400, f"not a list of assignments: {printable(str(exc))}") from None
+        self.send_json({"assignments": sorted(self.leases.handed_out)})
 
 
 class ResultHandler(ApiHandler):
@@ -362,10 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True, help="the folder the service keeps everything in")
     parser.add_argument("--lease-s", type=float, default=LEASE_S,
                         help="how long a grading worker holds a submission before it is handed out again")
+    parser.add_argument("--hand-out-when-told", action="store_true",
+                        help="lease no submission until `PUT api/work` names the assignments (the autograde "
+                             "service does, with grading workers); default: every assignment's")
     args = parser.parse_args(argv)
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(serve(FolderStore(Path(args.store)), Leases(args.lease_s)))
+    leases = Leases(args.lease_s, handed_out=set() if args.hand_out_when_told else None)
+    asyncio.run(serve(FolderStore(Path(args.store)), leases))
     return 0
 
 

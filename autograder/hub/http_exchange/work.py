@@ -53,6 +53,7 @@ class WorkResult:
     detail: str = ""
     pages: dict[str, str] = field(default_factory=dict)  # notebook (the student's name for it) -> HTML
     worker: str = ""
+    graded: str = ""  # the grader's StudentResult as JSON (cells, comments): what the gradebook records
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -63,7 +64,8 @@ class WorkResult:
         try:
             raw = json.loads(body)
             result = cls(str(raw["status"]), _number(raw.get("score")), _number(raw.get("max_score")),
-                         str(raw.get("detail", "")), dict(raw.get("pages", {})), str(raw.get("worker", "")))
+                         str(raw.get("detail", "")), dict(raw.get("pages", {})), str(raw.get("worker", "")),
+                         str(raw.get("graded") or ""))
         except (TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"not a result: {exc}") from None
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in result.pages.items()):
@@ -82,8 +84,10 @@ def _number(value) -> float | None:
 class Leases:
     """The leases the service holds in memory (after a restart every submission without a result is free)."""
 
-    def __init__(self, lease_s: float = LEASE_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, lease_s: float = LEASE_S, clock: Callable[[], float] = time.monotonic,
+                 handed_out: set[str] | None = None) -> None:
         self.lease_s, self.clock = lease_s, clock
+        self.handed_out = handed_out  # the assignments whose submissions are leased (None: every one)
         self.held: dict[tuple[str, str, str], Lease] = {}
         self.recording: set[tuple[str, str, str]] = set()  # results being written now
 
@@ -135,6 +139,31 @@ def take_work(service: ServiceClient, assignments: Iterable[str] = ()) -> Offer 
     asked = ",".join(assignments)
     body = service.call("POST", "work", **({"assignment": asked} if asked else {}))
     return Offer(**json.loads(body)) if body else None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A result the service has recorded: which submission, and what its worker posted (no pages)."""
+
+    student_id: str
+    assignment_id: str
+    timestamp: str
+    result: WorkResult
+
+
+def recorded_results(service: ServiceClient, assignment: str) -> list[Recorded]:
+    """Return the results recorded for an assignment's submissions (`GET api/results`, staff)."""
+    listed = json.loads(service.call("GET", RESULTS, assignment=assignment) or b"{}").get("results", [])
+    found = []
+    for raw in listed:
+        key = (str(raw.pop("student_id")), str(raw.pop("assignment_id")), str(raw.pop("timestamp")))
+        found.append(Recorded(*key, WorkResult.from_json(json.dumps(raw).encode())))
+    return found
+
+
+def hand_out(service: ServiceClient, assignments: Iterable[str]) -> None:
+    """Tell the service which assignments' submissions to hand to workers (`PUT api/work`, staff)."""
+    service.call("PUT", "work", json.dumps({"assignments": sorted(assignments)}).encode())
 
 
 def post_result(service: ServiceClient, offer: Offer, result: WorkResult) -> bool:

@@ -18,7 +18,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autograder.grading.results import Status, StudentResult
@@ -30,6 +30,7 @@ from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.hub.http_exchange.api import ServiceClient, ServiceError
 from autograder.hub.http_exchange.archive import ArchiveRefused
 from autograder.hub.http_exchange.staff import give_back, take_submission
+from autograder.hub.http_exchange.work import WorkResult, hand_out, recorded_results
 from autograder.hub.lms.tool import ToolFiles
 from autograder.hub.service.autograde_queue import (
     MAX_TRIES,
@@ -60,6 +61,7 @@ class Place:
     exchange: Path
     course_id: str
     http_exchange: str = ""  # the HTTP exchange service's address (`--exchange http`); "": the folder
+    workers: bool = False  # grading workers grade the HTTP exchange's submissions; this service records them
 
     def service(self) -> ServiceClient:
         """Return the HTTP exchange's API with this service's own hub token (staff)."""
@@ -106,6 +108,8 @@ logger = logging.getLogger("devicelab.autograde")
 def scan(place: Place, queue: Queue, now: float | None = None) -> int:
     """Queue every new submission of the enabled assignments (oldest first); return how many were new."""
     enabled = set(queue.enabled())
+    if place.http_exchange and place.workers:
+        return take_results(place, queue, enabled, now)
     if not enabled:
         return 0
     if place.http_exchange:
@@ -145,6 +149,52 @@ def scan_service(place: Place, queue: Queue, enabled: set[str], now: float | Non
         logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
         new += 1
     return new
+
+
+def take_results(place: Place, queue: Queue, enabled: set[str], now: float | None = None) -> int:
+    """Tell the exchange which assignments the workers grade, then record their new results (oldest first):
+    the gradebook, the queue, the LMS; return how many.
+
+    A result comes into the queue as its submission would, so an older submission's result that arrives after
+    a newer one's is superseded and left out of the gradebook; one queued but not recorded (the service
+    stopped between the two) is recorded at the next scan.
+    """
+    try:
+        hand_out(place.service(), enabled)  # the workers grade only these (the service forgets on restart)
+        listed = [r for a in sorted(enabled) for r in recorded_results(place.service(), a)]
+    except ServiceError as exc:
+        logger.info(printable(f"the exchange service listed no results: {exc}"))
+        return 0
+    known = {a: queue.known(a) for a in enabled}
+    pending = {e.key for e in queue.entries(state=State.QUEUED)}
+    new = 0
+    for r in sorted(listed, key=lambda r: r.timestamp):
+        key = (r.student_id, r.assignment_id, r.timestamp)
+        if (r.student_id, r.timestamp) in known[r.assignment_id] and key not in pending:
+            continue
+        state = queue.add(r.student_id, r.assignment_id, r.timestamp, r.timestamp, "", now)
+        if state == State.QUEUED:
+            entry = next(e for e in queue.entries(r.assignment_id) if e.key == key)
+            record_worker_result(place, queue, entry, r.result)
+            new += 1
+    return new
+
+
+def record_worker_result(place: Place, queue: Queue, entry: Entry, posted: WorkResult) -> None:
+    """Write a worker's result into the course gradebook, then record it as the service's own grades are."""
+    from autograder.grading import gradebook as gbook
+
+    if posted.graded:  # the submission's student and assignment are the service's, never the worker's word
+        result = replace(StudentResult.from_json(posted.graded), student=entry.student,
+                         assignment=entry.assignment)
+    else:  # refused or missing: the worker's status, no cells
+        result = StudentResult(entry.student, entry.assignment, Status(posted.status), posted.detail,
+                               timestamp=entry.timestamp)
+    db_url = gbook.course_db_url(place.course)
+    with gbook.locked(db_url):
+        gbook.record(db_url, gbook.course_id(place.course), entry.assignment, result)
+    detail = "; ".join(n for n in (posted.detail, f"graded by {posted.worker}" if posted.worker else "") if n)
+    record_result(place, queue, entry, result, detail, graded=True)
 
 
 def _secret(sub) -> str:
@@ -292,7 +342,12 @@ def release_result(place: Place, queue: Queue, entry: Entry, result: StudentResu
     pages = feedback_pages(place, entry, result, staged.work, queue.setting(entry.assignment))
     release_feedback(place, entry, pages, staged.work / entry.student / entry.assignment)
     notes = [result.detail, *(f"flag: {f}" for f in result.flags), staged.notes.get(entry.student, "")]
-    detail = "; ".join(n for n in notes if n)
+    record_result(place, queue, entry, result, "; ".join(n for n in notes if n), graded)
+
+
+def record_result(place: Place, queue: Queue, entry: Entry, result: StudentResult, detail: str,
+                  graded: bool) -> None:
+    """Mark a graded submission done and offer its score to the LMS (a hub set up with LTI)."""
     queue.record_outcome(entry, state=State.DONE, graded=graded, status=result.status,
                          score=result.final_score, max_score=result.max_score, detail=detail)
     if place.lti.platform.is_file():  # the hub was set up with LTI: the score goes to the LMS
@@ -575,7 +630,7 @@ def _loop(place: Place, jobs: int | None, once: bool, size: int, waiting: Waitin
                 if assignment not in ready:
                     ready.add(assignment)
                     prepare_ahead(place, assignment)
-        batch = queue.next_batch(size)
+        batch = [] if place.workers else queue.next_batch(size)  # with workers: their results, recorded
         if batch:
             try:
                 grade_batch(place, queue, batch, jobs, waiting.ready())
@@ -602,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--course-id", required=True)
             p.add_argument("--http-exchange", default="", metavar="URL",
                            help="take submissions from the HTTP exchange service, not the exchange folder")
+            p.add_argument("--workers", action="store_true",
+                           help="grading workers grade the HTTP exchange's submissions: record their results")
             p.add_argument("--jobs", type=int, default=None)
             p.add_argument("--once", action="store_true", help="stop when the queue is empty")
         else:
@@ -617,7 +674,8 @@ def main(argv: list[str] | None = None) -> int:
                             format="[autograde %(asctime)s] %(message)s",
                             datefmt="%H:%M:%S")  # the hub's log, one line each, as before
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        run(Place(course, Path(args.exchange), args.course_id, args.http_exchange), args.jobs, args.once)
+        run(Place(course, Path(args.exchange), args.course_id, args.http_exchange, args.workers), args.jobs,
+            args.once)
         return 0
     queue = Place(course, Path("/nonexistent"), "").queue()
     if args.action in ("on", "off"):

@@ -110,7 +110,7 @@ class Worker:
         notes = [result.detail, *(f"flag: {f}" for f in result.flags)]
         named = {ids.get(n, n): text for n, text in pages.items()}  # the student's name for each notebook
         return WorkResult(str(result.status), result.final_score, result.max_score,
-                          "; ".join(n for n in notes if n), named, self.name)
+                          "; ".join(n for n in notes if n), named, self.name, result.to_json())
 
     def warm(self, assignments: tuple[str, ...]):
         """Start (or keep) a zygote that imports what these assignments import, where bubblewrap is the

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from autograder.csv_cells import write_rows
 from autograder.hub import database
 from autograder.hub.exchange import Exchange, secure_tree
-from autograder.hub.settings import EXCHANGES, LOOPBACK, HubError, HubSettings
+from autograder.hub.settings import EXCHANGES, LOOPBACK, WORKER_SANDBOXES, HubError, HubSettings
 from autograder.hub.setup import accounts
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
@@ -62,6 +62,13 @@ def check_settings(s: HubSettings) -> None:
         check_lti(s)
     if s.exchange not in EXCHANGES:
         raise HubError(f"unknown exchange {s.exchange!r}: choose {' or '.join(EXCHANGES)}")
+    if s.grading_workers < 0:
+        raise HubError(f"--grading-workers {s.grading_workers}: give 0 (none) or more")
+    if s.grading_workers and s.exchange != "http":
+        raise HubError(f"--grading-workers {s.grading_workers} needs --exchange http: workers take "
+                       "submissions from the HTTP exchange service's API (the files exchange has none)")
+    if s.worker_sandbox not in WORKER_SANDBOXES:
+        raise HubError(f"unknown worker sandbox {s.worker_sandbox!r}: choose {', '.join(WORKER_SANDBOXES)}")
     ports = [s.port, s.hub_port, s.proxy_api_port, s.service_port,
              *([s.exchange_port] if s.exchange == "http" else [])]
     if len(set(ports)) != len(ports):
@@ -164,16 +171,23 @@ def install_course(s: HubSettings, grader: accounts.Account) -> None:
     """Copy the course (source/, release/, nbgrader_config.py) into the grader's course directory (0700)."""
     course, origin = s.paths.course, Path(s.course_source)
     course.mkdir(parents=True, exist_ok=True)
-    for name in COURSE_FILES:
-        src = origin / name
-        if src.is_dir():
-            shutil.copytree(src, course / name, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        elif src.is_file():
-            shutil.copy2(src, course / name)
+    copy_course(origin, course)
     write_course_config(s)
+    for k in range(1, s.grading_workers + 1):  # each worker's own copy: its gradebook and graded/ are its own
+        copy_course(origin, s.paths.worker_course(k))
+        if (origin / "nbgrader_config.py").is_file():
+            shutil.copy2(origin / "nbgrader_config.py", s.paths.worker_course(k) / "nbgrader_config.py")
     _chown_tree(course, grader)
     course.chmod(0o700)
+
+
+def copy_course(origin: Path, course: Path) -> None:
+    """Copy the course's source/ and release/ from the course repository into a course folder."""
+    course.mkdir(parents=True, exist_ok=True)
+    for name in COURSE_FILES:
+        if (origin / name).is_dir():
+            shutil.copytree(origin / name, course / name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
 
 
 def write_course_config(s: HubSettings) -> None:

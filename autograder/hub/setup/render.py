@@ -68,6 +68,13 @@ def exchange_url(s: HubSettings) -> str:
     return f"http://127.0.0.1:{s.exchange_port}/services/{exchange_service(s)}/"
 
 
+def worker_services(s: HubSettings) -> dict[str, Path]:
+    """Return the grading workers' hub services, each with its own course copy (exchange "http" only)."""
+    if s.exchange != "http":
+        return {}
+    return {f"{s.course_id}-worker-{k}": s.paths.worker_course(k) for k in range(1, s.grading_workers + 1)}
+
+
 def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
     """Return every generated file for these settings and this roster."""
     env, paths = _environment(), s.paths
@@ -87,6 +94,7 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         "grader_env": grader_env(s),
         "exchange_service": exchange_service(s),
         "exchange_url": exchange_url(s),
+        "workers": worker_services(s),
         "staff_scope": STAFF_SCOPE,
         "hub_db_url": hub_db_url(s),
         "gradebook_url": gradebook_url(s),
