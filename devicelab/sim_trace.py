@@ -274,17 +274,22 @@ def example_step(gpu: SimulatedGPU, prof: SimProfiler, *, pinned: bool, sync_eac
                 gpu.current_stream.wait_stream(side)
             else:
                 gpu.copy(8 * MiB, "h2d", pinned=False, name="batch")
-        with prof.op("aten::addmm"):
-            gpu.launch(0.0004, name="sgemm forward")
-        with prof.op("autograd::engine::evaluate_function: AddmmBackward0"):
-            gpu.launch(0.0008, name="sgemm backward")
-        with prof.op("aten::_foreach_add_"):
-            gpu.launch(0.0001, name="sgd update")
+        _forward_backward_update(gpu, prof)
         if sync_each_step:
             with prof.ops(*ITEM_OPS):
                 gpu.item()
     with prof.ops(*ITEM_OPS):
         gpu.item()
+
+
+def _forward_backward_update(gpu: SimulatedGPU, prof: SimProfiler) -> None:
+    """Queue one training step's kernels of the course's small example model: forward, backward, update."""
+    with prof.op("aten::addmm"):
+        gpu.launch(0.0004, name="sgemm forward")
+    with prof.op("autograd::engine::evaluate_function: AddmmBackward0"):
+        gpu.launch(0.0008, name="sgemm backward")
+    with prof.op("aten::_foreach_add_"):
+        gpu.launch(0.0001, name="sgd update")
 
 
 def example_trace() -> dict:
@@ -301,12 +306,7 @@ def timed_example_step(gpu: SimulatedGPU, prof: SimProfiler, *, sync_each_step: 
     """Simulate a few training steps on a batch already on the GPU, each timed with `torch.cuda.synchronize()`
     when `sync_each_step` (lesson 07's worked example); else one wait at the end."""
     for _ in range(steps):
-        with prof.op("aten::addmm"):
-            gpu.launch(0.0004, name="sgemm forward")
-        with prof.op("autograd::engine::evaluate_function: AddmmBackward0"):
-            gpu.launch(0.0008, name="sgemm backward")
-        with prof.op("aten::_foreach_add_"):
-            gpu.launch(0.0001, name="sgd update")
+        _forward_backward_update(gpu, prof)
         if sync_each_step:
             gpu.synchronize()  # the step timer: torch.cuda.synchronize(), then perf_counter()
         gpu.host_work(0.0003, "Python between steps (print the step time, next batch)")
