@@ -291,3 +291,19 @@ def test_the_students_csv_for_nbgrader_keeps_names_with_commas_and_quotes_whole(
     rows = list(csv.DictReader(io.StringIO(handle.getvalue())))  # as nbgrader's `db student import` reads it
     assert [r["id"] for r in rows] == ["dl-ann", "dl-bob"]
     assert rows[0]["first_name"] + " " + rows[0]["last_name"] == 'Ann "Annie" Lee, Jr.'
+
+
+def test_students_can_read_their_config_whatever_umask_setup_inherits(tmp_path: Path) -> None:
+    """A `hub setup` started from a shell (or a test) with umask 077 still makes the students' config folders
+    readable: without them JupyterLab shows the students formgrader's panels."""
+    import os
+    import stat
+
+    before = os.umask(0o077)
+    try:
+        s = written(tmp_path)
+    finally:
+        os.umask(before)
+    for folder in (s.paths.student_etc, s.paths.student_etc / "labconfig"):
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        assert mode & 0o005 == 0o005, f"{folder} is {mode:o}: students cannot read it"

@@ -319,6 +319,9 @@ def configure(s: HubSettings, members: list[Member]) -> None:
 def setup(s: HubSettings, roster: Path) -> SetupReport:
     """Make the hub: accounts, folders, course, gradebook, configuration (the LMS's part: lms.admission)."""
     accounts.require_root("hub setup")
+    # Every folder and file setup makes has the mode it names, never the caller's umask (a root shell's
+    # 077 would hide the students' own configuration from them), and what nbgrader and pip make is 0755 too.
+    os.umask(0o022)
     s = replace(s, root=str(Path(s.root).resolve()), course_source=str(Path(s.course_source).resolve()))
     if s.authenticator == "dummy" and not s.dummy_password:
         s = replace(s, dummy_password=secrets.token_urlsafe(12))

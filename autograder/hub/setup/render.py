@@ -114,10 +114,18 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
     ]
 
 
+def make_readable_folders(folder: Path, mode: int = 0o755) -> None:
+    """Make `folder` and its missing parents with `mode`, whatever the umask (mkdir masks its mode)."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(exist_ok=True)
+        p.chmod(mode)
+
+
 def write_all(files: list[Rendered]) -> None:
     """Write the files (folders made 0755), replacing each one atomically."""
     for f in files:
-        f.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        make_readable_folders(f.path.parent)
         tmp = f.path.with_name(f.path.name + ".tmp")
         tmp.write_text(f.text, encoding="utf-8")
         tmp.chmod(f.mode)
