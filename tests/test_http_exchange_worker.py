@@ -6,6 +6,7 @@ Then a worker grades a right answer of the smallest assignment with the real gra
 import concurrent.futures
 import io
 import json
+import os
 import shutil
 import tarfile
 import urllib.parse
@@ -138,8 +139,12 @@ def test_the_worker_refuses_to_start_without_a_sandbox(tmp_path: Path, monkeypat
     nothing = lambda asked: choose_sandbox(asked, lambda mode: "none")
     monkeypatch.setattr(grading_worker, "choose_sandbox", nothing)
     (tmp_path / "token").write_text("grader-token")
-    code = grading_worker.main(["--url", "http://127.0.0.1:1/", "--token-file", str(tmp_path / "token"),
-                                "--course", str(tmp_path)])
+    umask = os.umask(0o022)  # the worker's main sets its process's umask: give this test process its own back
+    try:
+        code = grading_worker.main(["--url", "http://127.0.0.1:1/", "--token-file", str(tmp_path / "token"),
+                                    "--course", str(tmp_path)])
+    finally:
+        os.umask(umask)
     assert code == 2 and "--sandbox none" in capsys.readouterr().err
 
 
