@@ -7,6 +7,10 @@ project's 2-core machine with two busy processes beside it: lesson 05's widget c
 and nbclient saw it 118 s later, when the 120 s cell timeout came (the cell still passed, so nothing failed,
 it was only slow). A new poll looks at the socket before it waits, so waiting in short slices bounds a missed
 wake-up to one slice.
+
+A message the grader cannot read (a wrong signature, frames out of order, content that does not unpack) can
+only come from a kernel whose own messaging the student's code broke: it raises KernelMessageError, a
+DeadKernelError, so that the cell running is blamed for it as for a kernel that died.
 """
 
 import time
@@ -14,13 +18,28 @@ from queue import Empty
 
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
+from nbclient.exceptions import DeadKernelError
 from traitlets import Type
 
 SLICE_S = 0.25  # longest single wait; a missed wake-up costs at most this
 
 
+class KernelMessageError(DeadKernelError):
+    """The kernel sent a message the grader cannot read: its messaging is broken, as good as dead."""
+
+
 class SlicedChannel(AsyncZMQSocketChannel):
-    """An async channel whose `get_msg` waits in polls of at most SLICE_S seconds, up to its timeout."""
+    """An async channel whose `get_msg` waits in polls of at most SLICE_S seconds, up to its timeout, and
+    which raises KernelMessageError for a message it cannot read."""
+
+    async def _recv(self, **kwargs) -> dict:
+        frames = await self.socket.recv_multipart(**kwargs)
+        try:
+            _, message = self.session.feed_identities(frames)
+            return self.session.deserialize(message)
+        except Exception as exc:  # noqa: BLE001  (whatever the frames were, the kernel sent them)
+            why = f"{type(exc).__name__}: {exc}"[:200]
+            raise KernelMessageError(f"the kernel sent a message the grader could not read ({why})") from exc
 
     async def get_msg(self, timeout: float | None = None) -> dict:
         """Return the next message; Empty when none came within `timeout` seconds (None: wait for one)."""

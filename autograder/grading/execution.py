@@ -45,7 +45,7 @@ from traitlets import Dict, Float, Integer, Unicode, default
 
 from autograder.cells import grade_id
 from autograder.grading.attempt import EventKind
-from autograder.grading.channels import SlicedKernelClient
+from autograder.grading.channels import KernelMessageError, SlicedKernelClient
 from autograder.grading.guard_kernel.guard import GRADER_KEY
 from autograder.grading.remote_calls import (
     END,
@@ -194,13 +194,15 @@ class GraderExecute(Execute):
         self._plan = (Plan.read(Path(self.source_folder) / f"{self._notebook}.ipynb") if self.source_folder
                       else Plan())
         self._kernel_lost = False
+        self._lost_why = ""  # why a test's call into the kernel found it gone, when it was not its death
         if resources is not None:
             resources[REPLIES] = self._replies
         self._write_progress("starting")
         try:
             result = super().preprocess(nb, resources, km)
-        except DeadKernelError:
-            self._event(EventKind.KERNEL_DIED, self._cell, self._exit_detail())
+        except DeadKernelError as exc:
+            why = self._lost_why or (str(exc) if isinstance(exc, KernelMessageError) else self._exit_detail())
+            self._event(EventKind.KERNEL_DIED, self._cell, why)
             raise
         except CellTimeoutError:
             self._event(EventKind.UNRESPONSIVE, self._cell, "did not stop when interrupted")
@@ -558,11 +560,15 @@ class KernelCalls:
         kc = self.execute.kc
         if kc is None or self.execute._kernel_lost:
             raise CallFailed("the kernel is gone")
-        if self.msg_id is None:
-            self.start(kc)
-        await self.until_input(name)
-        kc.input(call_line(name, payload))
-        return await self.until_answer(name)
+        try:
+            if self.msg_id is None:
+                self.start(kc)
+            await self.until_input(name)
+            kc.input(call_line(name, payload))
+            return await self.until_answer(name)
+        except KernelMessageError as exc:
+            self.execute._kernel_lost, self.execute._lost_why = True, str(exc)
+            raise CallFailed(str(exc)) from None
 
     def start(self, kc) -> None:
         content = {"code": serve_code(self.marker), "silent": True, "store_history": False,
