@@ -86,8 +86,8 @@ CLASS = {
     "segfault": ({"tiny.ipynb": with_cell("import ctypes\nctypes.string_at(0)")}, "crashed", 3, r"SIGSEGV"),
     # the kernel signs its messages with a key the grader does not know: nothing it sends can be read
     "forged-signature": ({"tiny.ipynb": with_cell("get_ipython().kernel.session.key = b'not-the-key'")},
-                         "crashed", 3, r"cell 3: the kernel sent a message the grader could not read "
-                                       r"\(ValueError: Invalid Signature.*graded again without running"),
+                         "crashed", 3, (r"cell 3: the kernel sent a message the grader could not read "
+                                        r"\(ValueError: Invalid Signature.*graded again without running")),
     "killpg": ({"tiny.ipynb": with_cell("import os, signal\nos.killpg(0, signal.SIGKILL)")}, "crashed", 3,
                r"cell 3: the kernel"),
     "memory-hog": ({"tiny.ipynb": with_cell("x = bytearray(64 * 2**30)")}, "memory", 3, r"MemoryError"),

@@ -37,7 +37,7 @@ class SlicedChannel(AsyncZMQSocketChannel):
         try:
             _, message = self.session.feed_identities(frames)
             return self.session.deserialize(message)
-        except Exception as exc:  # noqa: BLE001  (whatever the frames were, the kernel sent them)
+        except Exception as exc:  # whatever the frames were, the kernel sent them
             why = f"{type(exc).__name__}: {exc}"[:200]
             raise KernelMessageError(f"the kernel sent a message the grader could not read ({why})") from exc
 
