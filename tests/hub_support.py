@@ -155,7 +155,7 @@ class Hub:
 
     @property
     def public(self) -> str:
-        return f"http://127.0.0.1:{self.settings.port}"
+        return public_url(self.settings)
 
     def user(self, member: str) -> str:
         return f"{self.prefix}{member}"
@@ -183,6 +183,12 @@ class Hub:
     def as_user(self, token: str, prefix: str) -> HubAPI:
         """Return a REST client for a path behind the proxy (/hub/api, /user/NAME, /services/NAME)."""
         return HubAPI(self.public + prefix, token)
+
+
+def public_url(settings: HubSettings) -> str:
+    """Return where this machine reaches the hub's proxy (the address it listens on; loopback for all)."""
+    host = settings.ip if settings.ip not in ("", "0.0.0.0") else "127.0.0.1"
+    return f"http://{host}:{settings.port}"
 
 
 def stop_proxy(pid_file: Path) -> None:
@@ -240,7 +246,7 @@ def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()
                     # as an instructor's script would start it in the background (CI runs this way too)
                     procs.append(started.enter_context(running(start, ROOT, dict(os.environ), log,
                                                                background_job=True)))
-                    wait_for(f"http://127.0.0.1:{settings.port}/hub/api", 120, procs[-1], log)
+                    wait_for(f"{public_url(settings)}/hub/api", 120, procs[-1], log)
                     return procs[-1].pid
 
                 yield Hub(settings, prefix, log, passwords, start_hub(), start_hub)
@@ -320,7 +326,8 @@ def run_in_kernel(hub: Hub, member: str, token: str, code: str, timeout: float =
     server = hub.as_user(token, f"/user/{hub.user(member)}")
     reply = server.call("POST", "/api/kernels", {"name": "python3"})
     assert reply.status == 201, reply
-    url = f"ws://127.0.0.1:{hub.settings.port}/user/{hub.user(member)}/api/kernels/{reply.body['id']}/channels"
+    url = (hub.public.replace("http://", "ws://")
+           + f"/user/{hub.user(member)}/api/kernels/{reply.body['id']}/channels")
 
     async def run() -> KernelRun:
         ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))

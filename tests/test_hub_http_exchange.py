@@ -27,6 +27,7 @@ import nbformat
 import pytest
 
 from autograder.hub.setup import accounts
+from autograder.hub.setup.parts import exchange_url
 from tests.hub_support import (
     Hub,
     answers,
@@ -58,7 +59,7 @@ def hub(tmp_path: Path):
 def exchange_call(hub: Hub, token: str, method: str, path: str,
                   body: bytes | None = None) -> tuple[int, bytes]:
     """Call the exchange service's API straight, as a student's own code could."""
-    url = f"http://127.0.0.1:{hub.settings.exchange_port}/services/{COURSE}-exchange/api/{path}"
+    url = exchange_url(hub.settings) + f"api/{path}"
     request = urllib.request.Request(url, data=body, method=method,
                                      headers={"Authorization": f"token {token}"})
     try:

@@ -11,6 +11,7 @@ from autograder.hub.settings import (
     AUTHENTICATORS,
     DEFAULT_ROOT,
     EXCHANGES,
+    NODES,
     WORKER_SANDBOXES,
     HubError,
     HubSettings,
@@ -91,6 +92,11 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     setup.add_argument("--worker-sandbox", choices=WORKER_SANDBOXES, default=None,
                        help="the workers' sandbox (default: as the last setup, else auto: bubblewrap or "
                             "unshare, never none unless asked)")
+    setup.add_argument("--nodes", choices=NODES, default=None,
+                       help="one (the first setup's default): every part on this machine's network; "
+                            "namespaces: the exchange service, each grading worker and each student's server "
+                            "in network and mount namespaces of their own, linked only to the hub's (needs "
+                            "--exchange http; docs/hub.md, Beyond one machine); default: as the last setup")
     setup.add_argument("--course", default=str(course_root),
                        help="the course to install (default: this repo)")
     setup.add_argument("--database-url", default=None, metavar="URL",
@@ -192,6 +198,7 @@ def _run(args: argparse.Namespace) -> int:
             grading_workers=(_last_setup(root).grading_workers if args.grading_workers is None
                              else args.grading_workers),
             worker_sandbox=args.worker_sandbox or _last_setup(root).worker_sandbox,
+            nodes=args.nodes or _last_setup(root).nodes, node_subnet=_last_setup(root).node_subnet,
             proxy=args.proxy or install.find_proxy(Path(args.course)),
             lti=_lti_settings(args) if args.authenticator == "lti13" else None,
             database_url=_database_url(args.database_url, root))

@@ -18,7 +18,7 @@ from autograder.hub.loop import Handin, Handins, _known, parse_due, record_due
 from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
-from autograder.hub.setup.render import exchange_service, exchange_url
+from autograder.hub.setup.parts import exchange_service, exchange_url
 from autograder.hub.setup.roster import read_roster
 
 TOKEN_S = 600

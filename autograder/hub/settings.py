@@ -10,6 +10,7 @@ DEFAULT_ROOT = Path("/srv/devicelab-hub")
 SETTINGS_FILE = "hub.json"
 AUTHENTICATORS = ("pam", "native", "dummy", "lti13")
 EXCHANGES = ("files", "http")
+NODES = ("one", "namespaces")  # hub setup --nodes: the machine's network, or each part in its own namespaces
 WORKER_SANDBOXES = ("auto", "bwrap", "unshare", "none")  # grading_worker.py's --sandbox
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -48,6 +49,10 @@ class HubSettings:
     # JupyterHub's database, the gradebook and the queues in one PostgreSQL database (hub/database.py:
     # postgresql://ROLE@HOST:PORT/DATABASE, no password); empty: each in its sqlite file
     database_url: str = ""
+    # "namespaces": the exchange, the workers and each student's server in network and mount namespaces of
+    # their own, linked only to the hub's (hub/setup/nodes.py), the hub at 10.X.0.1 with X = node_subnet
+    nodes: str = "one"
+    node_subnet: int = 0
     lti: "LtiSettings | None" = None  # the LMS, with --authenticator lti13
 
     def __post_init__(self) -> None:
@@ -58,6 +63,15 @@ class HubSettings:
     def paths(self) -> "HubPaths":
         """Return the folders and files under the root."""
         return HubPaths(Path(self.root), self.course_id)
+
+    @property
+    def hub_address(self) -> str:
+        """Return the address the hub's API and its services listen on for the other parts."""
+        if self.nodes == "namespaces":
+            from autograder.hub.setup.nodes import hub_address
+
+            return hub_address(self.node_subnet)
+        return "127.0.0.1"
 
     @property
     def grader(self) -> str:

@@ -1,4 +1,5 @@
-"""`hub start`: run JupyterHub (and through it the proxy, the formgrader service and the idle culler)."""
+"""`hub start`: run JupyterHub (and through it the proxy, the formgrader service and the idle culler; with
+`--nodes namespaces`, node_start.py runs the parts that have nodes of their own beside it)."""
 
 import os
 import signal
@@ -37,4 +38,8 @@ def start(s: HubSettings, debug: bool = False) -> None:
     # services: each would then outlast JupyterHub's 10 s wait for it to stop on SIGINT at every shutdown.
     for sig in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
+    if s.nodes == "namespaces":  # JupyterHub, and the parts on nodes of their own beside it
+        from autograder.hub import node_start
+
+        node_start.main(s, command)
     os.execve(command.argv[0], command.argv, command.env)

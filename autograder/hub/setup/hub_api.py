@@ -27,7 +27,7 @@ class HubAPI:
     @classmethod
     def for_settings(cls, s: HubSettings) -> "HubAPI":
         """Return the API of this hub (straight to the hub's own port), with the command line's token."""
-        return cls(f"http://127.0.0.1:{s.hub_port}/hub/api", s.paths.cli_token.read_text().strip())
+        return cls(f"http://{s.hub_address}:{s.hub_port}/hub/api", s.paths.cli_token.read_text().strip())
 
     def call(self, method: str, path: str, body: Any = None, timeout: float = 30) -> Reply:
         """Send one request; HTTP errors come back as replies, not exceptions."""

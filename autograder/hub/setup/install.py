@@ -15,10 +15,11 @@ from urllib.parse import urlsplit
 from autograder.csv_cells import write_rows
 from autograder.hub import database
 from autograder.hub.exchange import Exchange, secure_tree
-from autograder.hub.settings import EXCHANGES, LOOPBACK, WORKER_SANDBOXES, HubError, HubSettings
-from autograder.hub.setup import accounts
+from autograder.hub.settings import EXCHANGES, LOOPBACK, NODES, WORKER_SANDBOXES, HubError, HubSettings
+from autograder.hub.setup import accounts, nodes
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
+from autograder.hub.setup.parts import hub_parts
 from autograder.hub.setup.render import gradebook_url, render_all, write_all
 from autograder.hub.setup.roster import ROLES, Member, check_member, hub_groups, read_roster, write_roster
 from autograder.hub.setup.server_box import box_works
@@ -67,6 +68,13 @@ def check_settings(s: HubSettings) -> None:
     if s.grading_workers and s.exchange != "http":
         raise HubError(f"--grading-workers {s.grading_workers} needs --exchange http: workers take "
                        "submissions from the HTTP exchange service's API (the files exchange has none)")
+    if s.nodes not in NODES:
+        raise HubError(f"unknown --nodes {s.nodes!r}: choose {' or '.join(NODES)}")
+    if s.nodes == "namespaces" and (s.exchange != "http" or s.server_box != "bwrap"):
+        raise HubError("--nodes namespaces needs --exchange http (the parts share no folder: they talk over "
+                       "the hub's proxy) and --server-box bwrap (each part's own mount namespace)")
+    if s.nodes == "namespaces" and not shutil.which("ip"):
+        raise HubError("--nodes namespaces needs iproute2's `ip` (Debian: apt-get install iproute2)")
     if s.worker_sandbox not in WORKER_SANDBOXES:
         raise HubError(f"unknown worker sandbox {s.worker_sandbox!r}: choose {', '.join(WORKER_SANDBOXES)}")
     ports = [s.port, s.hub_port, s.proxy_api_port, s.service_port,
@@ -177,6 +185,8 @@ def install_course(s: HubSettings, grader: accounts.Account) -> None:
         copy_course(origin, s.paths.worker_course(k))
         if (origin / "nbgrader_config.py").is_file():
             shutil.copy2(origin / "nbgrader_config.py", s.paths.worker_course(k) / "nbgrader_config.py")
+    if s.nodes == "namespaces":  # the exchange's node is shown this folder only: it is there before it starts
+        s.paths.exchange_store.mkdir(mode=0o700, exist_ok=True)
     _chown_tree(course, grader)
     course.chmod(0o700)
 
@@ -262,6 +272,18 @@ def make_folders(s: HubSettings) -> None:
     if not paths.cli_token.exists():
         paths.cli_token.write_text(secrets.token_hex(32) + "\n")
     paths.cli_token.chmod(0o600)
+    for part in hub_parts(s) if s.nodes == "namespaces" else []:  # the hub knows a part on a node by token
+        token = part.token_file(s)
+        if not token.exists():
+            token.write_text(secrets.token_hex(32) + "\n")
+        token.chmod(0o600)
+
+
+def on_nodes(s: HubSettings) -> HubSettings:
+    """Return the settings of a hub whose parts have nodes of their own: its network 10.X.0.0/16 (kept from
+    the last setup, else a free one) and its proxy on the hub's address (unless --ip gave all of them)."""
+    s = replace(s, node_subnet=s.node_subnet or nodes.claim_subnet(Path(s.root)))
+    return replace(s, ip=s.hub_address) if s.ip in LOOPBACK else s
 
 
 NO_HUB_AUTH = "--Authenticator.plugin_class=nbgrader.auth.NoAuthPlugin"
@@ -325,6 +347,8 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
     s = replace(s, root=str(Path(s.root).resolve()), course_source=str(Path(s.course_source).resolve()))
     if s.authenticator == "dummy" and not s.dummy_password:
         s = replace(s, dummy_password=secrets.token_urlsafe(12))
+    if s.nodes == "namespaces":
+        s = on_nodes(s)
     check_settings(s)
     check_root(s)
     check_database(s)

@@ -9,6 +9,7 @@ import jinja2
 from autograder.hub.database import part_url
 from autograder.hub.http_exchange.api import STAFF_SCOPE
 from autograder.hub.settings import HubSettings, grader_env
+from autograder.hub.setup.parts import exchange_service, exchange_url, hub_parts, worker_parts
 from autograder.hub.setup.roster import Member
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -58,23 +59,6 @@ def gradebook_url(s: HubSettings) -> str:
     return f"sqlite:///{s.paths.course / 'gradebook.db'}"
 
 
-def exchange_service(s: HubSettings) -> str:
-    """Return the name of the HTTP exchange's hub service (exchange "http")."""
-    return f"{s.course_id}-exchange"
-
-
-def exchange_url(s: HubSettings) -> str:
-    """Return where servers reach the HTTP exchange's API: the service itself, on loopback."""
-    return f"http://127.0.0.1:{s.exchange_port}/services/{exchange_service(s)}/"
-
-
-def worker_services(s: HubSettings) -> dict[str, Path]:
-    """Return the grading workers' hub services, each with its own course copy (exchange "http" only)."""
-    if s.exchange != "http":
-        return {}
-    return {f"{s.course_id}-worker-{k}": s.paths.worker_course(k) for k in range(1, s.grading_workers + 1)}
-
-
 def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
     """Return every generated file for these settings and this roster."""
     env, paths = _environment(), s.paths
@@ -94,7 +78,9 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         "grader_env": grader_env(s),
         "exchange_service": exchange_service(s),
         "exchange_url": exchange_url(s),
-        "workers": worker_services(s),
+        "workers": worker_parts(s),
+        "parts": hub_parts(s),
+        "on_nodes": s.nodes == "namespaces",
         "staff_scope": STAFF_SCOPE,
         "hub_db_url": hub_db_url(s),
         "gradebook_url": gradebook_url(s),

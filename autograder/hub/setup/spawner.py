@@ -7,9 +7,11 @@ cgroup of its own with those limits and a task cap, and logs every process the O
 Where no cgroup can be made (no permission, no controller) it says so in the hub's log and starts the server
 without limits. Each server then runs in a box of its own (private temporary folders, its own process view,
 an allow-list of folders); a server that cannot be boxed is not started, unless the hub was set up with
-`--server-box none`.
+`--server-box none`. With `--nodes namespaces` each server also has a network namespace of its own, linked
+only to the hub's (nodes.py): it reaches the hub and nothing else, and no other server reaches it.
 """
 
+import asyncio
 import pwd
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Int, List, Unicode
 
 from autograder.grading.sandbox import python_locations, student_package_folders
+from autograder.hub.setup import nodes
 from autograder.hub.setup.limits import ServerLimits, UserCgroup
 from autograder.hub.setup.server_box import BoxPlan, box_prefix
 
@@ -31,6 +34,14 @@ class LimitedSpawner(LocalProcessSpawner):
                       help="Folders shared with other accounts that a server may use (the exchange).")
     box_readable = List(Unicode(), config=True,
                         help="Folders a server may read besides Python and the course's packages.")
+    node_subnet = Int(0, config=True, help="X of the hub's nodes' network 10.X.0.0/16: each server in a "
+                                           "network namespace of its own (nodes.py); 0: the machine's.")
+
+    def node(self) -> "nodes.Node | None":
+        """Return this server's node in the hub's network, when servers have their own."""
+        if not self.node_subnet:
+            return None
+        return nodes.Node(self.node_subnet, nodes.FIRST_SERVER_INDEX + self.user.id)
 
     def limits(self) -> ServerLimits:
         """Return this server's limits, from the standard Spawner settings."""
@@ -45,7 +56,11 @@ class LimitedSpawner(LocalProcessSpawner):
                        tmp_mib=self.limits().memory_mib)
 
     async def start(self):
-        """Make the user's cgroup (limits set), then start the server inside it, in its box."""
+        """Make the user's cgroup (limits set) and node, then start the server inside them, in its box."""
+        node = self.node()
+        if node is not None:
+            await asyncio.to_thread(nodes.make, node)
+            self.ip = node.address  # it listens there; the hub's proxy reaches it there
         if self.box == "none":
             return await self._start_limited()
         command = self.cmd
@@ -73,9 +88,11 @@ class LimitedSpawner(LocalProcessSpawner):
 
     def make_preexec_fn(self, name):
         """Join the user's cgroup (as root, before anything of the user's runs), then become the user."""
-        become_user, cgroup = super().make_preexec_fn(name), getattr(self, "cgroup", None)
+        become_user, cgroup, node = super().make_preexec_fn(name), getattr(self, "cgroup", None), self.node()
 
         def preexec() -> None:
+            if node is not None:
+                nodes.enter(node)
             if cgroup is not None:
                 cgroup.join()
             become_user()
@@ -96,8 +113,11 @@ class LimitedSpawner(LocalProcessSpawner):
         return status
 
     async def stop(self, now=False):
-        """Stop the server as LocalProcessSpawner does, then remove its cgroup."""
+        """Stop the server as LocalProcessSpawner does, then remove its node and its cgroup."""
         await super().stop(now=now)
+        node = self.node()
+        if node is not None:
+            await asyncio.to_thread(nodes.remove, node)
         cgroup = getattr(self, "cgroup", None)
         if cgroup is not None:
             cgroup.remove()

@@ -1,0 +1,176 @@
+"""Several nodes on one machine (`hub setup --nodes namespaces`): each part of the hub in a network namespace
+of its own, linked only to the hub's.
+
+The hub's node is the machine's own namespace; it takes one address of its own, 10.X.0.1, on loopback. Every
+other part (the exchange service, each grading worker, each student's server) gets a network namespace with
+one link, a veth pair, whose far end is in the hub's namespace: the part has the address 10.X.a.b and a route
+to the hub's address only. So a part reaches the hub (its proxy, its API) and nothing else: not another part
+(no route, and nothing forwards between links), not the machine's loopback services, not the outside. The
+hub reaches each part at its address. A part's mount namespace comes from the box it runs in (server_box.py),
+which shows it its own folder and no other part's.
+
+Every command here needs root (CAP_NET_ADMIN); `hub start` and the spawner run as root.
+"""
+
+import ctypes
+import ipaddress
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+NETNS_FOLDER = Path("/run/netns")
+SYS_NET = Path("/sys/class/net")  # this namespace's links
+CLAIMS = Path("/run/devicelab-hub-nodes")  # X -> the root of the hub that chose it (two setups at once)
+CLONE_NEWNET = 0x40000000
+SUBNETS = range(200, 255)  # the hub's addresses are 10.X.0.0/16 for one X of these
+EXCHANGE_INDEX = 1
+FIRST_WORKER_INDEX = 2
+FIRST_SERVER_INDEX = 1000  # a student's server: this plus the user's id in the hub's database
+
+
+class NodeError(RuntimeError):
+    """A node's namespace or link could not be made or removed; the message says which command failed."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One part's place in the hub's network: its namespace's name, its link's name and its address."""
+
+    subnet: int  # X of 10.X.0.0/16
+    index: int  # the part's number (EXCHANGE_INDEX, workers, FIRST_SERVER_INDEX + user id)
+
+    @property
+    def name(self) -> str:
+        """Return the network namespace's name (also the hub's end of the link: at most 15 characters)."""
+        return f"dl{self.subnet}n{self.index}"
+
+    @property
+    def address(self) -> str:
+        """Return the part's address."""
+        return part_address(self.subnet, self.index)
+
+    @property
+    def hub_address(self) -> str:
+        """Return the hub's address, the only one the part can reach."""
+        return hub_address(self.subnet)
+
+
+def hub_address(subnet: int) -> str:
+    """Return the hub's own address in the nodes' network 10.X.0.0/16."""
+    return f"10.{subnet}.0.1"
+
+
+def part_address(subnet: int, index: int) -> str:
+    """Return part `index`'s address (10.X.a.b, b from 2 to 251: never the hub's, never a broadcast)."""
+    if not 1 <= index < 250 * 256:
+        raise ValueError(f"part number {index} is out of range")
+    return f"10.{subnet}.{index // 250}.{index % 250 + 2}"
+
+
+def _ip(*args: str) -> str:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        raise NodeError(f"ip {' '.join(args)}: {done.stderr.strip() or done.returncode}")
+    return done.stdout
+
+
+def claim_subnet(owner: Path) -> int:
+    """Return an X for which nothing here has an address, a route or a claim in 10.X.0.0/16, claimed for
+    `owner` (a hub's root: a claim whose owner is gone is free again)."""
+    taken = set(re.findall(r"\b10\.(\d+)\.", _ip("-o", "addr") + _ip("route") + _ip("-o", "link")))
+    taken |= {m.group(1) for p in _netns_names() if (m := re.match(r"dl(\d+)n", p))}
+    CLAIMS.mkdir(mode=0o700, exist_ok=True)
+    for subnet in SUBNETS:
+        claim = CLAIMS / str(subnet)
+        if str(subnet) in taken or (claim.exists() and _owner_lives(claim)):
+            continue
+        claim.unlink(missing_ok=True)
+        try:
+            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another setup took it just now
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(str(owner))
+        return subnet
+    raise NodeError(f"no free 10.X.0.0/16 network for the hub's nodes (X from {SUBNETS[0]} to {SUBNETS[-1]} "
+                    f"are in use or claimed in {CLAIMS})")
+
+
+def _owner_lives(claim: Path) -> bool:
+    try:
+        return Path(claim.read_text(encoding="utf-8").strip()).exists()
+    except OSError:
+        return True  # unreadable: leave it alone
+
+
+def _netns_names() -> list[str]:
+    return sorted(p.name for p in NETNS_FOLDER.iterdir()) if NETNS_FOLDER.is_dir() else []
+
+
+def hub_up(subnet: int) -> None:
+    """Give the hub's namespace its address (on loopback), once."""
+    address = hub_address(subnet)
+    if address not in _ip("-o", "addr", "show", "dev", "lo"):
+        _ip("addr", "add", f"{address}/32", "dev", "lo")
+
+
+def hub_down(subnet: int) -> None:
+    """Remove every node of this network and the hub's address."""
+    for name in _netns_names():
+        if re.fullmatch(rf"dl{subnet}n\d+", name):
+            remove(Node(subnet, int(name.rsplit("n", 1)[1])))
+    address = hub_address(subnet)
+    if address in _ip("-o", "addr", "show", "dev", "lo"):
+        _ip("addr", "del", f"{address}/32", "dev", "lo")
+
+
+def make(node: Node) -> Node:
+    """Make the part's namespace and its link to the hub's (a stale one of the same name is made again)."""
+    ipaddress.ip_address(node.address)
+    if (NETNS_FOLDER / node.name).exists():
+        remove(node)
+    _ip("netns", "add", node.name)
+    try:
+        _ip("link", "add", node.name, "type", "veth", "peer", "name", "eth0", "netns", node.name)
+        inside = ("-n", node.name)
+        _ip(*inside, "addr", "add", f"{node.address}/32", "dev", "eth0")
+        _ip(*inside, "link", "set", "lo", "up")
+        _ip(*inside, "link", "set", "eth0", "up")
+        _ip(*inside, "route", "add", f"{node.hub_address}/32", "dev", "eth0")
+        _ip("link", "set", node.name, "up")
+        _ip("route", "replace", f"{node.address}/32", "dev", node.name, "src", node.hub_address)
+    except NodeError:
+        remove(node)
+        raise
+    return node
+
+
+def remove(node: Node) -> None:
+    """Remove the part's link and namespace; nothing when there is none.
+
+    The link goes first and at once: a namespace's own links are taken down later, by the kernel's clean-up
+    after the namespace is gone, and a part started again at once would find its link's name still taken.
+    """
+    if (SYS_NET / node.name).exists():
+        _ip("link", "del", node.name)  # both ends of the pair
+    if (NETNS_FOLDER / node.name).exists():
+        _ip("netns", "del", node.name)
+
+
+def enter(node: Node) -> None:
+    """Move the calling process into the part's network namespace (root; e.g. before a server drops to its
+    account)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(NETNS_FOLDER / node.name, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {node.name}")
+    finally:
+        os.close(fd)
+
+
+def run_prefix(node: Node) -> list[str]:
+    """Return the command line that runs a command (as root) inside the part's network namespace."""
+    return ["ip", "netns", "exec", node.name]

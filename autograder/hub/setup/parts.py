@@ -1,0 +1,87 @@
+"""The processes the HTTP exchange's hub runs beside JupyterHub: the exchange service and the grading workers.
+
+On one machine (`--nodes one`) JupyterHub starts each as a managed service, as the grader account. With
+`--nodes namespaces` `hub start` runs each on a node of its own (nodes.py, node_start.py): a network namespace
+linked only to the hub's, in a box (server_box.py) that shows it its own folder, Python and the course's
+packages, and no other part's folder; JupyterHub knows them as external services with a token each.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.grading.sandbox import python_locations, student_package_folders
+from autograder.hub.settings import HubSettings
+from autograder.hub.setup.nodes import EXCHANGE_INDEX, FIRST_WORKER_INDEX, Node, part_address
+
+
+@dataclass(frozen=True)
+class Part:
+    """One process of the hub's: its hub service, its command, its own folder and its node's number."""
+
+    service: str
+    argv: tuple[str, ...]
+    folder: Path  # its working folder, the only one it writes (its box's home on a node of its own)
+    index: int  # its node's number (nodes.Node)
+    port: int = 0  # the port it serves HTTP on (0: none)
+
+    def node(self, s: HubSettings) -> Node:
+        """Return its node in the hub's network."""
+        return Node(s.node_subnet, self.index)
+
+    def url(self, s: HubSettings) -> str:
+        """Return where the hub (its proxy) reaches it: its node's address, or loopback on one machine."""
+        host = part_address(s.node_subnet, self.index) if s.nodes == "namespaces" else "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    def token_file(self, s: HubSettings) -> Path:
+        """Return the file of its hub token, with --nodes namespaces (root only)."""
+        return s.paths.hub / f"{self.service}.token"
+
+
+def exchange_service(s: HubSettings) -> str:
+    """Return the name of the HTTP exchange's hub service (exchange "http")."""
+    return f"{s.course_id}-exchange"
+
+
+def exchange_url(s: HubSettings) -> str:
+    """Return where the others reach the HTTP exchange's API: the service itself on loopback, or, on nodes of
+    their own, the hub's proxy (the only address they can reach)."""
+    if s.nodes == "namespaces":
+        return f"http://{s.hub_address}:{s.port}/services/{exchange_service(s)}/"
+    return f"http://127.0.0.1:{s.exchange_port}/services/{exchange_service(s)}/"
+
+
+def exchange_part(s: HubSettings, workers: bool) -> Part:
+    """Return the exchange service (`workers`: it hands out only what the autograde service says)."""
+    store = s.paths.exchange_store
+    argv = (s.python, "-m", "autograder.hub.http_exchange.service", "--store", str(store),
+            *(("--hand-out-when-told",) if workers else ()))
+    folder = store if s.nodes == "namespaces" else s.paths.course
+    return Part(exchange_service(s), argv, folder, EXCHANGE_INDEX, s.exchange_port)
+
+
+def worker_parts(s: HubSettings) -> list[Part]:
+    """Return the grading workers, each with its own course copy (exchange "http" only)."""
+    if s.exchange != "http":
+        return []
+    parts = []
+    for k in range(1, s.grading_workers + 1):
+        course = s.paths.worker_course(k)
+        argv = (s.python, "-m", "autograder.hub.service.grading_worker", "--url", exchange_url(s), "--course",
+                str(course), "--sandbox", s.worker_sandbox)
+        parts.append(Part(f"{s.course_id}-worker-{k}", argv, course, FIRST_WORKER_INDEX + k - 1))
+    return parts
+
+
+def hub_parts(s: HubSettings) -> list[Part]:
+    """Return every part the hub runs beside JupyterHub (none without the HTTP exchange)."""
+    if s.exchange != "http":
+        return []
+    workers = worker_parts(s)
+    return [exchange_part(s, bool(workers)), *workers]
+
+
+def readable_folders(s: HubSettings) -> tuple[Path, ...]:
+    """Return what a part's box shows read-only: Python, the course's packages and the grader's config."""
+    return (*map(Path, python_locations()), *student_package_folders(), Path(s.course_source) / "autograder",
+            s.paths.grader_etc)
