@@ -19,6 +19,7 @@ archive.py's refusals.
     PUT  api/feedback/A/S/T                       give a submission's feedback pages back (staff)
     GET  api/feedback/A                           your own feedback pages, TIMESTAMP/NOTEBOOK.html
     POST api/work[?assignment=A,B]                lease the oldest ungraded submission (staff; 204: none)
+    PUT  api/work {"submissions": [{...}, ...]}   hand out exactly these submissions, each with how (staff)
     PUT  api/work {"assignments": [A, ...]}       hand out only these assignments' submissions (staff)
     PUT  api/results/A/S/T?lease=L                a worker's result and feedback pages, recorded once (staff)
     GET  api/results[?assignment=A]               the recorded results (staff)
@@ -58,6 +59,7 @@ from autograder.hub.http_exchange.work import (
     RESULT_FILE,
     RESULT_LIMITS,
     RESULTS,
+    Handout,
     Leases,
     WorkResult,
 )
@@ -259,19 +261,30 @@ class WorkHandler(ApiHandler):
             self.set_status(204)
             self.finish()
             return
-        log.info("%s leased %s %s %s", printable(self.caller.name), printable(lease.student_id),
-                 printable(lease.assignment_id), lease.timestamp)
+        log.info("%s leased %s %s %s", printable(self.caller.name), printable(lease.handout.student_id),
+                 printable(lease.handout.assignment_id), lease.handout.timestamp)
         self.send_json(lease.offer(self.leases.clock()))
 
     def put(self) -> None:
         self.require_staff()
         try:
-            named = json.loads(self.request.body)["assignments"]
-            if not isinstance(named, list):
-                raise TypeError("assignments is a list of names")
-            self.leases.handed_out = {_part(str(a)) for a in named}
-        except (ValueError, TypeError, KeyError) as exc:
-            raise web.HTTPError(400, f"not a list of assignments: {printable(str(exc))}") from None
+            body = json.loads(self.request.body)
+            if not isinstance(body, dict):
+                raise TypeError("an object with submissions (or assignments)")
+            if "submissions" in body:
+                if not isinstance(body["submissions"], list):
+                    raise TypeError("submissions is a list")
+                handouts = [Handout.from_json(h) for h in body["submissions"]]
+                for part in (name for h in handouts for name in h.key):
+                    _part(part)  # a name the store would refuse is refused here
+                self.leases.hand_out(handouts)
+            else:
+                named = body["assignments"]
+                if not isinstance(named, list):
+                    raise TypeError("assignments is a list of names")
+                self.leases.handed_out, self.leases.named = {_part(str(a)) for a in named}, None
+        except (ValueError, TypeError, KeyError, web.HTTPError) as exc:
+            raise web.HTTPError(400, f"not submissions or assignments: {printable(str(exc))}") from None
         self.send_json({"assignments": sorted(self.leases.handed_out)})
 
 

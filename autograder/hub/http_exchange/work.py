@@ -1,10 +1,13 @@
 """Grading work handed out by the exchange service: leases on submissions, and the results workers post.
 
-A worker leases one submission without a result (oldest first); the lease lasts LEASE_S. A worker that dies
-holding one loses it when it expires, and the submission is handed out again. The first result posted for a
-submission is the one recorded, whoever posts it (a worker whose lease ran out grades the same stored
-submission as the one it was handed to next); any later one is refused as already recorded, so nothing is lost
-or counted twice.
+With grading workers the autograde service names the submissions that may be graded now, each with how
+(`Handout`: its hidden tests protected or not, its time limit: the instructor's settings and the hourly limit
+hold with workers as without); a service started with --hand-out-when-told hands out nothing else. A worker
+leases one submission without a result (oldest first), with how to grade it; the lease lasts LEASE_S. A worker
+that dies holding one loses it when it expires, and the submission is handed out again. The first result
+posted for a submission is the one recorded, whoever posts it (a worker whose lease ran out grades the same
+stored submission as the one it was handed to next); any later one is refused as already recorded, so nothing
+is lost or counted twice.
 """
 
 import json
@@ -24,23 +27,52 @@ RESULT_LIMITS = Limits(file_bytes=MAX_RESULT_BYTES, total_bytes=MAX_RESULT_BYTES
 
 
 @dataclass(frozen=True)
-class Lease:
-    """One submission handed to one worker until `expires` (the service's monotonic clock)."""
+class Handout:
+    """A submission the autograde service lets workers grade now, and how (None: the worker's own setting)."""
 
-    lease_id: str
-    student_id: str
     assignment_id: str
+    student_id: str
     timestamp: str
-    expires: float
+    protect_hidden_tests: bool | None = None  # feedback keeps the hidden tests hidden (before the due date)
+    timeout: float | None = None  # seconds per notebook
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.assignment_id, self.student_id, self.timestamp)
 
+    @classmethod
+    def from_json(cls, raw: object) -> "Handout":
+        """Read one from its JSON form (TypeError or ValueError when it is not one)."""
+        if not isinstance(raw, dict):
+            raise TypeError("a submission is an object")
+        names = [raw.get(k) for k in ("assignment_id", "student_id", "timestamp")]
+        protect, timeout = raw.get("protect_hidden_tests"), raw.get("timeout")
+        if not all(isinstance(n, str) and n for n in names):
+            raise ValueError("a submission names its assignment_id, student_id and timestamp")
+        if protect is not None and not isinstance(protect, bool):
+            raise ValueError("protect_hidden_tests is true, false or null")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                    or not 0 < timeout <= 24 * 3600):
+            raise ValueError("timeout is a number of seconds or null")
+        return cls(*names, protect, None if timeout is None else float(timeout))
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One submission handed to one worker until `expires` (the service's monotonic clock), with how to grade
+    it."""
+
+    lease_id: str
+    handout: Handout
+    expires: float
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.handout.key
+
     def offer(self, now: float) -> dict:
         """Return the lease as a worker receives it (how long it has, not the service's clock)."""
-        return {"lease_id": self.lease_id, "student_id": self.student_id, "assignment_id": self.assignment_id,
-                "timestamp": self.timestamp, "lease_s": round(self.expires - now, 3)}
+        return {"lease_id": self.lease_id, **asdict(self.handout), "lease_s": round(self.expires - now, 3)}
 
 
 @dataclass(frozen=True)
@@ -88,19 +120,28 @@ class Leases:
                  handed_out: set[str] | None = None) -> None:
         self.lease_s, self.clock = lease_s, clock
         self.handed_out = handed_out  # the assignments whose submissions are leased (None: every one)
+        self.named: dict[tuple[str, str, str], Handout] | None = None  # exactly these (None: all handed out)
         self.held: dict[tuple[str, str, str], Lease] = {}
         self.recording: set[tuple[str, str, str]] = set()  # results being written now
 
+    def hand_out(self, handouts: Iterable[Handout]) -> None:
+        """Hand out exactly these submissions from now on, each with how to grade it."""
+        self.named = {h.key: h for h in handouts}
+        self.handed_out = {h.assignment_id for h in self.named.values()}
+
     def lease(self, waiting: Iterable[SubmissionInfo]) -> Lease | None:
-        """Lease the oldest of the waiting submissions that no live lease holds (None when there is none)."""
+        """Lease the oldest of the waiting submissions that is handed out and that no live lease holds (None
+        when there is none)."""
         now = self.clock()
         for sub in sorted(waiting, key=lambda s: s.timestamp):
             key = (sub.assignment_id, sub.student_id, sub.timestamp)
             held = self.held.get(key)
             if key in self.recording or (held is not None and held.expires > now):
                 continue
-            self.held[key] = Lease(secrets.token_hex(16), sub.student_id, sub.assignment_id, sub.timestamp,
-                                   now + self.lease_s)
+            if self.named is not None and key not in self.named:
+                continue
+            handout = self.named[key] if self.named is not None else Handout(*key)
+            self.held[key] = Lease(secrets.token_hex(16), handout, now + self.lease_s)
             return self.held[key]
         return None
 
@@ -132,6 +173,8 @@ class Offer:
     assignment_id: str
     timestamp: str
     lease_s: float
+    protect_hidden_tests: bool | None = None  # None: the worker's own setting
+    timeout: float | None = None
 
 
 def take_work(service: ServiceClient, assignments: Iterable[str] = ()) -> Offer | None:
@@ -161,9 +204,10 @@ def recorded_results(service: ServiceClient, assignment: str) -> list[Recorded]:
     return found
 
 
-def hand_out(service: ServiceClient, assignments: Iterable[str]) -> None:
-    """Tell the service which assignments' submissions to hand to workers (`PUT api/work`, staff)."""
-    service.call("PUT", "work", json.dumps({"assignments": sorted(assignments)}).encode())
+def hand_out(service: ServiceClient, handouts: Iterable[Handout]) -> None:
+    """Tell the service exactly which submissions to hand to workers, and how each is graded (`PUT api/work`,
+    staff)."""
+    service.call("PUT", "work", json.dumps({"submissions": [asdict(h) for h in handouts]}).encode())
 
 
 def post_result(service: ServiceClient, offer: Offer, result: WorkResult) -> bool:

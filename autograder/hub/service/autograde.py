@@ -30,7 +30,7 @@ from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
 from autograder.hub.http_exchange.api import ServiceClient, ServiceError
 from autograder.hub.http_exchange.archive import ArchiveRefused
 from autograder.hub.http_exchange.staff import give_back, take_submission
-from autograder.hub.http_exchange.work import WorkResult, hand_out, recorded_results
+from autograder.hub.http_exchange.work import Handout, WorkResult, hand_out, recorded_results
 from autograder.hub.lms.tool import ToolFiles
 from autograder.hub.service.autograde_queue import (
     MAX_TRIES,
@@ -152,32 +152,58 @@ def scan_service(place: Place, queue: Queue, enabled: set[str], now: float | Non
 
 
 def take_results(place: Place, queue: Queue, enabled: set[str], now: float | None = None) -> int:
-    """Tell the exchange which assignments the workers grade, then record their new results (oldest first):
-    the gradebook, the queue, the LMS; return how many.
+    """Queue the new submissions, tell the exchange which ones the workers may grade now and how, then record
+    their new results (oldest first): the gradebook, the queue, the LMS; return how many results.
 
-    A result comes into the queue as its submission would, so an older submission's result that arrives after
-    a newer one's is superseded and left out of the gradebook; one queued but not recorded (the service
-    stopped between the two) is recorded at the next scan.
+    The queue's rules hold as when this service grades: the hourly limit, one submission at a time per
+    student, a newer submission superseding a queued older one. A result comes into the queue as its
+    submission would, so an older submission's result that arrives after a newer one's is superseded and left
+    out of the gradebook; one not recorded yet (the service stopped between the two) is recorded at the next
+    scan.
     """
+    if enabled:
+        scan_service(place, queue, enabled, now)
     try:
-        hand_out(place.service(), enabled)  # the workers grade only these (the service forgets on restart)
         listed = [r for a in sorted(enabled) for r in recorded_results(place.service(), a)]
     except ServiceError as exc:
         logger.info(printable(f"the exchange service listed no results: {exc}"))
-        return 0
+        listed = []
     known = {a: queue.known(a) for a in enabled}
-    pending = {e.key for e in queue.entries(state=State.QUEUED)}
+    pending = {e.key for e in queue.entries() if e.state in (State.QUEUED, State.GRADING)}
     new = 0
     for r in sorted(listed, key=lambda r: r.timestamp):
         key = (r.student_id, r.assignment_id, r.timestamp)
         if (r.student_id, r.timestamp) in known[r.assignment_id] and key not in pending:
             continue
         state = queue.add(r.student_id, r.assignment_id, r.timestamp, r.timestamp, "", now)
-        if state == State.QUEUED:
+        if state in (State.QUEUED, State.GRADING):
             entry = next(e for e in queue.entries(r.assignment_id) if e.key == key)
             record_worker_result(place, queue, entry, r.result)
             new += 1
+    try:  # after the results: a student whose result came is free for their next submission at once
+        hand_out(place.service(), handouts(place, queue, now))  # told at every scan (it forgets on restart)
+    except ServiceError as exc:
+        logger.info(printable(f"the exchange service took no handouts: {exc}"))
     return new
+
+
+def student_due_date(course: Path, assignment: str, student: str) -> datetime.datetime | None:
+    """Return the student's due date, their extension included (naive UTC; None: there is none)."""
+    from autograder.grading.redact import due_date
+
+    return due_date(course, assignment, student)
+
+
+def handouts(place: Place, queue: Queue, now: float | None = None) -> list[Handout]:
+    """Return what the workers may grade now (queue.hand_out_ready), each with how: the hidden tests protected
+    until the student's own due date unless the instructor shows them, the assignment's time limit."""
+    moment = (datetime.datetime.now(datetime.timezone.utc) if now is None
+              else datetime.datetime.fromtimestamp(now, datetime.timezone.utc)).replace(tzinfo=None)
+    settings = {a: queue.setting(a) for a in queue.enabled()}
+    return [Handout(e.assignment, e.student, e.timestamp,
+                    settings[e.assignment].protects_hidden_tests(
+                        student_due_date(place.course, e.assignment, e.student), moment),
+                    settings[e.assignment].timeout) for e in queue.hand_out_ready(now)]
 
 
 def record_worker_result(place: Place, queue: Queue, entry: Entry, posted: WorkResult) -> None:

@@ -273,9 +273,29 @@ class Queue:
                     batch.append(e)
                     students.add(e.student)
             for e in batch:
-                db.execute(f"UPDATE submissions SET state = :grading, started_at = :now, tries = tries + 1 "
-                           f"WHERE {_KEY}", grading=State.GRADING, now=now, **_key(e))
+                _mark_grading(db, e, now)
         return batch
+
+    def hand_out_ready(self, now: float | None = None) -> list[Entry]:
+        """For grading workers: mark grading each queued submission of an enabled assignment that may be
+        graded now (the hourly limit; one at a time per student and assignment), then return every submission
+        being graded, first come first."""
+        now = time.time() if now is None else now
+        enabled = {a: self.setting(a) for a in self.enabled()}
+        with self.transaction() as db:
+            rows = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state IN (:queued, "
+                                                  ":grading) ORDER BY place, student", queued=State.QUEUED,
+                                                  grading=State.GRADING)]
+            busy = {(e.student, e.assignment) for e in rows if e.state == State.GRADING}
+            for e in rows:
+                if (e.state == State.QUEUED and e.assignment in enabled
+                        and (e.student, e.assignment) not in busy
+                        and self.waiting_until(e, enabled[e.assignment].per_hour, now, db) <= now):
+                    _mark_grading(db, e, now)
+                    busy.add((e.student, e.assignment))
+            grading = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = :grading "
+                                                     "ORDER BY place, student", grading=State.GRADING)]
+        return [e for e in grading if e.assignment in enabled]
 
     def record_outcome(self, entry: Entry, *, state: State = State.DONE, graded: bool, status: Status,
                        score: float | None,
@@ -307,6 +327,12 @@ class Queue:
 
 
 _KEY = "student = :k_student AND assignment = :k_assignment AND timestamp = :k_stamp"
+
+
+def _mark_grading(db: "_Db", entry: Entry, now: float) -> None:
+    """Mark a submission as being graded (one more try)."""
+    db.execute(f"UPDATE submissions SET state = :grading, started_at = :now, tries = tries + 1 WHERE {_KEY}",
+               grading=State.GRADING, now=now, **_key(entry))
 
 
 def _key(e: Entry) -> dict[str, str]:

@@ -62,6 +62,16 @@ def choose_sandbox(asked: str, detect: Callable[[str], str] | None = None) -> st
     return found
 
 
+def grading_setting(worker: "Worker", offer: Offer) -> AutogradeSetting:
+    """Return how to grade a leased submission: as the autograde service said in the offer (the instructor's
+    setting of its assignment, the student's due date), else as the worker was started."""
+    hidden = (worker.hidden_tests if offer.protect_hidden_tests is None
+              else HiddenTests.PROTECTED if offer.protect_hidden_tests else HiddenTests.SHOWN)
+    timeout = offer.timeout or worker.timeout
+    return AutogradeSetting(offer.assignment_id, True, hidden_tests=hidden,
+                            **({"timeout": timeout} if timeout else {}))
+
+
 @dataclass
 class Worker:
     """One worker: its course copy, its API client, how it grades (`waiting`: a zygote kept warm)."""
@@ -94,9 +104,9 @@ class Worker:
                             exchange.course_ignore(self.course))
         except ArchiveRefused as exc:
             return WorkResult(str(Status.REFUSED), None, None, str(exc), {}, self.name)
-        setting = AutogradeSetting(assignment, True, hidden_tests=self.hidden_tests)
+        setting = grading_setting(self, offer)
         standby = self.warm((assignment,))
-        options = GradeOptions(jobs=1, timeout=self.timeout or setting.timeout, progress=False,
+        options = GradeOptions(jobs=1, timeout=setting.timeout, progress=False,
                                sandbox=self.sandbox, hidden=self.hidden, standby=standby, force=True)
         summary = grade_class(self.course, assignment, work, options, out=place.graded(assignment),
                               echo=lambda line: logger.info("  %s", line))

@@ -1,0 +1,138 @@
+"""With grading workers, the instructor's per-assignment settings still hold (`hub autograde on A --per-hour N
+--hidden-tests shown --timeout T`): the autograde service hands the exchange the exact submissions that may be
+graded now, each with how (its hidden tests protected or not, its time limit), and the workers grade just
+those, that way. Written first, from what a student would try: submitting again and again to learn the hidden
+tests through more feedback than the hourly limit gives. Without a hub: the exchange service in a thread."""
+
+import datetime
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.hub.http_exchange import service as service_module
+from autograder.hub.http_exchange.api import ServiceClient
+from autograder.hub.http_exchange.store import FolderStore
+from autograder.hub.http_exchange.work import Handout, Leases, WorkResult, hand_out, post_result, take_work
+from autograder.hub.service import autograde
+from autograder.hub.service.autograde_queue import HOUR, HiddenTests, State
+from autograder.hub.service.grading_worker import Worker, grading_setting
+from tests.test_http_exchange_service import call, serving, tar_of
+
+MISSING = WorkResult("missing", None, None, "no notebook", {}, "w1")  # no cells: no gradebook scores
+
+
+@pytest.fixture
+def exchange(tmp_path: Path, monkeypatch):
+    """The exchange, told what to hand out (`--hand-out-when-told`), ps01 released; yield (url, staff)."""
+    monkeypatch.setattr(service_module, "Leases", lambda: Leases(handed_out=set()))
+    with serving(FolderStore(tmp_path / "store")) as url:
+        assert call(url, "ivy-token", "PUT", "assignments/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+        yield url, ServiceClient(url, "grader-token", timeout_s=30)
+
+
+def submit(url: str, student: str) -> None:
+    assert call(url, f"{student}-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+
+
+def service(tmp_path: Path, url: str, monkeypatch, **setting):
+    """Return the autograde service's place and queue (workers grade), ps01 turned on with `setting`."""
+    course = tmp_path / "course"
+    course.mkdir(exist_ok=True)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")
+    place = autograde.Place(course, tmp_path / "store", "course", url, workers=True)
+    queue = place.queue()
+    queue.configure("ps01", True, setting.get("per_hour"), setting.get("timeout"),
+                    setting.get("hidden_tests"))
+    return place, queue
+
+
+def test_the_exchange_hands_out_exactly_the_submissions_named_each_with_how(exchange) -> None:
+    url, staff = exchange
+    submit(url, "ann")
+    submit(url, "bob")
+    stamps = {s.student_id: s.timestamp for s in staff.submissions("ps01")}
+    hand_out(staff, [Handout("ps01", "bob", stamps["bob"], protect_hidden_tests=False, timeout=42.0)])
+    offer = take_work(staff)
+    assert (offer.student_id, offer.protect_hidden_tests, offer.timeout) == ("bob", False, 42.0)
+    assert take_work(staff) is None  # ann's was not named
+    wrong = [b'{"submissions": [{"assignment_id": "ps01"}]}', b'{"submissions": "all"}',
+             (b'{"submissions": [{"assignment_id": "ps01", "student_id": "ann", "timestamp": "t", '
+              b'"protect_hidden_tests": "no"}]}')]
+    for body in wrong:
+        assert call(url, "ivy-token", "PUT", "work", body)[0] == 400, body
+    assert call(url, "ann-token", "PUT", "work", b'{"submissions": []}')[0] == 403
+
+
+def test_the_hourly_limit_holds_with_workers(tmp_path: Path, exchange, monkeypatch) -> None:
+    url, staff = exchange
+    place, queue = service(tmp_path, url, monkeypatch, per_hour=1)
+    submit(url, "ann")
+    now = time.time()  # (a result is recorded at the time it is: the hour counts from then)
+    assert autograde.scan(place, queue, now) == 0  # ann's first is handed out
+    first = take_work(staff)
+    assert first is not None and take_work(staff) is None
+    assert post_result(staff, first, MISSING)
+    assert autograde.scan(place, queue, now + 1) == 1
+    submit(url, "ann")  # again at once, to see more feedback
+    assert autograde.scan(place, queue, now + 2) == 0
+    assert take_work(staff) is None  # within the hour: not handed out
+    assert [e.state for e in queue.entries("ps01")] == [State.DONE, State.QUEUED]
+    assert autograde.scan(place, queue, now + 1 + HOUR + 1) == 0  # an hour after the first was graded
+    second = take_work(staff)
+    assert second is not None and second.timestamp > first.timestamp
+
+
+def test_a_student_is_handed_out_once_at_a_time(tmp_path: Path, exchange, monkeypatch) -> None:
+    url, staff = exchange
+    place, queue = service(tmp_path, url, monkeypatch)
+    submit(url, "ann")
+    autograde.scan(place, queue, 10_000.0)
+    first = take_work(staff)
+    submit(url, "ann")  # while the first is being graded
+    autograde.scan(place, queue, 10_001.0)
+    assert take_work(staff) is None
+    assert post_result(staff, first, MISSING)
+    autograde.scan(place, queue, 10_002.0)
+    assert take_work(staff).timestamp > first.timestamp
+
+
+def test_hidden_tests_shown_and_the_time_limit_reach_the_worker(tmp_path: Path, exchange,
+                                                                monkeypatch) -> None:
+    url, staff = exchange
+    place, queue = service(tmp_path, url, monkeypatch, hidden_tests="shown", timeout=33.0)
+    submit(url, "ann")
+    autograde.scan(place, queue, 10_000.0)
+    offer = take_work(staff)
+    assert (offer.protect_hidden_tests, offer.timeout) == (False, 33.0)
+    worker = Worker(tmp_path / "w1", staff, "none")
+    setting = grading_setting(worker, offer)
+    assert (setting.hidden_tests, setting.timeout) == (HiddenTests.SHOWN, 33.0)
+
+
+@pytest.mark.parametrize(("due", "protected"), [(None, True), (1, True), (-1, False)])
+def test_protected_until_the_students_own_due_date(tmp_path: Path, exchange, monkeypatch, due,
+                                                   protected) -> None:
+    url, staff = exchange
+    place, queue = service(tmp_path, url, monkeypatch)  # protected: the default
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    dates = {"ann": None if due is None else now + datetime.timedelta(days=due)}
+    monkeypatch.setattr(autograde, "student_due_date", lambda course, assignment, student: dates[student])
+    submit(url, "ann")
+    autograde.scan(place, queue)
+    offer = take_work(staff)
+    assert offer.protect_hidden_tests is protected
+    setting = grading_setting(Worker(tmp_path / "w1", staff, "none"), offer)
+    assert setting.hidden_tests == (HiddenTests.PROTECTED if protected else HiddenTests.SHOWN)
+
+
+def test_an_offer_that_says_nothing_keeps_the_workers_own_setting(tmp_path: Path, exchange) -> None:
+    url, staff = exchange
+    submit(url, "ann")
+    assert call(url, "ivy-token", "PUT", "work", json.dumps({"assignments": ["ps01"]}).encode())[0] == 200
+    offer = take_work(staff)
+    assert offer.protect_hidden_tests is None and offer.timeout is None
+    worker = Worker(tmp_path / "w1", staff, "none", hidden_tests=HiddenTests.SHOWN, timeout=7.0)
+    setting = grading_setting(worker, offer)
+    assert (setting.hidden_tests, setting.timeout) == (HiddenTests.SHOWN, 7.0)
