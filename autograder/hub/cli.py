@@ -218,6 +218,10 @@ def _run(args: argparse.Namespace) -> int:
         elif s.authenticator == "lti13":
             for line in _lti_next_steps(s):
                 print(line)
+        if s.nodes == "namespaces":
+            print(f"nodes: the exchange, {s.grading_workers} grading worker(s) and each student's server in "
+                  f"namespaces of their own, linked only to the hub at {s.hub_address}; browsers reach it at "
+                  f"http://{s.hub_address if s.ip in ('', '0.0.0.0') else s.ip}:{s.port}/")
         print(f"next: sudo python -m autograder hub start --root {s.paths.root}")
         return 0
     settings = HubSettings.load(root)
