@@ -14,12 +14,13 @@ import csv
 import json
 import os
 import pwd
+import subprocess
 from pathlib import Path
 
 import psutil
 import pytest
 
-from autograder.hub.setup.nodes import EXCHANGE_INDEX, Node
+from autograder.hub.setup.nodes import EXCHANGE_INDEX, NETNS_FOLDER, Node, hub_address
 from tests.hub_support import (
     Hub,
     answers,
@@ -48,6 +49,11 @@ def hub(tmp_path: Path):
                "--nodes", "namespaces")
     with class_hub(tmp_path, ROSTER, setup_args=options) as running:
         yield running
+        subnet = running.settings.node_subnet
+    # the hub stopped: no namespace of its network, and not its address, is left behind
+    left = [p.name for p in NETNS_FOLDER.glob(f"dl{subnet}n*")] if NETNS_FOLDER.is_dir() else []
+    addresses = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+    assert not left and hub_address(subnet) not in addresses, (left, addresses)
 
 
 def parts(hub: Hub) -> dict[str, psutil.Process]:
