@@ -17,7 +17,7 @@ HUB_LAYERS = (
     ("setup", ("setup",)),
     ("lms", ("lms",)),
     ("service", ("service",)),
-    ("commands", ("cli", "loop", "http_loop", "start", "extensions", "grade_export")),
+    ("commands", ("cli", "loop", "http_loop", "start", "node_start", "extensions", "grade_export")),
 )
 # Programs started by path (as scripts, in the sandbox or before it): the standard library only; the grading
 # kernel's package also its own modules (relative imports: it runs as a copy under another name), ipykernel.

@@ -15,6 +15,11 @@ WORKER_SANDBOXES = ("auto", "bwrap", "unshare", "none")  # grading_worker.py's -
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
+def node_hub_address(subnet: int) -> str:
+    """Return the hub's own address in its nodes' network 10.X.0.0/16 (hub/setup/nodes.py)."""
+    return f"10.{subnet}.0.1"
+
+
 class HubError(RuntimeError):
     """A hub command cannot go on; the message says why and what to do."""
 
@@ -67,11 +72,7 @@ class HubSettings:
     @property
     def hub_address(self) -> str:
         """Return the address the hub's API and its services listen on for the other parts."""
-        if self.nodes == "namespaces":
-            from autograder.hub.setup.nodes import hub_address
-
-            return hub_address(self.node_subnet)
-        return "127.0.0.1"
+        return node_hub_address(self.node_subnet) if self.nodes == "namespaces" else "127.0.0.1"
 
     @property
     def grader(self) -> str:

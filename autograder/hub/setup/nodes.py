@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.hub.settings import node_hub_address as hub_address
+
 NETNS_FOLDER = Path("/run/netns")
 SYS_NET = Path("/sys/class/net")  # this namespace's links
 CLAIMS = Path("/run/devicelab-hub-nodes")  # X -> the root of the hub that chose it (two setups at once)
@@ -55,11 +57,6 @@ class Node:
     def hub_address(self) -> str:
         """Return the hub's address, the only one the part can reach."""
         return hub_address(self.subnet)
-
-
-def hub_address(subnet: int) -> str:
-    """Return the hub's own address in the nodes' network 10.X.0.0/16."""
-    return f"10.{subnet}.0.1"
 
 
 def part_address(subnet: int, index: int) -> str:
