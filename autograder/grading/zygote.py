@@ -482,7 +482,12 @@ def _follow(connection: socket.socket) -> int:
         signal.signal(sig, forward)
     started = False
     while True:
-        data = connection.recv(4096)
+        try:
+            data = connection.recv(4096)
+        except OSError:  # reset: the kernel's side closed with a forwarded signal unread
+            if not started:
+                raise  # a failed warm start: the cold kernel starts instead
+            return 1  # the kernel's end; a cold kernel now would answer in its place, without its state
         if not data and not started:
             raise WarmStartError("the zygote closed the connection")
         if not data:
