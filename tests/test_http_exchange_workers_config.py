@@ -67,7 +67,8 @@ def test_with_workers_the_exchange_hands_out_nothing_until_the_autograde_service
     def exchange(c) -> list[str]:
         return {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-exchange"]["command"]
 
-    assert exchange(config(settings(tmp_path, grading_workers=1)))[-1] == "--hand-out-when-told"
+    told = exchange(config(settings(tmp_path, grading_workers=1, lease_s=45.0)))
+    assert "--hand-out-when-told" in told and told[told.index("--lease-s") + 1] == "45"
     assert "--hand-out-when-told" not in exchange(config(settings(tmp_path)))
 
 
@@ -109,14 +110,21 @@ def test_setup_again_keeps_the_number_of_workers_and_their_sandbox(tmp_path: Pat
 
     assert (_last_setup(tmp_path / "none").grading_workers, _last_setup(tmp_path / "none").worker_sandbox) \
         == (0, "auto")
-    s = settings(tmp_path, grading_workers=2, worker_sandbox="bwrap")
+    s = settings(tmp_path, grading_workers=2, worker_sandbox="bwrap", lease_s=30.0)
     s.paths.hub.mkdir(parents=True)
     s.save()
     again = _last_setup(Path(s.root))
-    assert (again.grading_workers, again.worker_sandbox) == (2, "bwrap")
+    assert (again.grading_workers, again.worker_sandbox, again.lease_s) == (2, "bwrap", 30.0)
     args = parse("--roster", "r.csv")
     assert args.grading_workers is None and args.worker_sandbox is None  # not given: the last setup's
+    assert args.lease_s is None and parse("--lease-s", "60").lease_s == 60.0
     assert parse("--grading-workers", "0").grading_workers == 0
+
+
+@pytest.mark.parametrize("lease_s", [5.0, 2 * 24 * 3600.0])
+def test_a_lease_too_short_to_grade_in_or_over_a_day_is_refused(tmp_path: Path, lease_s: float) -> None:
+    with pytest.raises(HubError, match="--lease-s"):
+        check_settings(settings(tmp_path, grading_workers=1, lease_s=lease_s))
 
 
 def test_a_workers_course_copy_has_the_course_and_not_the_graders_files(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import pwd
+import re
 import subprocess
 from pathlib import Path
 
@@ -39,6 +40,8 @@ from tests.test_hub_http_workers import exported, wait_until
 ROSTER = "id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\nivy,Ivy Teacher,instructor\n"
 
 pytestmark = pytest.mark.timeout(1800)
+LEASE_S = 60  # longer than grading the hostile notebook with autograde's --timeout TIMEOUT_S (and its retry)
+TIMEOUT_S = 15
 
 
 @pytest.fixture
@@ -46,7 +49,7 @@ def hub(tmp_path: Path):
     """A hub whose parts have nodes of their own; afterwards stopped, every trace removed."""
     hub_tests_or_skip()
     options = ("--exchange", "http", f"--exchange-port={free_port()}", "--grading-workers", "2",
-               "--nodes", "namespaces")
+               "--nodes", "namespaces", "--lease-s", str(LEASE_S))
     with class_hub(tmp_path, ROSTER, setup_args=options) as running:
         yield running
         subnet = running.settings.node_subnet
@@ -57,8 +60,9 @@ def hub(tmp_path: Path):
 
 
 def parts(hub: Hub) -> dict[str, psutil.Process]:
-    """Return the Python process of the exchange ("exchange") and of each worker ("worker-K")."""
-    found = {}
+    """Return the Python process of the exchange ("exchange") and of each worker ("worker-K"): the part's
+    own, not a process it forked (a worker's grading processes carry its command line)."""
+    found: dict[str, list[psutil.Process]] = {}
     for proc in psutil.process_iter(["cmdline"]):
         line = proc.info["cmdline"] or []
         if not line or not line[0].endswith(("python", "python3")) or "-m" not in line:
@@ -66,12 +70,20 @@ def parts(hub: Hub) -> dict[str, psutil.Process]:
         module = line[line.index("-m") + 1]
         store = str(hub.settings.paths.exchange_store)
         if module == "autograder.hub.http_exchange.service" and store in line:
-            found["exchange"] = proc
+            found.setdefault("exchange", []).append(proc)
         elif module == "autograder.hub.service.grading_worker" and "--course" in line:
             course = Path(line[line.index("--course") + 1])
             if course.parent == hub.settings.paths.course / "workers":
-                found[course.name] = proc
-    return found
+                found.setdefault(course.name, []).append(proc)
+    return {name: proc for name, procs in found.items() for proc in procs if not _forked(proc)}
+
+
+def _forked(proc: psutil.Process) -> bool:
+    """Return whether a process is a fork of a process with its own command line (its parent's)."""
+    try:
+        return proc.parent().cmdline() == proc.info["cmdline"]
+    except (psutil.Error, AttributeError):
+        return False
 
 
 def server_process(account: str) -> int:
@@ -193,3 +205,21 @@ def test_a_class_on_nodes_of_their_own(hub: Hub) -> None:
         page = (home / COURSE / assignment / "feedback" / stamp / f"{assignment}.html").read_text()
         shown = SCORE.search(page)
         assert shown and float(shown["score"]) == scores[hub.user(member)], member
+
+    # a worker killed while it grades (bob's notebook that never ends, graded to the time limit): its lease
+    # runs out, the other worker grades the submission, and its result is recorded once
+    hub.cli("autograde", "on", assignment, "--timeout", str(TIMEOUT_S))
+    seen = len(hub.log.read_text())
+    hand_in(servers["bob"], assignment, notebooks["hostile"], fetch=False)
+    newest = submissions_of(servers["bob"], assignment)[0]["timestamp"]
+    leased = re.compile(rf"(device-lab-worker-(\d)) leased {re.escape(hub.user('bob'))} {assignment} ")
+    holder = wait_until(lambda: leased.search(hub.log.read_text()[seen:]), bool, 120,
+                        "no worker leased bob's new submission", hub)
+    victim = parts(hub)[f"worker-{holder[2]}"]
+    victim.kill()
+    wait_until(lambda: submissions_of(servers["bob"], assignment)[0]["has_exchange_feedback"], bool,
+               LEASE_S + 300, "no feedback after a worker was killed", hub)
+    status = hub.cli("autograde", "status", assignment).stdout
+    rows = [line for line in status.splitlines() if hub.user("bob") in line and newest in line]
+    assert len(rows) == 1 and "graded by" in rows[0] and "timeout" in rows[0], status
+    assert parts(hub)[f"worker-{holder[2]}"].pid != victim.pid  # started again on its node

@@ -89,6 +89,9 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     setup.add_argument("--grading-workers", type=int, default=None, metavar="N",
                        help="N grading workers as hub services, each with its own course copy (needs "
                             "--exchange http; docs/hub.md); default: as the last setup, else 0 (none)")
+    setup.add_argument("--lease-s", type=float, default=None, metavar="SECONDS",
+                       help="how long a grading worker holds a submission: one killed while grading loses it "
+                            "to another after this (default: as the last setup, else 900)")
     setup.add_argument("--worker-sandbox", choices=WORKER_SANDBOXES, default=None,
                        help="the workers' sandbox (default: as the last setup, else auto: bubblewrap or "
                             "unshare, never none unless asked)")
@@ -198,6 +201,7 @@ def _run(args: argparse.Namespace) -> int:
             grading_workers=(_last_setup(root).grading_workers if args.grading_workers is None
                              else args.grading_workers),
             worker_sandbox=args.worker_sandbox or _last_setup(root).worker_sandbox,
+            lease_s=args.lease_s or _last_setup(root).lease_s,
             nodes=args.nodes or _last_setup(root).nodes, node_subnet=_last_setup(root).node_subnet,
             proxy=args.proxy or install.find_proxy(Path(args.course)),
             lti=_lti_settings(args) if args.authenticator == "lti13" else None,

@@ -51,6 +51,7 @@ class HubSettings:
     exchange_port: int = 9998  # the HTTP exchange service's port (exchange "http")
     grading_workers: int = 0  # grading workers the hub runs as services (exchange "http" only); 0: none
     worker_sandbox: str = "auto"  # the workers' --sandbox (grading_worker.py: never none unless asked)
+    lease_s: float = 900.0  # how long a worker holds a submission before the exchange hands it out again
     # JupyterHub's database, the gradebook and the queues in one PostgreSQL database (hub/database.py:
     # postgresql://ROLE@HOST:PORT/DATABASE, no password); empty: each in its sqlite file
     database_url: str = ""

@@ -83,7 +83,9 @@ class Worker:
     hidden_tests: HiddenTests = HiddenTests.PROTECTED
     timeout: float | None = None
     hidden: tuple[Path, ...] = ()  # folders the sandbox hides besides the course's (the token's)
-    name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    # its hub service's name, else host:pid (in a box of its own every worker's pid is the same)
+    name: str = field(default_factory=lambda: os.environ.get("JUPYTERHUB_SERVICE_NAME")
+                      or f"{socket.gethostname()}:{os.getpid()}")
     waiting: Waiting = field(default_factory=lambda: Waiting(1))
 
     @property

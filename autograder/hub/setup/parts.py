@@ -55,7 +55,7 @@ def exchange_part(s: HubSettings, workers: bool) -> Part:
     """Return the exchange service (`workers`: it hands out only what the autograde service says)."""
     store = s.paths.exchange_store
     argv = (s.python, "-m", "autograder.hub.http_exchange.service", "--store", str(store),
-            *(("--hand-out-when-told",) if workers else ()))
+            *(("--hand-out-when-told", "--lease-s", f"{s.lease_s:g}") if workers else ()))
     folder = store if s.nodes == "namespaces" else s.paths.course
     return Part(exchange_service(s), argv, folder, EXCHANGE_INDEX, s.exchange_port)
 
