@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.grading.gradebook import DueDates
 from autograder.hub.http_exchange import service as service_module
 from autograder.hub.http_exchange.api import ServiceClient
 from autograder.hub.http_exchange.store import FolderStore
@@ -117,8 +118,8 @@ def test_protected_until_the_students_own_due_date(tmp_path: Path, exchange, mon
     url, staff = exchange
     place, queue = service(tmp_path, url, monkeypatch)  # protected: the default
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-    dates = {"ann": None if due is None else now + datetime.timedelta(days=due)}
-    monkeypatch.setattr(autograde, "student_due_date", lambda course, assignment, student: dates[student])
+    dates = DueDates(None if due is None else now + datetime.timedelta(days=due), {})
+    monkeypatch.setattr(autograde, "due_dates", lambda course, assignment: dates)
     submit(url, "ann")
     autograde.scan(place, queue)
     offer = take_work(staff)
@@ -136,3 +137,22 @@ def test_an_offer_that_says_nothing_keeps_the_workers_own_setting(tmp_path: Path
     worker = Worker(tmp_path / "w1", staff, "none", hidden_tests=HiddenTests.SHOWN, timeout=7.0)
     setting = grading_setting(worker, offer)
     assert (setting.hidden_tests, setting.timeout) == (HiddenTests.SHOWN, 7.0)
+
+
+def test_a_students_extension_moves_their_own_due_date_only(tmp_path: Path) -> None:
+    from nbgrader.api import Gradebook
+
+    from autograder.grading import gradebook as gbook
+
+    course = tmp_path / "course"
+    course.mkdir()
+    due = datetime.datetime(2026, 12, 1, 12, 0)
+    with Gradebook(gbook.course_db_url(course), gbook.course_id(course)) as gb:
+        gb.add_assignment("ps01", duedate=due)
+        for student in ("ann", "bob"):
+            gb.add_student(student)
+            gb.add_submission("ps01", student)
+    gbook.set_extension(gbook.course_db_url(course), gbook.course_id(course), "ps01", "bob", 3600.0)
+    dates = autograde.due_dates(course, "ps01")
+    later = due + datetime.timedelta(hours=1)
+    assert (dates.of("ann"), dates.of("bob"), dates.of("cat")) == (due, later, due)

@@ -14,6 +14,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -246,6 +247,32 @@ def student_due_date(db_url: str, assignment: str, student: str | None = None) -
             return gb.find_submission(assignment, student).duedate
         except MissingEntry:
             return due
+
+
+def due_dates(db_url: str, course: str, assignment: str) -> "DueDates":
+    """Return the assignment's due date and each student's own, extensions included, in one read."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url, course) as gb:
+        try:
+            found = gb.find_assignment(assignment)
+        except MissingEntry:
+            return DueDates(None, {})
+        due = found.duedate
+        return DueDates(due, {s.student.id: s.duedate for s in found.submissions if due and s.extension})
+
+
+@dataclass(frozen=True)
+class DueDates:
+    """An assignment's due date (naive UTC, as nbgrader keeps it; None: none) and the students' own where an
+    extension moves it."""
+
+    due: datetime.datetime | None
+    extended: dict[str, datetime.datetime]
+
+    def of(self, student: str) -> datetime.datetime | None:
+        """Return the student's due date."""
+        return self.extended.get(student, self.due)
 
 
 def extensions(db_url: str, course: str, assignment: str) -> dict[str, float]:

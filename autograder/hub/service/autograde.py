@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder.grading.results import Status, StudentResult
 from autograder.grading.warm_start import Standby
@@ -41,6 +42,9 @@ from autograder.hub.service.autograde_queue import (
     State,
 )
 from autograder.safe_copy import Refusal, read_small
+
+if TYPE_CHECKING:
+    from autograder.grading.gradebook import DueDates
 
 POLL_S = 0.25  # a submission waits at most this long once nbgrader has finished copying it
 # nbgrader's submit copies a submission into the inbound in place and writes its secret last: a folder without
@@ -187,23 +191,25 @@ def take_results(place: Place, queue: Queue, enabled: set[str], now: float | Non
     return new
 
 
-def student_due_date(course: Path, assignment: str, student: str) -> datetime.datetime | None:
-    """Return the student's due date, their extension included (naive UTC; None: there is none)."""
-    from autograder.grading.redact import due_date
+def due_dates(course: Path, assignment: str) -> "DueDates":
+    """Return the assignment's due dates in the course gradebook, the students' extensions included."""
+    from autograder.grading import gradebook as gbook
 
-    return due_date(course, assignment, student)
+    return gbook.due_dates(gbook.course_db_url(course), gbook.course_id(course), assignment)
 
 
 def handouts(place: Place, queue: Queue, now: float | None = None) -> list[Handout]:
     """Return what the workers may grade now (queue.hand_out_ready), each with how: the hidden tests protected
-    until the student's own due date unless the instructor shows them, the assignment's time limit."""
+    until the student's own due date unless the instructor shows them, the assignment's time limit (the
+    gradebook read once per assignment)."""
     moment = (datetime.datetime.now(datetime.timezone.utc) if now is None
               else datetime.datetime.fromtimestamp(now, datetime.timezone.utc)).replace(tzinfo=None)
-    settings = {a: queue.setting(a) for a in queue.enabled()}
+    entries = queue.hand_out_ready(now)
+    settings = {a: queue.setting(a) for a in {e.assignment for e in entries}}
+    dues = {a: due_dates(place.course, a) for a in settings}
     return [Handout(e.assignment, e.student, e.timestamp,
-                    settings[e.assignment].protects_hidden_tests(
-                        student_due_date(place.course, e.assignment, e.student), moment),
-                    settings[e.assignment].timeout) for e in queue.hand_out_ready(now)]
+                    settings[e.assignment].protects_hidden_tests(dues[e.assignment].of(e.student), moment),
+                    settings[e.assignment].timeout) for e in entries]
 
 
 def record_worker_result(place: Place, queue: Queue, entry: Entry, posted: WorkResult) -> None:
