@@ -73,6 +73,9 @@ WAITING_LOOP = "import time\n    while True:\n        time.sleep(0.1)"
 DEAF_LOOP = ("import signal, time\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n    while True:\n"
              "        time.sleep(0.1)")
 
+FORGED_FRAME = ("get_ipython().kernel.iopub_socket.send_multipart([b'x', b'<IDS|MSG>', "
+                "b'<script>alert(1)</script>', b'{}', b'{}', b'{}', b'{}'])\nimport time\ntime.sleep(1)")
+
 # student -> (files, expected status, expected score (of 3), pattern the detail must match)
 CLASS = {
     "correct": ({"tiny.ipynb": assignment()}, "graded", 3, r"^$"),
@@ -88,6 +91,10 @@ CLASS = {
     "forged-signature": ({"tiny.ipynb": with_cell("get_ipython().kernel.session.key = b'not-the-key'")},
                          "crashed", 3, (r"cell 3: the kernel sent a message the grader could not read "
                                         r"\(ValueError: Invalid Signature.*graded again without running")),
+    # a frame of the student's own making, its "signature" markup: it reaches the detail, read as text
+    "forged-frame": ({"tiny.ipynb": with_cell(FORGED_FRAME)}, "crashed", 3,
+                     (r"cell 3: the kernel sent a message the grader could not read \(ValueError: Invalid "
+                     r"Signature: b'<script>alert\(1\)</script>'\); graded again without running")),
     "killpg": ({"tiny.ipynb": with_cell("import os, signal\nos.killpg(0, signal.SIGKILL)")}, "crashed", 3,
                r"cell 3: the kernel"),
     "memory-hog": ({"tiny.ipynb": with_cell("x = bytearray(64 * 2**30)")}, "memory", 3, r"MemoryError"),
@@ -261,6 +268,8 @@ def test_summary_page_shows_distribution_and_pass_rates(graded):
     course, _, _, _, _ = graded
     page = (course / "graded" / "tiny" / "summary.html").read_text(encoding="utf-8")
     assert "<svg" in page and "double-tests" in page and "square-tests" in page
+    # a student's markup in a detail (forged-frame's) is text on the staff's page, never markup
+    assert "&lt;script&gt;alert(1)" in page and "<script>alert" not in page
 
 
 def test_nothing_outside_the_scratch_folders_changed(graded):
