@@ -3,6 +3,7 @@
 
 import contextlib
 import copy
+import csv
 import functools
 import json
 import os
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from autograder.grading.demo import solved
@@ -421,3 +423,73 @@ def memory_cgroup(pid: int) -> Path:
             return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
     (line,) = [x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if x.startswith("0::")]
     return Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+
+
+def wait_until(get, good, seconds: float, what: "str | Callable[[], str]", hub: Hub):
+    """Return get() once good(it) holds; fail, saying `what` (a callable: asked only then) with the hub's log,
+    after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = get()
+        if good(got):
+            return got
+        time.sleep(0.5)
+    pytest.fail(f"{what() if callable(what) else what}\n{hub.log.read_text()[-4000:]}")
+
+
+def exported(hub: Hub, assignment: str) -> dict[str, float]:
+    """Return each student's score of an assignment in the course gradebook, as `hub export` writes it."""
+    path = Path(hub.settings.root) / "export.csv"
+    hub.cli("export", "--to", str(path))
+    with path.open() as handle:
+        return {r["student_id"]: float(r["score"]) for r in csv.DictReader(handle)
+                if r["assignment"] == assignment}
+
+
+def graded_by_workers(hub: Hub, servers: dict[str, HubAPI], assignment: str) -> dict[str, float]:
+    """Release the assignment with autograde on, have ann hand in a right answer and bob a wrong one, wait
+    for both feedbacks; check the workers graded both (not the service); return the gradebook's scores."""
+    hub.cli("release", assignment)
+    assert "on" in hub.cli("autograde", "on", assignment).stdout
+    notebooks = answers(assignment)
+    hand_in(servers["ann"], assignment, notebooks["right"])
+    hand_in(servers["bob"], assignment, notebooks["wrong"])
+    def status() -> str:
+        return hub.cli("autograde", "status", assignment).stdout
+
+    for member, server in servers.items():
+        wait_until(lambda s=server: submissions_of(s, assignment)[0]["has_exchange_feedback"], bool, 300,
+                   lambda m=member: f"no feedback for {m}: {status()}", hub)
+    said = status()
+    assert said.count("graded by") == 2, said  # recorded from the workers, not graded by the service
+    scores = wait_until(lambda: exported(hub, assignment), lambda e: len(e) == 2, 60,
+                        "the gradebook lacks the workers' scores", hub)
+    assert scores[hub.user("ann")] > 0 and scores[hub.user("bob")] < scores[hub.user("ann")], scores
+    return scores
+
+
+def hub_parts(hub: Hub) -> dict[str, psutil.Process]:
+    """Return the Python process of the exchange ("exchange") and of each worker ("worker-K"): the part's
+    own, not a process it forked (a worker's grading processes carry its command line)."""
+    found: dict[str, list[psutil.Process]] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        line = proc.info["cmdline"] or []
+        if not line or not line[0].endswith(("python", "python3")) or "-m" not in line:
+            continue
+        module = line[line.index("-m") + 1]
+        store = str(hub.settings.paths.exchange_store)
+        if module == "autograder.hub.http_exchange.service" and store in line:
+            found.setdefault("exchange", []).append(proc)
+        elif module == "autograder.hub.service.grading_worker" and "--course" in line:
+            course = Path(line[line.index("--course") + 1])
+            if course.parent == hub.settings.paths.course / "workers":
+                found.setdefault(course.name, []).append(proc)
+    return {name: proc for name, procs in found.items() for proc in procs if not _forked(proc)}
+
+
+def _forked(proc: psutil.Process) -> bool:
+    """Return whether a process is a fork of a process with its own command line (its parent's)."""
+    try:
+        return proc.parent().cmdline() == proc.info["cmdline"]
+    except (psutil.Error, AttributeError):
+        return False

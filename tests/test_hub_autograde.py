@@ -34,6 +34,7 @@ from tests.hub_support import (
     Hub,
     answers,
     class_hub,
+    exported,
     hand_in,
     hub_tests_or_skip,
     smallest_assignment,
@@ -638,14 +639,6 @@ def main_service_pid(hub: Hub) -> int:
         parents[pid] = int(next(x for x in status.splitlines() if x.startswith("PPid:")).split()[1])
     (main,) = [p for p in pids if parents[p] not in pids]
     return main
-
-
-def exported(hub: Hub, assignment: str) -> dict[str, float]:
-    path = Path(hub.settings.root) / "export.csv"
-    hub.cli("export", "--to", str(path))
-    with path.open() as handle:
-        return {r["student_id"]: float(r["score"]) for r in csv.DictReader(handle)
-                if r["assignment"] == assignment}
 
 
 def test_submissions_are_graded_and_fed_back_without_an_instructor(hub: Hub) -> None:

@@ -12,11 +12,9 @@ Opt in with DEVICELAB_HUB_TESTS=1, as root; under CI=true a skip is a failure.
 """
 
 import csv
-import io
 import json
 import re
 import subprocess
-import tarfile
 import time
 import urllib.error
 import urllib.parse
@@ -39,6 +37,7 @@ from tests.hub_support import (
     start_server,
     submissions_of,
 )
+from tests.test_http_exchange_service import tar_of
 
 COURSE = "device-lab"
 SCORE = re.compile(r"\(Score: (?P<score>[\d.]+) / (?P<max>[\d.]+)\)")
@@ -79,16 +78,6 @@ def wait_for_exchange(hub: Hub, token: str) -> None:
             pass
         time.sleep(0.5)
     pytest.fail(f"the exchange service never answered\n{hub.log.read_text()[-3000:]}")
-
-
-def tar_of(files: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as archive:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return out.getvalue()
 
 
 def button(formgrader, path: str) -> dict:

@@ -7,8 +7,6 @@ their scores in the course gradebook, where `hub export` reads them. Opt in with
 root; under CI=true a skip is a failure.
 """
 
-import csv
-import time
 from pathlib import Path
 
 import psutil
@@ -16,14 +14,14 @@ import pytest
 
 from tests.hub_support import (
     Hub,
-    answers,
     class_hub,
     free_port,
-    hand_in,
+    graded_by_workers,
+    hub_parts,
     hub_tests_or_skip,
     smallest_assignment,
     start_server,
-    submissions_of,
+    wait_until,
 )
 from tests.test_hub_http_exchange import wait_for_exchange
 
@@ -44,33 +42,7 @@ def hub(tmp_path: Path):
 
 def workers(hub: Hub) -> dict[int, psutil.Process]:
     """Return the hub's worker processes, by the number of the course copy each grades in."""
-    found = {}
-    for proc in psutil.process_iter(["cmdline"]):
-        line = proc.info["cmdline"] or []
-        if "autograder.hub.service.grading_worker" in line and "--course" in line:
-            course = Path(line[line.index("--course") + 1])
-            if course.parent == hub.settings.paths.course / "workers":
-                found[int(course.name.rsplit("-", 1)[1])] = proc
-    return found
-
-
-def wait_until(get, good, seconds: float, what: str, hub: Hub):
-    """Return get() once good(it) holds; fail, with the hub's log, after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = get()
-        if good(got):
-            return got
-        time.sleep(0.5)
-    pytest.fail(f"{what}\n{hub.log.read_text()[-4000:]}")
-
-
-def exported(hub: Hub, assignment: str) -> dict[str, float]:
-    path = Path(hub.settings.root) / "export.csv"
-    hub.cli("export", "--to", str(path))
-    with path.open() as handle:
-        return {r["student_id"]: float(r["score"]) for r in csv.DictReader(handle)
-                if r["assignment"] == assignment}
+    return {int(name.rsplit("-", 1)[1]): proc for name, proc in hub_parts(hub).items() if name != "exchange"}
 
 
 def test_workers_grade_on_submit_the_gradebook_has_their_scores_and_a_killed_one_comes_back(hub: Hub) -> None:
@@ -87,19 +59,6 @@ def test_workers_grade_on_submit_the_gradebook_has_their_scores_and_a_killed_one
                        120, "the killed worker was not started again", hub)
     assert again[2].pid == first[2].pid
 
-    hub.cli("release", assignment)
-    assert "on" in hub.cli("autograde", "on", assignment).stdout
-    notebooks = answers(assignment)
     servers = {"ann": start_server(hub, "ann", ann), "bob": start_server(hub, "bob", bob)}
-    hand_in(servers["ann"], assignment, notebooks["right"])
-    hand_in(servers["bob"], assignment, notebooks["wrong"])
-    for member, server in servers.items():
-        wait_until(lambda s=server: submissions_of(s, assignment)[0]["has_exchange_feedback"], bool, 300,
-                   f"no feedback for {member}: {hub.cli('autograde', 'status', assignment).stdout}", hub)
-
-    status = hub.cli("autograde", "status", assignment).stdout
-    assert status.count("graded by") == 2, status  # recorded from the workers, not graded by the service
-    scores = wait_until(lambda: exported(hub, assignment), lambda e: len(e) == 2, 60,
-                        "the gradebook lacks the workers' scores", hub)
-    assert scores[hub.user("ann")] > 0 and scores[hub.user("bob")] < scores[hub.user("ann")], scores
+    graded_by_workers(hub, servers, assignment)
     assert not (paths.course / "autograde" / "graded" / assignment / "grades.csv").exists()

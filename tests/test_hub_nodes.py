@@ -27,15 +27,17 @@ from tests.hub_support import (
     answers,
     class_hub,
     free_port,
+    graded_by_workers,
     hand_in,
+    hub_parts,
     hub_tests_or_skip,
     run_in_kernel,
     smallest_assignment,
     start_server,
     submissions_of,
+    wait_until,
 )
 from tests.test_hub_http_exchange import COURSE, SCORE, wait_for_exchange
-from tests.test_hub_http_workers import exported, wait_until
 
 ROSTER = "id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\nivy,Ivy Teacher,instructor\n"
 
@@ -57,33 +59,6 @@ def hub(tmp_path: Path):
     left = [p.name for p in NETNS_FOLDER.glob(f"dl{subnet}n*")] if NETNS_FOLDER.is_dir() else []
     addresses = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True).stdout
     assert not left and hub_address(subnet) not in addresses, (left, addresses)
-
-
-def parts(hub: Hub) -> dict[str, psutil.Process]:
-    """Return the Python process of the exchange ("exchange") and of each worker ("worker-K"): the part's
-    own, not a process it forked (a worker's grading processes carry its command line)."""
-    found: dict[str, list[psutil.Process]] = {}
-    for proc in psutil.process_iter(["cmdline"]):
-        line = proc.info["cmdline"] or []
-        if not line or not line[0].endswith(("python", "python3")) or "-m" not in line:
-            continue
-        module = line[line.index("-m") + 1]
-        store = str(hub.settings.paths.exchange_store)
-        if module == "autograder.hub.http_exchange.service" and store in line:
-            found.setdefault("exchange", []).append(proc)
-        elif module == "autograder.hub.service.grading_worker" and "--course" in line:
-            course = Path(line[line.index("--course") + 1])
-            if course.parent == hub.settings.paths.course / "workers":
-                found.setdefault(course.name, []).append(proc)
-    return {name: proc for name, procs in found.items() for proc in procs if not _forked(proc)}
-
-
-def _forked(proc: psutil.Process) -> bool:
-    """Return whether a process is a fork of a process with its own command line (its parent's)."""
-    try:
-        return proc.parent().cmdline() == proc.info["cmdline"]
-    except (psutil.Error, AttributeError):
-        return False
 
 
 def server_process(account: str) -> int:
@@ -131,14 +106,14 @@ def test_a_class_on_nodes_of_their_own(hub: Hub) -> None:
     assignment = smallest_assignment()
     ann, bob = hub.token("ann"), hub.token("bob")
     wait_for_exchange(hub, ann)
-    first = wait_until(lambda: parts(hub), lambda p: sorted(p) == ["exchange", "worker-1", "worker-2"], 120,
-                       "the exchange and two workers did not start", hub)
+    first = wait_until(lambda: hub_parts(hub), lambda p: sorted(p) == ["exchange", "worker-1", "worker-2"],
+                       120, "the exchange and two workers did not start", hub)
     assert {p.username() for p in first.values()} == {s.grader}
 
     # a worker killed is started again on its node
     first["worker-1"].kill()
     killed = first["worker-1"].pid
-    again = wait_until(lambda: parts(hub), lambda p: "worker-1" in p and p["worker-1"].pid != killed, 120,
+    again = wait_until(lambda: hub_parts(hub), lambda p: "worker-1" in p and p["worker-1"].pid != killed, 120,
                        "the killed worker was not started again", hub)
     assert again["worker-2"].pid == first["worker-2"].pid
 
@@ -175,19 +150,7 @@ def test_a_class_on_nodes_of_their_own(hub: Hub) -> None:
     assert all(reached[name] != "connected" for name in targets if name != "proxy"), reached
 
     # the class, end to end, through the hub only
-    hub.cli("release", assignment)
-    assert "on" in hub.cli("autograde", "on", assignment).stdout
-    notebooks = answers(assignment)
-    hand_in(servers["ann"], assignment, notebooks["right"])
-    hand_in(servers["bob"], assignment, notebooks["wrong"])
-    for member, server in servers.items():
-        wait_until(lambda s=server: submissions_of(s, assignment)[0]["has_exchange_feedback"], bool, 300,
-                   f"no feedback for {member}: {hub.cli('autograde', 'status', assignment).stdout}", hub)
-    status = hub.cli("autograde", "status", assignment).stdout
-    assert status.count("graded by") == 2, status
-    scores = wait_until(lambda: exported(hub, assignment), lambda e: len(e) == 2, 60,
-                        "the gradebook lacks the workers' scores", hub)
-    assert scores[hub.user("ann")] > 0 and scores[hub.user("bob")] < scores[hub.user("ann")], scores
+    scores = graded_by_workers(hub, servers, assignment)
 
     # the same scores and feedback as today's one-machine path: the instructor collects and grades on the
     # hub's node with the course's own grader, and each student's fetched feedback shows the workers' score
@@ -210,16 +173,16 @@ def test_a_class_on_nodes_of_their_own(hub: Hub) -> None:
     # runs out, the other worker grades the submission, and its result is recorded once
     hub.cli("autograde", "on", assignment, "--timeout", str(TIMEOUT_S))
     seen = len(hub.log.read_text())
-    hand_in(servers["bob"], assignment, notebooks["hostile"], fetch=False)
+    hand_in(servers["bob"], assignment, answers(assignment)["hostile"], fetch=False)
     newest = submissions_of(servers["bob"], assignment)[0]["timestamp"]
     leased = re.compile(rf"(device-lab-worker-(\d)) leased {re.escape(hub.user('bob'))} {assignment} ")
     holder = wait_until(lambda: leased.search(hub.log.read_text()[seen:]), bool, 120,
                         "no worker leased bob's new submission", hub)
-    victim = parts(hub)[f"worker-{holder[2]}"]
+    victim = hub_parts(hub)[f"worker-{holder[2]}"]
     victim.kill()
     wait_until(lambda: submissions_of(servers["bob"], assignment)[0]["has_exchange_feedback"], bool,
                LEASE_S + 300, "no feedback after a worker was killed", hub)
     status = hub.cli("autograde", "status", assignment).stdout
     rows = [line for line in status.splitlines() if hub.user("bob") in line and newest in line]
     assert len(rows) == 1 and "graded by" in rows[0] and "timeout" in rows[0], status
-    assert parts(hub)[f"worker-{holder[2]}"].pid != victim.pid  # started again on its node
+    assert hub_parts(hub)[f"worker-{holder[2]}"].pid != victim.pid  # started again on its node

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from autograder.hub.settings import HubSettings, grader_env
 from autograder.hub.setup import accounts, nodes
@@ -54,7 +54,7 @@ class Running:
     part: Part
     proc: subprocess.Popen | None = None
     exited_at: float = 0.0
-    starts: int = field(default=0)
+    starts: int = 0
 
 
 def start_part(s: HubSettings, running: Running) -> None:

@@ -13,7 +13,6 @@ Every command here needs root (CAP_NET_ADMIN); `hub start` and the spawner run a
 """
 
 import ctypes
-import ipaddress
 import os
 import re
 import subprocess
@@ -125,7 +124,6 @@ def hub_down(subnet: int) -> None:
 
 def make(node: Node) -> Node:
     """Make the part's namespace and its link to the hub's (a stale one of the same name is made again)."""
-    ipaddress.ip_address(node.address)
     if (NETNS_FOLDER / node.name).exists():
         remove(node)
     _ip("netns", "add", node.name)
