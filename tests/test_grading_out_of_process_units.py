@@ -249,6 +249,8 @@ def test_written_files_come_back_regular_files_only_never_through_links(tmp_path
     (work / "sub" / "data.csv").write_text("1,2")
     (work / "p1.ipynb").write_text("{}")  # never over the graded notebook
     (target / "p1.ipynb").write_text("graded")
+    (work / "page.HTML").write_text("<script>alert(1)</script>")  # staff might open it: never copied
+    (work / "sub" / "plot.svg").write_text("<svg onload='alert(1)'/>")
     os.symlink(secret, work / "link.txt")
     os.mkfifo(work / "pipe")
     os.symlink(secret, target / "planted.txt")  # a link already there is replaced, never written through
@@ -259,6 +261,7 @@ def test_written_files_come_back_regular_files_only_never_through_links(tmp_path
     assert (target / "sub" / "data.csv").read_text() == "1,2"
     assert (target / "p1.ipynb").read_text() == "graded"
     assert not (target / "link.txt").exists() and not (target / "pipe").exists()
+    assert not (target / "page.HTML").exists() and not (target / "sub" / "plot.svg").exists()
     assert secret.read_text() == "the grader's" and not (target / "planted.txt").is_symlink()
     assert [p.name for p in target.parent.iterdir()] == ["ps1"], "the staging folder is gone"
 

@@ -71,6 +71,8 @@ MAX_PROGRESS_BYTES = 16 * 2**20
 # site and XDG config): emptied before each kernel of an attempt starts.
 KERNEL_START_FOLDERS = (".ipython", ".jupyter", ".jupyter-data", ".local", ".config")
 # What a notebook's files written while it ran may take when copied back beside the graded notebook.
+# What a browser would run if staff opened it from the autograded folder: never copied back.
+ACTIVE_CONTENT = (".html", ".htm", ".xhtml", ".svg", ".js", ".mjs")
 WRITTEN_FILES = Limits(file_bytes=MAX_FILE_MIB * 2**20, total_bytes=200 * 2**20, entries=1000, depth=16)
 INTERRUPT_WAIT = 5.0  # seconds a call that ran out of time gets to answer its interrupt
 
@@ -694,15 +696,15 @@ def fill_work_folder(autograded: Path, work: Path) -> None:
 
 def copy_written_files(work: Path, target: Path) -> list[str]:
     """Copy the files in the kernel's working folder `work` into nbgrader's folder `target` (replacing what
-    is there, notebooks left out); return the files copied. Read as safe_copy reads a folder someone else
-    controls (no link followed, no FIFO or device opened, within WRITTEN_FILES); written as new files renamed
-    into place, in folders none of which is a link."""
+    is there, notebooks and ACTIVE_CONTENT left out); return the files copied. Read as safe_copy reads a
+    folder someone else controls (no link followed, no FIFO or device opened, within WRITTEN_FILES); written
+    as new files renamed into place, in folders none of which is a link."""
     if not work.is_dir() or work.is_symlink():
         return []
     staging = Path(tempfile.mkdtemp(prefix=".written-", dir=target.parent))
     placed = []
     try:
-        report = copy_tree(work, staging / "files", WRITTEN_FILES, skip=lambda rel: rel.endswith(".ipynb"))
+        report = copy_tree(work, staging / "files", WRITTEN_FILES, skip=_not_copied_back)
         for rel in report.copied:
             dest = target / rel
             if not _inside_real_folders(target, dest.parent) or dest.is_dir():
@@ -715,6 +717,11 @@ def copy_written_files(work: Path, target: Path) -> list[str]:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return placed
+
+
+def _not_copied_back(rel: str) -> bool:
+    """Return True for a notebook (the graded one is nbgrader's) or a file a browser would run."""
+    return rel.lower().endswith((".ipynb", *ACTIVE_CONTENT))
 
 
 def _inside_real_folders(root: Path, folder: Path) -> bool:
