@@ -6,7 +6,6 @@ tests through more feedback than the hourly limit gives. Without a hub: the exch
 
 import datetime
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from autograder.hub.http_exchange.work import Handout, Leases, WorkResult, hand_
 from autograder.hub.service import autograde
 from autograder.hub.service.autograde_queue import HOUR, HiddenTests, State
 from autograder.hub.service.grading_worker import Worker, grading_setting
+from tests.clock import ManualClock
 from tests.test_http_exchange_service import call, serving, tar_of
 
 MISSING = WorkResult("missing", None, None, "no notebook", {}, "w1")  # no cells: no gradebook scores
@@ -37,12 +37,17 @@ def submit(url: str, student: str) -> None:
     assert call(url, f"{student}-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
 
 
-def service(tmp_path: Path, url: str, monkeypatch, **setting):
-    """Return the autograde service's place and queue (workers grade), ps01 turned on with `setting`."""
+START = 1_800_000_000.0  # the service's clock at the start of each test (2027-01-15): it moves only when told
+
+
+def service(tmp_path: Path, url: str, monkeypatch, step: float = 0.0, **setting):
+    """Return the autograde service's place and queue (workers grade, on a clock of the test's that moves on
+    by `step` at every read), ps01 turned on with `setting`."""
     course = tmp_path / "course"
     course.mkdir(exist_ok=True)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")
-    place = autograde.Place(course, tmp_path / "store", "course", url, workers=True)
+    place = autograde.Place(course, tmp_path / "store", "course", url, workers=True,
+                            clock=ManualClock(START, step))
     queue = place.queue()
     queue.configure("ps01", True, setting.get("per_hour"), setting.get("timeout"),
                     setting.get("hidden_tests"))
@@ -66,21 +71,30 @@ def test_the_exchange_hands_out_exactly_the_submissions_named_each_with_how(exch
     assert call(url, "ann-token", "PUT", "work", b'{"submissions": []}')[0] == 403
 
 
-def test_the_hourly_limit_holds_with_workers(tmp_path: Path, exchange, monkeypatch) -> None:
+@pytest.mark.parametrize("step", [0.0, 5.0], ids=["still", "slow-machine"])
+def test_the_hourly_limit_holds_with_workers(tmp_path: Path, exchange, monkeypatch, step) -> None:
+    """The hour counts from when the first result was recorded, read back from the queue, never from a time
+    the test chose beside it (on a slow machine, `step`, recording it takes time too)."""
     url, staff = exchange
-    place, queue = service(tmp_path, url, monkeypatch, per_hour=1)
+    place, queue = service(tmp_path, url, monkeypatch, step, per_hour=1)
+    clock = place.clock
     submit(url, "ann")
-    now = time.time()  # (a result is recorded at the time it is: the hour counts from then)
-    assert autograde.scan(place, queue, now) == 0  # ann's first is handed out
+    assert autograde.scan(place, queue) == 0  # ann's first is handed out
     first = take_work(staff)
     assert first is not None and take_work(staff) is None
     assert post_result(staff, first, MISSING)
-    assert autograde.scan(place, queue, now + 1) == 1
+    clock.advance(1)
+    assert autograde.scan(place, queue) == 1  # its result is recorded
+    (done,) = queue.entries("ps01", State.DONE)
     submit(url, "ann")  # again at once, to see more feedback
-    assert autograde.scan(place, queue, now + 2) == 0
+    clock.advance(1)
+    assert autograde.scan(place, queue) == 0
     assert take_work(staff) is None  # within the hour: not handed out
     assert [e.state for e in queue.entries("ps01")] == [State.DONE, State.QUEUED]
-    assert autograde.scan(place, queue, now + 1 + HOUR + 1) == 0  # an hour after the first was graded
+    clock.set(done.finished_at + HOUR - 60)
+    assert autograde.scan(place, queue) == 0 and take_work(staff) is None  # a minute before the hour is up
+    clock.set(done.finished_at + HOUR)
+    assert autograde.scan(place, queue) == 0  # an hour after the first was recorded
     second = take_work(staff)
     assert second is not None and second.timestamp > first.timestamp
 
@@ -89,13 +103,15 @@ def test_a_student_is_handed_out_once_at_a_time(tmp_path: Path, exchange, monkey
     url, staff = exchange
     place, queue = service(tmp_path, url, monkeypatch)
     submit(url, "ann")
-    autograde.scan(place, queue, 10_000.0)
+    autograde.scan(place, queue)
     first = take_work(staff)
     submit(url, "ann")  # while the first is being graded
-    autograde.scan(place, queue, 10_001.0)
+    place.clock.advance(1)
+    autograde.scan(place, queue)
     assert take_work(staff) is None
     assert post_result(staff, first, MISSING)
-    autograde.scan(place, queue, 10_002.0)
+    place.clock.advance(1)
+    autograde.scan(place, queue)
     assert take_work(staff).timestamp > first.timestamp
 
 
@@ -104,7 +120,7 @@ def test_hidden_tests_shown_and_the_time_limit_reach_the_worker(tmp_path: Path, 
     url, staff = exchange
     place, queue = service(tmp_path, url, monkeypatch, hidden_tests="shown", timeout=33.0)
     submit(url, "ann")
-    autograde.scan(place, queue, 10_000.0)
+    autograde.scan(place, queue)
     offer = take_work(staff)
     assert (offer.protect_hidden_tests, offer.timeout) == (False, 33.0)
     worker = Worker(tmp_path / "w1", staff, "none")
@@ -112,12 +128,12 @@ def test_hidden_tests_shown_and_the_time_limit_reach_the_worker(tmp_path: Path, 
     assert (setting.hidden_tests, setting.timeout) == (HiddenTests.SHOWN, 33.0)
 
 
-@pytest.mark.parametrize(("due", "protected"), [(None, True), (1, True), (-1, False)])
+@pytest.mark.parametrize(("due", "protected"), [(None, True), (1, True), (0, True), (-1, False)])
 def test_protected_until_the_students_own_due_date(tmp_path: Path, exchange, monkeypatch, due,
                                                    protected) -> None:
     url, staff = exchange
     place, queue = service(tmp_path, url, monkeypatch)  # protected: the default
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    now = autograde.naive_utc(place.clock())
     dates = DueDates(None if due is None else now + datetime.timedelta(days=due), {})
     monkeypatch.setattr(autograde, "due_dates", lambda course, assignment: dates)
     submit(url, "ann")

@@ -29,6 +29,7 @@ from autograder.course import with_venv_on_path
 from autograder.hub.arrival import nbgrader_time
 from autograder.hub.service.autograde_queue import MAX_TRIES, Queue, State
 from autograder.hub.setup.hub_api import HubAPI
+from tests.clock import ManualClock
 from tests.hub_support import (
     COURSE,
     Hub,
@@ -51,13 +52,20 @@ ROSTER = ("id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\ncat,Cat H
 
 @pytest.fixture
 def queue(tmp_path: Path) -> Queue:
-    q = Queue(tmp_path / "queue.sqlite")
+    q = Queue(tmp_path / "queue.sqlite", clock=ManualClock())
     q.configure("ps01", True)
     return q
 
 
+def at(q: Queue, now: float) -> Queue:
+    """Return the queue with its clock moved to `now`."""
+    q.clock.set(now)
+    return q
+
+
 def add(q: Queue, student: str, stamp: str, now: float, assignment: str = "ps01") -> str:
-    return q.add(student, assignment, stamp, f"{student}+{assignment}+{stamp}+x", "secret", now)
+    """Queue a submission of the student's at time `now`."""
+    return at(q, now).add(student, assignment, stamp, f"{student}+{assignment}+{stamp}+x", "secret")
 
 
 def test_newest_submission_wins_and_keeps_its_place(queue: Queue) -> None:
@@ -70,23 +78,23 @@ def test_newest_submission_wins_and_keeps_its_place(queue: Queue) -> None:
     states = {(e.student, e.timestamp): e.state for e in queue.entries()}
     assert states == {("ann", "t1"): State.SUPERSEDED, ("bob", "t2"): State.QUEUED,
                       ("ann", "t3"): State.QUEUED, ("ann", "t0"): State.SUPERSEDED}
-    assert [(e.student, e.timestamp) for e in queue.next_batch(8, now=6)] == [("ann", "t3"), ("bob", "t2")]
+    assert [(e.student, e.timestamp) for e in at(queue, 6).next_batch(8)] == [("ann", "t3"), ("bob", "t2")]
 
 
 def test_a_batch_is_fair_and_bounded(queue: Queue) -> None:
     for i in range(20):  # a whole class at once
         add(queue, f"s{i:02}", "t1", now=i)
     add(queue, "late", "t1", now=100)
-    first = queue.next_batch(8, now=101)
+    first = at(queue, 101).next_batch(8)
     assert [e.student for e in first] == [f"s{i:02}" for i in range(8)]
     assert ({e.state for e in queue.entries(state=State.GRADING)} == {State.GRADING}
             and len(queue.entries(state=State.GRADING)) == 8)
     for e in first:
-        queue.record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="", now=102)
+        at(queue, 102).record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="")
     # The one who came late waits for those ahead of them only, never behind a later crowd:
     for i in range(20, 40):
         add(queue, f"s{i:02}", "t1", now=103)
-    order = [e.student for b in iter(lambda: queue.next_batch(8, now=104), []) for e in b]
+    order = [e.student for b in iter(lambda: at(queue, 104).next_batch(8), []) for e in b]
     assert order.index("late") == 12 and order[:12] == [f"s{i:02}" for i in range(8, 20)]
 
 
@@ -94,25 +102,25 @@ def test_a_running_batch_takes_late_submissions_only_in_its_assignment_s_turn(qu
     queue.configure("ps02", True)
     for i in range(3):
         add(queue, f"s{i}", "t1", now=i)
-    running = queue.next_batch(2, now=3)
+    running = at(queue, 3).next_batch(2)
     assert [e.student for e in running] == ["s0", "s1"]
     add(queue, "s0", "t2", now=4)  # s0 again, while their first submission is graded: not in the same run
     add(queue, "s3", "t1", now=5)
     grading = frozenset(e.student for e in running)
-    joined = queue.next_batch(8, now=6, joining="ps01", grading=grading)
+    joined = at(queue, 6).next_batch(8, joining="ps01", grading=grading)
     assert [e.student for e in joined] == ["s2", "s3"]
     assert {e.student for e in queue.entries(state=State.GRADING)} == {"s0", "s1", "s2", "s3"}
     add(queue, "ann", "t1", now=7, assignment="ps02")  # ps02's turn comes before the next of ps01
     add(queue, "s4", "t1", now=8)
     grading |= {e.student for e in joined}
     # s0's resubmission waits for a run of its own, and does not hold ann's turn for the next of ps01
-    assert queue.next_batch(8, now=9, joining="ps01", grading=grading) == []
+    assert at(queue, 9).next_batch(8, joining="ps01", grading=grading) == []
     for e in queue.entries(state=State.GRADING):
-        queue.record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="", now=10)
-    assert [e.student for e in queue.next_batch(8, now=11)] == ["s0", "s4"]  # the next run: s0 came first
+        at(queue, 10).record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="")
+    assert [e.student for e in at(queue, 11).next_batch(8)] == ["s0", "s4"]  # the next run: s0 came first
     add(queue, "s5", "t1", now=12)
-    assert queue.next_batch(8, now=12, joining="ps01", grading=frozenset({"s0", "s4"})) == []  # ann's turn
-    assert [e.assignment for e in queue.next_batch(8, now=13)] == ["ps02"]
+    assert at(queue, 12).next_batch(8, joining="ps01", grading=frozenset({"s0", "s4"})) == []  # ann's turn
+    assert [e.assignment for e in at(queue, 13).next_batch(8)] == ["ps02"]
 
 
 def test_the_joiner_stages_late_submissions_up_to_its_limit_and_fails_or_requeues_the_rest(
@@ -121,7 +129,7 @@ def test_the_joiner_stages_late_submissions_up_to_its_limit_and_fails_or_requeue
 
     for i, student in enumerate(["ann", "bob", "cat", "dan", "eve"]):
         add(queue, student, "t1", now=i)
-    running = queue.next_batch(1, now=5)  # ann's batch is being graded
+    running = at(queue, 5).next_batch(1)  # ann's batch is being graded
     staged = service.Staged(tmp_path / "work")
     releaser = service.BatchReleaser(None, queue, running, staged)
     refuse, broken = {"bob"}, set()
@@ -138,23 +146,24 @@ def test_the_joiner_stages_late_submissions_up_to_its_limit_and_fails_or_requeue
 
     monkeypatch.setattr(service, "stage_into", stage_into)
     monkeypatch.setattr(service, "scan", lambda place, q: 0)
-    joiner = service.Joiner(None, queue, "ps01", releaser, staged, limit=3)
+    poll = ManualClock(1000.0)
+    joiner = service.Joiner(None, queue, "ps01", releaser, staged, limit=3, poll_clock=poll)
     assert joiner() == ["cat", "dan"]  # bob's copy was refused: failed, with the reason
     states = {e.student: (e.state, e.status) for e in queue.entries()}
     assert states["bob"] == (State.FAILED, "refused")
     assert states["cat"][0] == states["dan"][0] == State.GRADING
     assert set(releaser.pending) == {"ann", "cat", "dan"} and joiner.joined == 2
-    joiner.last = time.monotonic()
+    poll.advance(service.POLL_S / 2)
     assert joiner() == []  # asked again within the poll interval: eve waits for the next poll
     broken.add("eve")
-    joiner.last = 0.0
+    poll.advance(service.POLL_S / 2)
     assert joiner() == []  # staging failed: back in the queue, for this batch's next poll or the next batch
     assert {e.student: e.state for e in queue.entries()}["eve"] == State.QUEUED
     broken.clear()
-    joiner.last = 0.0
+    poll.advance(service.POLL_S)
     assert joiner() == ["eve"] and joiner.joined == 3  # refused ones do not count towards the limit
     add(queue, "fay", "t1", now=9)
-    joiner.last = 0.0
+    poll.advance(service.POLL_S)
     assert joiner() == [] and {e.student: e.state for e in queue.entries()}["fay"] == State.QUEUED  # limit
 
 
@@ -183,10 +192,10 @@ def test_turning_autograding_on_makes_the_template_before_the_first_submission(t
 def test_one_assignment_per_batch_and_only_enabled_ones(queue: Queue) -> None:
     add(queue, "ann", "t1", now=1, assignment="ps02")  # not turned on: waits
     add(queue, "ann", "t2", now=2)
-    assert [e.assignment for e in queue.next_batch(8, now=3)] == ["ps01"]
-    assert queue.next_batch(8, now=3) == []
+    assert [e.assignment for e in at(queue, 3).next_batch(8)] == ["ps01"]
+    assert at(queue, 3).next_batch(8) == []
     queue.configure("ps02", True)
-    assert [e.assignment for e in queue.next_batch(8, now=4)] == ["ps02"]
+    assert [e.assignment for e in at(queue, 4).next_batch(8)] == ["ps02"]
     queue.configure("ps02", False)
     assert not queue.setting("ps02").enabled and queue.setting("ps02").timeout == 120
 
@@ -195,14 +204,14 @@ def test_a_restart_requeues_what_was_being_graded_and_fails_a_poison_pill(queue:
     add(queue, "ann", "t1", now=1)
     add(queue, "cat", "t1", now=2)
     for attempt in range(1, MAX_TRIES + 1):
-        batch = queue.next_batch(8, now=10 + attempt)
+        batch = at(queue, 10 * attempt).next_batch(8)
         assert {e.student for e in batch} == {"ann", "cat"}, attempt
         if attempt < MAX_TRIES:
-            queue.recover(now=20)  # the service was killed in the middle of the batch
+            at(queue, 10 * attempt + 5).recover()  # the service was killed in the middle of the batch
         else:
-            queue.record_outcome(batch[0], graded=True, status="graded", score=1, max_score=1, detail="",
-                                 now=30)
-            queue.recover(now=31)
+            at(queue, 10 * attempt + 1).record_outcome(batch[0], graded=True, status="graded", score=1,
+                                                       max_score=1, detail="")
+            at(queue, 10 * attempt + 2).recover()
     states = {e.student: (e.state, e.tries) for e in queue.entries()}
     assert states == {"ann": (State.DONE, MAX_TRIES), "cat": (State.FAILED, MAX_TRIES)}
     assert "stopped 3 times" in queue.entries(state=State.FAILED)[0].detail
@@ -212,18 +221,18 @@ def test_an_hourly_limit_delays_and_never_drops(queue: Queue) -> None:
     queue.configure("ps01", True, per_hour=2)
     for n, now in enumerate((0, 10)):
         add(queue, "ann", f"t{n}", now=now)
-        (e,) = queue.next_batch(8, now=now + 1)
-        queue.record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="", now=now + 2)
+        (e,) = at(queue, now + 1).next_batch(8)
+        at(queue, now + 2).record_outcome(e, graded=True, status="graded", score=1, max_score=1, detail="")
     add(queue, "ann", "t2", now=20)
     add(queue, "bob", "t0", now=21)
     # ann waits; bob does not wait behind her
-    assert [e.student for e in queue.next_batch(8, now=22)] == ["bob"]
-    assert queue.next_batch(8, now=3000) == []
-    assert [e.timestamp for e in queue.next_batch(8, now=3603)] == ["t2"]  # an hour after her first one
+    assert [e.student for e in at(queue, 22).next_batch(8)] == ["bob"]
+    assert at(queue, 3601).next_batch(8) == []  # her first was recorded at 2: a second short of the hour
+    assert [e.timestamp for e in at(queue, 3602).next_batch(8)] == ["t2"]  # an hour after her first one
 
 
 def test_the_queue_survives_a_reopen(tmp_path: Path) -> None:
-    q = Queue(tmp_path / "queue.sqlite")
+    q = Queue(tmp_path / "queue.sqlite", clock=ManualClock())
     q.configure("ps01", True, per_hour=3, timeout=30)
     add(q, "ann", "t1", now=1)
     q.close()
@@ -342,6 +351,11 @@ def test_the_zygotes_start_importing_only_once_an_assignment_is_graded_on_submit
 
 # Deadlines, without a hub: the service itself on a scratch course and exchange
 
+def utc_now() -> datetime.datetime:
+    """Return the real time as nbgrader's timestamps are (naive UTC)."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+
 class ScratchClass:
     """A course holding `tiny`, an exchange, and this user as the one student who submits."""
 
@@ -370,12 +384,12 @@ class ScratchClass:
         with Gradebook(db_url, COURSE) as gb:
             gb.update_or_create_assignment("tiny", duedate=nbgrader_time(moment))
 
-    def submit(self, claimed: datetime.datetime) -> str:
-        """Write a right answer into the exchange, as nbgrader's submit does, claiming this time; return it.
-        """
+    def submit(self, claimed: datetime.datetime | None = None) -> str:
+        """Write a right answer into the exchange, as nbgrader's submit does, claiming this time (by default
+        the time it is written, as nbgrader's own: never one chosen before a slow step); return it."""
         from tests.test_grading_end_to_end import assignment
 
-        stamp = nbgrader_time(claimed)
+        stamp = nbgrader_time(claimed or utc_now())
         folder = self.place.inbound / f"{self.student}+tiny+{stamp}+{secrets.token_hex(4)}"
         folder.mkdir(parents=True)
         nbformat.write(assignment(), folder / "tiny.ipynb")
@@ -389,7 +403,7 @@ class ScratchClass:
 
         me, self.student = self.student, account
         try:
-            stamp = self.submit(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None))
+            stamp = self.submit()
         finally:
             self.student = me
         owner = pwd.getpwnam(account)
@@ -426,17 +440,17 @@ def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arr
     cannot be set back by its owner, so a submission that claims to be older than its files is graded as
     made when its files were written, and the instructor is told.
     """
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    now = utc_now()  # due dates an hour from it: far from any time a slow machine takes
     scratch = ScratchClass(tmp_path)
     scratch.due(now + datetime.timedelta(hours=1))
-    on_time = scratch.submit(now)
+    on_time = scratch.submit()
     log = scratch.serve_once()
     entry = scratch.graded(on_time)
     assert (entry.state, entry.score, entry.max_score) == (State.DONE, 3, 3), log
     assert scratch.penalty() == 0 and "claims" not in entry.detail
 
     scratch.due(now - datetime.timedelta(hours=1))  # the deadline has passed: an honest late resubmission
-    late = scratch.submit(now + datetime.timedelta(seconds=1))
+    late = scratch.submit()
     log = scratch.serve_once()
     entry = scratch.graded(late)
     assert (entry.state, entry.score, entry.max_score) == (State.DONE, 0, 3), log
@@ -445,7 +459,7 @@ def test_deadlines_are_nbgrader_s_and_a_backdated_submission_is_graded_as_it_arr
     (tmp_path / "second").mkdir()  # a student who first submits after the deadline, claiming a time before it
     scratch = ScratchClass(tmp_path / "second")
     scratch.due(now - datetime.timedelta(hours=1))
-    backdated = scratch.submit(now - datetime.timedelta(hours=2))
+    backdated = scratch.submit(utc_now() - datetime.timedelta(hours=2))
     log = scratch.serve_once()
     entry = scratch.graded(backdated)
     assert (entry.state, entry.score, entry.max_score) == (State.DONE, 0, 3), log
@@ -465,14 +479,14 @@ def test_an_extension_moves_the_deadline_the_late_penalty_counts_from(tmp_path: 
     """
     from autograder.hub.extensions import give
 
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    now = utc_now()  # due dates an hour from it: far from any time a slow machine takes
     scratch = ScratchClass(tmp_path)
     scratch.due(now - datetime.timedelta(hours=1))
     db_url = f"sqlite:///{scratch.course / 'gradebook.db'}"
     with Gradebook(db_url, COURSE) as gb:
         gb.update_or_create_student(scratch.student)
     give(scratch.course, "tiny", scratch.student, hours=3)
-    stamp = scratch.submit(now)
+    stamp = scratch.submit()
     log = scratch.serve_once()
     entry = scratch.graded(stamp)
     assert (entry.state, entry.score, entry.max_score) == (State.DONE, 3, 3), log
@@ -481,7 +495,7 @@ def test_an_extension_moves_the_deadline_the_late_penalty_counts_from(tmp_path: 
     assert "your extension of 3 h" in page and "on time" in page, page[:3000]
 
     give(scratch.course, "tiny", scratch.student)  # taken back: the class's due date applies again
-    late = scratch.submit(now + datetime.timedelta(seconds=1))
+    late = scratch.submit()
     log = scratch.serve_once()
     assert (scratch.graded(late).state, scratch.graded(late).score) == (State.DONE, 0), log
     assert scratch.penalty() == 3
@@ -492,7 +506,7 @@ def test_the_services_grades_csv_and_summary_cover_every_student_graded_so_far(t
     if os.geteuid() != 0:
         pytest.skip("a submission made by a second account needs root to change its owner")
     scratch = ScratchClass(tmp_path)
-    scratch.submit(datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None))
+    scratch.submit()
     scratch.serve_once()
     scratch.submit_as("nobody")  # a second student, graded in a later batch
     log = scratch.serve_once()

@@ -1,6 +1,5 @@
 """Grade passback and the LMS roster against the LMS stand-in on loopback (a real LTI platform, no hub)."""
 
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -13,9 +12,11 @@ from autograder.hub.lms.members import read_lms_roster
 from autograder.hub.lms.passback_queue import PassbackQueue, PassbackState, Score, wait_after
 from autograder.hub.lms.tool import ToolFiles, prepare
 from autograder.hub.settings import LtiSettings
+from tests.clock import ManualClock
 from tests.lms_standin import INSTRUCTOR, TEACHING_ASSISTANT, LmsStandin, Person
 
 ASSIGNMENT = "ps01-tensors-and-devices"
+START = 1_800_000_000.0  # the queue's clock at the start of a test: it moves only when told
 LIS = "http://purl.imsglobal.org/vocab/lis/v2/"
 CANVAS_TA = (LIS + "institution/person#Student", INSTRUCTOR, TEACHING_ASSISTANT, LIS + "system/person#User")
 
@@ -85,16 +86,19 @@ def test_the_same_score_twice_is_one_post_and_a_changed_score_one_more(lms: LmsS
 
 def test_while_the_lms_is_down_scores_wait_and_are_sent_once_it_is_back(lms: LmsStandin,
                                                                         tool: ToolFiles) -> None:
-    passback.offer(tool, [score()])
+    clock = ManualClock(START)
+    passback.offer(tool, [score()], clock)
     lms.down = True
-    now = time.time()
-    flushed = passback.flush(tool, now)
+    flushed = passback.flush(tool, clock)
     assert flushed.sent == [] and "HTTP 503" in flushed.failed[0][1]
     assert rows(tool) == {"t-ann": PassbackState.PENDING}
     lms.down = False
-    assert passback.flush(tool, now + 1).sent == []  # still waiting: no retry before its time
-    assert [s.student for s in passback.flush(tool, now + wait_after(1) + 1).sent] == ["t-ann"]
-    assert passback.flush(tool, now + 10_000).sent == []
+    clock.advance(wait_after(1) - 1)
+    assert passback.flush(tool, clock).sent == []  # still waiting: no retry before its time
+    clock.advance(1)
+    assert [s.student for s in passback.flush(tool, clock).sent] == ["t-ann"]  # its wait is over: at once
+    clock.advance(10_000)
+    assert passback.flush(tool, clock).sent == []
     assert len(lms.gradebook().scores_of(ASSIGNMENT)) == 1
 
 
@@ -129,12 +133,17 @@ def test_a_tool_key_the_lms_does_not_know_is_refused(lms: LmsStandin, tool: Tool
 
 
 def test_a_score_that_changed_while_it_was_posted_is_not_marked_sent(tmp_path: Path) -> None:
-    queue = PassbackQueue(tmp_path / "q.sqlite")
-    queue.offer(score(points=5.0), now=1)
-    [due] = queue.due(now=2)
-    queue.offer(score(points=6.0), now=3)  # the autograde service recorded a resubmission meanwhile
-    assert not queue.sent(due.score, now=4)
-    assert [r.score.score for r in queue.due(now=5)] == [6.0]  # the new value is still to be posted
+    clock = ManualClock(START)
+    queue = PassbackQueue(tmp_path / "q.sqlite", clock)
+    queue.offer(score(points=5.0))
+    clock.advance(1)
+    [due] = queue.due()
+    clock.advance(1)
+    queue.offer(score(points=6.0))  # the autograde service recorded a resubmission meanwhile
+    clock.advance(1)
+    assert not queue.sent(due.score)
+    clock.advance(1)
+    assert [r.score.score for r in queue.due()] == [6.0]  # the new value is still to be posted
     queue.close()
 
 
@@ -186,24 +195,28 @@ def test_lms_members_are_keyed_by_their_lms_id_and_their_names_are_one_line_labe
 
 def test_a_score_of_an_assignment_without_points_is_reported_once_and_never_retried(lms: LmsStandin,
                                                                                     tool: ToolFiles) -> None:
-    passback.offer(tool, [Score("t-ann", ASSIGNMENT, 0.0, 0.0, "graded")])
-    now = time.time()
-    flushed = passback.flush(tool, now)
+    clock = ManualClock(START)
+    passback.offer(tool, [Score("t-ann", ASSIGNMENT, 0.0, 0.0, "graded")], clock)
+    flushed = passback.flush(tool, clock)
     assert flushed.sent == [] and "no points" in flushed.failed[0][1]
     assert rows(tool) == {"t-ann": PassbackState.UNSENDABLE}
-    assert passback.flush(tool, now + 10**8) == passback.Flushed([], [])  # not tried nor reported again
+    clock.advance(10**8)
+    assert passback.flush(tool, clock) == passback.Flushed([], [])  # not tried nor reported again
     assert "no points" in passback.status_lines(tool, ASSIGNMENT)[0]
     assert lms.gradebook().lineitems == {}
-    passback.offer(tool, [score()])  # the assignment has points now: its next score goes
-    assert [s.student for s in passback.flush(tool, now + 10**8).sent] == ["t-ann"]
+    passback.offer(tool, [score()], clock)  # the assignment has points now: its next score goes
+    assert [s.student for s in passback.flush(tool, clock).sent] == ["t-ann"]
 
 
 def test_the_service_flushes_at_most_every_few_seconds(lms: LmsStandin, tool: ToolFiles) -> None:
-    pace = passback.Pacer(tool, every_s=5)
+    ticks = ManualClock(100)  # the service's monotonic clock
+    pace = passback.Pacer(tool, every_s=5, clock=ticks)
     passback.offer(tool, [score()])
-    pace(now=100)
+    pace()
     passback.offer(tool, [score(points=8.0)])
-    pace(now=101)
+    ticks.advance(4)
+    pace()
     assert [p["scoreGiven"] for p in lms.gradebook().scores] == [7.0]
-    pace(now=106)
+    ticks.advance(1)
+    pace()
     assert [p["scoreGiven"] for p in lms.gradebook().scores] == [7.0, 8.0]

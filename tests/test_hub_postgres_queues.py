@@ -12,6 +12,7 @@ from autograder.hub import database
 from autograder.hub.lms.passback_queue import PassbackQueue
 from autograder.hub.service.autograde import Place
 from autograder.hub.service.autograde_queue import Queue, State
+from tests.clock import ManualClock
 from tests.postgres_support import Postgres, postgres_cluster
 from tests.test_hub_autograde import (  # noqa: F401  (run again here, on PostgreSQL)
     add,
@@ -55,14 +56,14 @@ def _on_postgres(course_database: str) -> None:
 
 @pytest.fixture
 def queue(course_database: str) -> Queue:
-    q = Queue(database.sibling_part(course_database, "autograde"))
+    q = Queue(database.sibling_part(course_database, "autograde"), clock=ManualClock())
     q.configure("ps01", True)
     return q
 
 
 def test_the_queues_follow_the_course_gradebook_into_postgres(tmp_path: Path, postgres: Postgres,
                                                                course_database: str) -> None:
-    place = Place(tmp_path, Path("/nonexistent"), "")
+    place = Place(tmp_path, Path("/nonexistent"), "", clock=ManualClock())
     q = place.queue()
     q.configure("ps01", True, per_hour=3, timeout=30.5)
     add(q, "ann", "2026-11-28 12:00:00.000001 UTC", now=1_790_000_000.123456)
@@ -82,15 +83,18 @@ def test_the_queues_follow_the_course_gradebook_into_postgres(tmp_path: Path, po
 
 def test_a_submission_goes_to_one_batch_when_many_take_at_once(course_database: str) -> None:
     url = database.sibling_part(course_database, "autograde")
-    first = Queue(url)
+    clock = ManualClock()
+    first = Queue(url, clock)
     first.configure("ps01", True)
     for i in range(60):
-        first.add(f"s{i:02}", "ps01", "t1", f"s{i:02}+ps01+t1+x", "secret", now=i)
+        clock.set(i)
+        first.add(f"s{i:02}", "ps01", "t1", f"s{i:02}+ps01+t1+x", "secret")
+    clock.set(100)
     taken: list[list[str]] = []
 
     def take() -> None:
-        q = Queue(url)  # a worker of its own: its own connections
-        while batch := q.next_batch(3, now=100):
+        q = Queue(url, clock)  # a worker of its own: its own connections
+        while batch := q.next_batch(3):
             taken.append([e.student for e in batch])
         q.close()
 

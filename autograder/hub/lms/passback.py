@@ -15,6 +15,7 @@ import datetime
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,29 +61,30 @@ def lti_on(files: ToolFiles) -> bool:
     return files.platform.is_file()
 
 
-def offer(files: ToolFiles, scores: list[Score]) -> int:
+def offer(files: ToolFiles, scores: list[Score], clock: Callable[[], float] = time.time) -> int:
     """Queue the scores (the same value twice is queued once); return how many were new."""
-    queue = PassbackQueue.of_course(files.folder.parent, files.queue)
+    queue = PassbackQueue.of_course(files.folder.parent, files.queue, clock)
     try:
         return sum(queue.offer(s) for s in scores)
     finally:
         queue.close()
 
 
-def flush(files: ToolFiles, now: float | None = None) -> Flushed:
-    """Post every due score to the LMS; a score the LMS did not take waits and is tried again."""
+def flush(files: ToolFiles, clock: Callable[[], float] = time.time) -> Flushed:
+    """Post every due score to the LMS; a score the LMS did not take waits and is tried again (`clock`: the
+    queue's, seconds since the epoch)."""
     try:
         with FileLock(f"{files.queue}.lock", timeout=0):
-            return _flush(files, now)
+            return _flush(files, clock)
     except Timeout:
         return Flushed([], [], busy=True)
 
 
-def _flush(files: ToolFiles, now: float | None) -> Flushed:
-    queue = PassbackQueue.of_course(files.folder.parent, files.queue)
+def _flush(files: ToolFiles, clock: Callable[[], float]) -> Flushed:
+    queue = PassbackQueue.of_course(files.folder.parent, files.queue, clock)
     sent, failed = [], []
     try:
-        due = queue.due(now)
+        due = queue.due()
         if not due:
             return Flushed([], [])
         platform = files.read_platform()
@@ -98,11 +100,11 @@ def _flush(files: ToolFiles, now: float | None) -> Flushed:
                 logger.info(printable(f"passback {row.score.student} {row.score.assignment}: {exc}"))
                 continue
             except PostFailed as exc:
-                queue.failed(row.score, exc.reason, exc.refused, now)
+                queue.failed(row.score, exc.reason, exc.refused)
                 failed.append((row.score, exc.reason))
                 logger.info(printable(f"passback {row.score.student} {row.score.assignment}: {exc.reason}"))
                 continue
-            queue.sent(row.score, now)
+            queue.sent(row.score)
             sent.append(row.score)
     finally:
         queue.close()
@@ -170,12 +172,13 @@ class Pacer:
     must not copy a thread that may hold a lock.
     """
 
-    def __init__(self, files: ToolFiles, every_s: float = FLUSH_EVERY_S) -> None:
-        self.files, self.every_s, self.next_at = files, every_s, 0.0
+    def __init__(self, files: ToolFiles, every_s: float = FLUSH_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.files, self.every_s, self.clock, self.next_at = files, every_s, clock, float("-inf")
 
-    def __call__(self, now: float | None = None) -> None:
+    def __call__(self) -> None:
         """Flush if it is time; an error is logged and the next flush tries again."""
-        now = time.monotonic() if now is None else now
+        now = self.clock()
         if now < self.next_at:
             return
         self.next_at = now + self.every_s

@@ -10,6 +10,7 @@ again, once.
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,13 +83,15 @@ def wait_after(tries: int) -> float:
 class PassbackQueue:
     """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its table made on first use."""
 
-    def __init__(self, where: Path | str) -> None:
+    def __init__(self, where: Path | str, clock: Callable[[], float] = time.time) -> None:
         self.store = Tables(f"sqlite:///{where}" if isinstance(where, Path) else where, SCHEMA, ("scores",))
+        self.clock = clock  # every time it records or compares (seconds since the epoch)
 
     @classmethod
-    def of_course(cls, course: Path, sqlite_file: Path) -> "PassbackQueue":
+    def of_course(cls, course: Path, sqlite_file: Path,
+                  clock: Callable[[], float] = time.time) -> "PassbackQueue":
         """Open the course's queue: in its PostgreSQL database when its gradebook is there, else the file."""
-        return cls(course_part_url(course, "passback", sqlite_file))
+        return cls(course_part_url(course, "passback", sqlite_file), clock)
 
     def close(self) -> None:
         """Close its connections."""
@@ -97,9 +100,9 @@ class PassbackQueue:
     def _run(self, conn, sql: str, **params):
         return conn.execute(text(sql), {k: str(v) if isinstance(v, str) else v for k, v in params.items()})
 
-    def offer(self, score: Score, now: float | None = None) -> bool:
+    def offer(self, score: Score) -> bool:
         """Queue a score unless the row already holds this very value; return whether it was queued."""
-        now = time.time() if now is None else now
+        now = self.clock()
         with self.store.write() as conn:
             old = self._run(conn, "SELECT score, max_score, status FROM scores WHERE student = :student AND "
                             "assignment = :assignment", **_key(score)).first()
@@ -114,9 +117,9 @@ class PassbackQueue:
                 **_value(score), pending=PassbackState.PENDING, now=now)
         return True
 
-    def due(self, now: float | None = None) -> list[Row]:
+    def due(self) -> list[Row]:
         """Return the rows to post now (pending or failed, their wait over), oldest first."""
-        now = time.time() if now is None else now
+        now = self.clock()
         with self.store.read() as conn:
             found = self._run(conn, "SELECT * FROM scores WHERE state NOT IN (:sent, :unsendable) AND "
                               "next_try <= :now ORDER BY updated_at", sent=PassbackState.SENT,
@@ -131,9 +134,9 @@ class PassbackQueue:
                               **({"assignment": assignment} if assignment is not None else {}))
             return [_row(r._mapping) for r in found]
 
-    def sent(self, score: Score, now: float | None = None) -> bool:
+    def sent(self, score: Score) -> bool:
         """Mark the row sent if it still holds this value; return whether it did (else it stays due)."""
-        now = time.time() if now is None else now
+        now = self.clock()
         with self.store.write() as conn:
             done = self._run(conn, f"UPDATE scores SET state=:sent, sent_at=:now, posts=posts+1, detail='' "
                              f"WHERE {_MATCH}", sent=PassbackState.SENT, now=now, **_value(score))
@@ -145,9 +148,9 @@ class PassbackQueue:
             self._run(conn, "UPDATE scores SET state=:unsendable, tries=tries+1, detail=:detail WHERE "
                       f"{_MATCH}", unsendable=PassbackState.UNSENDABLE, detail=detail[:500], **_value(score))
 
-    def failed(self, score: Score, detail: str, refused: bool, now: float | None = None) -> None:
+    def failed(self, score: Score, detail: str, refused: bool) -> None:
         """Record a failed post (refused: the LMS said no; else it could not be reached); wait, then retry."""
-        now = time.time() if now is None else now
+        now = self.clock()
         with self.store.write() as conn:
             found = self._run(conn, f"SELECT tries FROM scores WHERE {_MATCH}", **_value(score)).first()
             if found is None:  # a new score took its place meanwhile: that one is due now

@@ -18,6 +18,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,13 +60,15 @@ QUEUE_FILE = "queue.sqlite"
 
 @dataclass(frozen=True)
 class Place:
-    """Where the service works: the grader's course, the exchange, the course id."""
+    """Where the service works: the grader's course, the exchange, the course id; and its clock (seconds since
+    the epoch), the one time its queue records and its due dates are compared with."""
 
     course: Path
     exchange: Path
     course_id: str
     http_exchange: str = ""  # the HTTP exchange service's address (`--exchange http`); "": the folder
     workers: bool = False  # grading workers grade the HTTP exchange's submissions; this service records them
+    clock: Callable[[], float] = time.time
 
     def service(self) -> ServiceClient:
         """Return the HTTP exchange's API with this service's own hub token (staff)."""
@@ -90,7 +93,7 @@ class Place:
         return self.dirs.feedback
 
     def queue(self) -> Queue:
-        return Queue(course_part_url(self.course, "autograde", self.home / QUEUE_FILE))
+        return Queue(course_part_url(self.course, "autograde", self.home / QUEUE_FILE), self.clock)
 
     @property
     def lti(self) -> ToolFiles:
@@ -109,15 +112,15 @@ class Place:
 logger = logging.getLogger("devicelab.autograde")
 
 
-def scan(place: Place, queue: Queue, now: float | None = None) -> int:
+def scan(place: Place, queue: Queue) -> int:
     """Queue every new submission of the enabled assignments (oldest first); return how many were new."""
     enabled = set(queue.enabled())
     if place.http_exchange and place.workers:
-        return take_results(place, queue, enabled, now)
+        return take_results(place, queue, enabled)
     if not enabled:
         return 0
     if place.http_exchange:
-        return scan_service(place, queue, enabled, now)
+        return scan_service(place, queue, enabled)
     inbox = place.dirs.read_inbox(enabled, now=None)
     known = {a: queue.known(a) for a in enabled}
     new = 0
@@ -128,14 +131,14 @@ def scan(place: Place, queue: Queue, now: float | None = None) -> int:
         secret = _secret(sub)
         if not secret and _age_s(sub.folder) < COPYING_GRACE_S:
             continue  # nbgrader is still copying it (its secret comes last): the next scan takes it
-        state = queue.add(student, assignment, timestamp, sub.folder.name, secret, now)
+        state = queue.add(student, assignment, timestamp, sub.folder.name, secret)
         known[assignment].add((student, timestamp))
         logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
         new += 1
     return new
 
 
-def scan_service(place: Place, queue: Queue, enabled: set[str], now: float | None = None) -> int:
+def scan_service(place: Place, queue: Queue, enabled: set[str]) -> int:
     """Queue every new submission the HTTP exchange lists (oldest first); return how many were new."""
     try:
         listed = [sub for a in sorted(enabled) for sub in place.service().submissions(a)]
@@ -148,14 +151,14 @@ def scan_service(place: Place, queue: Queue, enabled: set[str], now: float | Non
         student, assignment, timestamp = sub.student_id, sub.assignment_id, sub.timestamp
         if (student, timestamp) in known[assignment]:
             continue
-        state = queue.add(student, assignment, timestamp, timestamp, "", now)  # no secret: the service knows
+        state = queue.add(student, assignment, timestamp, timestamp, "")  # no secret: the service knows
         known[assignment].add((student, timestamp))
         logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
         new += 1
     return new
 
 
-def take_results(place: Place, queue: Queue, enabled: set[str], now: float | None = None) -> int:
+def take_results(place: Place, queue: Queue, enabled: set[str]) -> int:
     """Queue the new submissions, tell the exchange which ones the workers may grade now and how, then record
     their new results (oldest first): the gradebook, the queue, the LMS; return how many results.
 
@@ -166,7 +169,7 @@ def take_results(place: Place, queue: Queue, enabled: set[str], now: float | Non
     scan.
     """
     if enabled:
-        scan_service(place, queue, enabled, now)
+        scan_service(place, queue, enabled)
     try:
         listed = [r for a in sorted(enabled) for r in recorded_results(place.service(), a)]
     except ServiceError as exc:
@@ -179,16 +182,21 @@ def take_results(place: Place, queue: Queue, enabled: set[str], now: float | Non
         key = (r.student_id, r.assignment_id, r.timestamp)
         if (r.student_id, r.timestamp) in known[r.assignment_id] and key not in pending:
             continue
-        state = queue.add(r.student_id, r.assignment_id, r.timestamp, r.timestamp, "", now)
+        state = queue.add(r.student_id, r.assignment_id, r.timestamp, r.timestamp, "")
         if state in (State.QUEUED, State.GRADING):
             entry = next(e for e in queue.entries(r.assignment_id) if e.key == key)
             record_worker_result(place, queue, entry, r.result)
             new += 1
     try:  # after the results: a student whose result came is free for their next submission at once
-        hand_out(place.service(), handouts(place, queue, now))  # told at every scan (it forgets on restart)
+        hand_out(place.service(), handouts(place, queue))  # told at every scan (it forgets on restart)
     except ServiceError as exc:
         logger.info(printable(f"the exchange service took no handouts: {exc}"))
     return new
+
+
+def naive_utc(seconds: float) -> datetime.datetime:
+    """Return a time (seconds since the epoch) as the gradebook writes due dates: naive UTC."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(tzinfo=None)
 
 
 def due_dates(course: Path, assignment: str) -> "DueDates":
@@ -198,13 +206,12 @@ def due_dates(course: Path, assignment: str) -> "DueDates":
     return gbook.due_dates(gbook.course_db_url(course), gbook.course_id(course), assignment)
 
 
-def handouts(place: Place, queue: Queue, now: float | None = None) -> list[Handout]:
+def handouts(place: Place, queue: Queue) -> list[Handout]:
     """Return what the workers may grade now (queue.hand_out_ready), each with how: the hidden tests protected
     until the student's own due date unless the instructor shows them, the assignment's time limit (the
     gradebook read once per assignment)."""
-    moment = (datetime.datetime.now(datetime.timezone.utc) if now is None
-              else datetime.datetime.fromtimestamp(now, datetime.timezone.utc)).replace(tzinfo=None)
-    entries = queue.hand_out_ready(now)
+    moment = naive_utc(place.clock())
+    entries = queue.hand_out_ready()
     settings = {a: queue.setting(a) for a in {e.assignment for e in entries}}
     dues = {a: due_dates(place.course, a) for a in settings}
     return [Handout(e.assignment, e.student, e.timestamp,
@@ -330,7 +337,7 @@ def result_pages(place: Place, student: str, assignment: str, result: StudentRes
 
     pages: dict[str, str] = {}
     if result.ran:
-        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        now = naive_utc(place.clock())
         # a student's own due date: an extension keeps their hidden tests hidden until it has passed
         if setting.protects_hidden_tests(due_date(place.course, assignment, student), now):
             pages = student_feedback_pages(place.course, assignment, student,
@@ -503,16 +510,17 @@ class Joiner:
     """
 
     def __init__(self, place: Place, queue: Queue, assignment: str, releaser: "BatchReleaser", staged: Staged,
-                 limit: int) -> None:
+                 limit: int, poll_clock: Callable[[], float] = time.monotonic) -> None:
         self.place, self.queue, self.assignment = place, queue, assignment
         self.releaser, self.staged, self.limit = releaser, staged, limit
+        self.poll_clock = poll_clock  # how often it looks (seconds, any start): never the queue's times
         self.students = set(releaser.pending)  # everyone this run grades: one submission each
         self.joined = 0
         self.last = 0.0
 
     def __call__(self) -> list[str]:
         """Queue what arrived, stage the next of this assignment's turn; return their student folders."""
-        now = time.monotonic()
+        now = self.poll_clock()
         if self.joined >= self.limit or now - self.last < POLL_S:
             return []
         self.last = now

@@ -13,7 +13,7 @@ later submission waits for those ahead of it and never for a whole class's batch
 """
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -126,9 +126,15 @@ class AutogradeSetting:
 
 
 class Queue:
-    """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its tables made on first use."""
+    """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its tables made on first use.
 
-    def __init__(self, where: Path | str) -> None:
+    Every time it records or compares (a submission's place, when its grading started and ended, the hourly
+    limit) is read from `clock` (seconds since the epoch), one clock for all of them: a test gives it a clock
+    it moves itself, never a chosen time beside the real one.
+    """
+
+    def __init__(self, where: Path | str, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
         url = f"sqlite:///{where}" if isinstance(where, Path) else where
         self.store = Tables(url, SCHEMA, ("assignments", "submissions"))
         if not self.store.postgres:
@@ -192,14 +198,13 @@ class Queue:
         rows = self._read("SELECT student, timestamp FROM submissions WHERE assignment = :a", a=assignment)
         return {(r["student"], r["timestamp"]) for r in rows}
 
-    def add(self, student: str, assignment: str, timestamp: str, folder: str, secret: str,
-            now: float | None = None) -> str:
+    def add(self, student: str, assignment: str, timestamp: str, folder: str, secret: str) -> str:
         """Queue a new submission; return its state (superseded at once when a newer one is known).
 
         A queued older submission of the same student and assignment is superseded, and the new one takes its
         place in the queue. Adding a known submission again changes nothing.
         """
-        now = time.time() if now is None else now
+        now = self.clock()
         key = {"student": student, "assignment": assignment, "stamp": timestamp}
         with self.transaction() as db:
             row = db.one("SELECT state FROM submissions WHERE student = :student AND assignment = "
@@ -226,10 +231,10 @@ class Queue:
                        place=place, now=now, detail="a newer submission was already there" if newer else "")
         return state
 
-    def recover(self, now: float | None = None) -> list[Entry]:
+    def recover(self) -> list[Entry]:
         """After a crash or restart: queue again what was being graded (fail what has died MAX_TRIES times).
         """
-        now = time.time() if now is None else now
+        now = self.clock()
         with self.transaction() as db:
             rows = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = :grading",
                                                   grading=State.GRADING)]
@@ -253,12 +258,12 @@ class Queue:
         times = [r["finished_at"] for r in (db.execute(sql, **params) if db else self._read(sql, **params))]
         return now if len(times) < per_hour else times[len(times) - per_hour] + HOUR
 
-    def next_batch(self, size: int, now: float | None = None, joining: str | None = None,
+    def next_batch(self, size: int, joining: str | None = None,
                    grading: frozenset[str] = frozenset()) -> list[Entry]:
         """Pick the next batch (one assignment, one submission per student, first come first served) and mark
         it grading; empty when nothing may be graded now. `joining`: the assignment of a running batch, which
         takes more only while its assignment's turn lasts, and no student it is `grading` already."""
-        now = time.time() if now is None else now
+        now = self.clock()
         enabled = {a: self.setting(a) for a in self.enabled()}
         with self.transaction() as db:
             queued = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state = :queued "
@@ -276,11 +281,11 @@ class Queue:
                 _mark_grading(db, e, now)
         return batch
 
-    def hand_out_ready(self, now: float | None = None) -> list[Entry]:
+    def hand_out_ready(self) -> list[Entry]:
         """For grading workers: mark grading each queued submission of an enabled assignment that may be
         graded now (the hourly limit; one at a time per student and assignment), then return every submission
         being graded, first come first."""
-        now = time.time() if now is None else now
+        now = self.clock()
         enabled = {a: self.setting(a) for a in self.enabled()}
         with self.transaction() as db:
             rows = [_entry(r) for r in db.execute("SELECT * FROM submissions WHERE state IN (:queued, "
@@ -298,10 +303,9 @@ class Queue:
         return [e for e in grading if e.assignment in enabled]
 
     def record_outcome(self, entry: Entry, *, state: State = State.DONE, graded: bool, status: Status,
-                       score: float | None,
-               max_score: float | None, detail: str, now: float | None = None) -> None:
+                       score: float | None, max_score: float | None, detail: str) -> None:
         """Record how a submission ended (one transaction)."""
-        now = time.time() if now is None else now
+        now = self.clock()
         with self.transaction() as db:
             db.execute("UPDATE submissions SET state = :state, finished_at = :now, graded = :graded, "
                        "status = :status, score = :score, max_score = :max_score, detail = :detail WHERE "
