@@ -207,6 +207,7 @@ def test_the_setting_protects_by_default_until_the_due_date(tmp_path: Path) -> N
     assert protected.hidden_tests == HiddenTests.PROTECTED
     assert protected.protects_hidden_tests(None, now) and protected.protects_hidden_tests(now + hour, now)
     assert not protected.protects_hidden_tests(now - hour, now)
+    assert protected.protects_hidden_tests(now, now)  # at the due date itself: still protected
     assert not AutogradeSetting("ps01", True,
                                 hidden_tests=HiddenTests.SHOWN).protects_hidden_tests(now + hour, now)
     queue = Queue(tmp_path / "queue.sqlite")
