@@ -62,22 +62,25 @@ def bare() -> dict[str, str]:
     return {**env, "PATH": ":".join(path)}
 
 
-def record(what: str, run: int, command: list[str], cwd: Path, env: dict[str, str], hogs_n: int) -> dict:
-    """Run one command to its end; return (and append to OUT) what happened, keeping a failure's output."""
+def record(what: str, run: int, command: list[str], cwd: Path, env: dict[str, str], hogs_n: int,
+           keep: bool = False) -> dict:
+    """Run one command to its end; return (and append to OUT) what happened, keeping a failure's output (and
+    any run's, with `keep`)."""
     started = time.monotonic()
     done = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace", check=False)
     row = {"what": what, "run": run, "rc": done.returncode, "seconds": round(time.monotonic() - started, 1),
            "hogs": hogs_n, "load": round(os.getloadavg()[0], 2), "at": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if done.returncode != 0:
+    if done.returncode != 0 or keep:
         LOGS.mkdir(exist_ok=True)
-        log = LOGS / f"{Path(what).stem}-{run}.log"
+        name = Path(what.split("::")[0]).stem if what.startswith("tests/") else "ci"
+        log = LOGS / f"{name}-{time.strftime('%H%M%S')}-{run}.log"
         log.write_text(done.stdout)
         row["log"] = str(log.relative_to(ROOT))
     with OUT.open("a") as out:
         out.write(json.dumps(row) + "\n")
-    print(f"{what} #{run}: {'passed' if row['rc'] == 0 else 'FAILED (' + row['log'] + ')'} in "
-          f"{row['seconds']:.0f} s, load {row['load']}", flush=True)
+    print(f"{what} #{run}: {'passed' if row['rc'] == 0 else 'FAILED'} in {row['seconds']:.0f} s, load "
+          f"{row['load']}" + (f" (output: {row['log']})" if "log" in row else ""), flush=True)
     return row
 
 
@@ -113,7 +116,7 @@ def run_ci(times: int, hogs_n: int) -> list[dict]:
                 clone = Path(folder) / "clone"
                 subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
                 rows.append(record("bash .ci/run (fresh clone)", run, ["bash", ".ci/run"], clone, bare(),
-                                   hogs_n))
+                                   hogs_n, keep=True))
     return rows
 
 
