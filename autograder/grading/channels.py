@@ -14,6 +14,7 @@ DeadKernelError, so that the cell running is blamed for it as for a kernel that 
 """
 
 import time
+from collections.abc import Callable
 from queue import Empty
 
 from jupyter_client.asynchronous import AsyncKernelClient
@@ -30,7 +31,16 @@ class KernelMessageError(DeadKernelError):
 
 class SlicedChannel(AsyncZMQSocketChannel):
     """An async channel whose `get_msg` waits in polls of at most SLICE_S seconds, up to its timeout, and
-    which raises KernelMessageError for a message it cannot read."""
+    which raises KernelMessageError for a message it cannot read.
+
+    `clock` is what the timeout is measured on (jupyter_client makes the channels with its three arguments:
+    the monotonic clock); a test gives its own, so that the polls it counts never depend on how fast the
+    machine ran them.
+    """
+
+    def __init__(self, socket, session, loop=None, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(socket, session, loop)
+        self.clock = clock
 
     async def _recv(self, **kwargs) -> dict:
         frames = await self.socket.recv_multipart(**kwargs)
@@ -43,13 +53,13 @@ class SlicedChannel(AsyncZMQSocketChannel):
 
     async def get_msg(self, timeout: float | None = None) -> dict:
         """Return the next message; Empty when none came within `timeout` seconds (None: wait for one)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self.clock() + timeout
         while True:
-            step = SLICE_S if deadline is None else max(0.0, min(SLICE_S, deadline - time.monotonic()))
+            step = SLICE_S if deadline is None else max(0.0, min(SLICE_S, deadline - self.clock()))
             try:
                 return await super().get_msg(timeout=step)
             except Empty:
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline is not None and self.clock() >= deadline:
                     raise
 
 
