@@ -101,13 +101,19 @@ def _gone(pid: int, seconds: float = 10) -> bool:
 @warm_only
 def test_an_interrupt_reaches_a_warm_kernel_and_killing_its_launcher_ends_it():
     import signal
-    import threading
 
     km, kc, pid = _warm_kernel()
     try:
         assert pid != km.provisioner.process.pid  # the launcher is not the kernel
-        threading.Timer(1.0, km.interrupt_kernel).start()
-        reply = kc.execute_interactive("import time; time.sleep(60)", timeout=30)
+
+        def interrupt_once_running(msg) -> None:
+            # Only once the cell says it runs: an interrupt on a timer could reach a loaded kernel before the
+            # cell did, and an idle kernel lets it pass; the cell would then sleep its whole time.
+            if msg["msg_type"] == "stream" and "sleeping" in msg["content"]["text"]:
+                km.interrupt_kernel()
+
+        reply = kc.execute_interactive("import time\nprint('sleeping', flush=True)\ntime.sleep(600)",
+                                       timeout=300, output_hook=interrupt_once_running)
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
         km.provisioner.process.send_signal(signal.SIGKILL)
         assert _gone(pid), "the kernel outlived its launcher"
