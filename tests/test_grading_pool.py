@@ -32,6 +32,12 @@ class FakeWorker:
         return AttemptReport(Outcome.COMPLETED, notes=[f"graded {job.student} attempt {job.attempt}"])
 
 
+def seconds_for(job: Job) -> float:
+    """Each job's time limit: 'hang' runs past its short one; the others finish at once and have far more
+    than a loaded machine could take to fork a worker and hear from it (no limit they could reach)."""
+    return 1.0 if job.student == "hang" else 120.0
+
+
 @pytest.fixture
 def fake_pool(tmp_path, monkeypatch):
     monkeypatch.setattr(pool_module, "Worker", FakeWorker)  # the forked workers inherit it
@@ -45,7 +51,7 @@ def fake_pool(tmp_path, monkeypatch):
 def test_every_job_gets_one_report_whatever_its_worker_did(fake_pool):
     jobs = [Job(i, name, {}) for i, name in enumerate(["ada", "die", "hang", "bug", "ben"])]
     reports: dict[str, AttemptReport] = {}
-    fake_pool.run(jobs, lambda job: 3.0, lambda job, report: reports.setdefault(job.student, report) and [])
+    fake_pool.run(jobs, seconds_for, lambda job, report: reports.setdefault(job.student, report) and [])
     assert sorted(reports) == ["ada", "ben", "bug", "die", "hang"]
     assert reports["ada"].outcome == Outcome.COMPLETED and reports["ada"].notes == ["graded ada attempt 1"]
     assert reports["die"].failure.kind is FailureKind.CRASHED and "exited (code 3)" in reports[
@@ -62,7 +68,7 @@ def test_follow_up_jobs_run_next_and_no_worker_is_left(fake_pool):
         seen.append((job.student, job.attempt))
         return [Job(job.index, job.student, {}, attempt=2)] if job.attempt == 1 else []
 
-    fake_pool.run([Job(0, "ada", {}), Job(1, "ben", {})], lambda job: 5.0, on_report)
+    fake_pool.run([Job(0, "ada", {}), Job(1, "ben", {})], seconds_for, on_report)
     assert sorted(seen) == [("ada", 1), ("ada", 2), ("ben", 1), ("ben", 2)]
     pids = [w.pid for w in fake_pool.workers]
     fake_pool.shutdown()
@@ -77,7 +83,7 @@ def test_jobs_that_join_are_run_while_the_run_lasts_and_then_it_ends(fake_pool):
         asked.append(sorted(r for r in reports))
         return late.pop(0) if late else []
 
-    fake_pool.run([Job(0, "ada", {}), Job(1, "ben", {})], lambda job: 5.0,
+    fake_pool.run([Job(0, "ada", {}), Job(1, "ben", {})], seconds_for,
                   lambda job, report: reports.append(job.student) or [], more)
     assert sorted(reports) == ["ada", "ben", "cat", "dan", "die"]  # a joiner that crashed is reported too
     assert not late and asked[0] != sorted(reports)  # asked while the run was going, not only at its end
@@ -86,5 +92,5 @@ def test_jobs_that_join_are_run_while_the_run_lasts_and_then_it_ends(fake_pool):
 
 def test_without_joiners_a_run_is_asked_nothing(fake_pool):
     reports = []
-    fake_pool.run([Job(0, "ada", {})], lambda job: 5.0, lambda job, report: reports.append(job.student) or [])
+    fake_pool.run([Job(0, "ada", {})], seconds_for, lambda job, report: reports.append(job.student) or [])
     assert reports == ["ada"] and len(fake_pool.workers) == 1
