@@ -21,23 +21,14 @@ from autograder.hub.http_exchange.store import FolderStore
 from autograder.hub.http_exchange.work import Leases, WorkResult, post_result, take_work
 from autograder.hub.service import grading_worker
 from autograder.hub.service.grading_worker import SandboxRefused, Worker, choose_sandbox
+from tests.clock import ManualClock
 from tests.test_http_exchange_service import call, serving, tar_of
-
-
-class Clock:
-    """The service's clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
 def leased(tmp_path: Path, monkeypatch):
     """The service with a clock of the test's and 60 s leases; ann has submitted ps01. Yield (url, clock)."""
-    clock = Clock()
+    clock = ManualClock(1000.0)
     monkeypatch.setattr(service_module, "Leases", lambda: Leases(60.0, clock))
     with serving(FolderStore(tmp_path / "store")) as url:
         assert call(url, "ivy-token", "PUT", "assignments/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
@@ -71,7 +62,7 @@ def test_a_lease_held_is_not_handed_out_again_until_it_expires(leased) -> None:
     first = take_work(grader(url))
     assert first is not None and first.student_id == "ann" and first.lease_s == 60.0
     assert take_work(grader(url)) is None  # the worker holding it may still post
-    clock.now += 61  # ... it died: its lease expires and the submission is handed out again
+    clock.advance(61)  # ... it died: its lease expires and the submission is handed out again
     again = take_work(grader(url))
     assert again is not None and again.timestamp == first.timestamp and again.lease_id != first.lease_id
 
@@ -86,7 +77,7 @@ def test_two_workers_racing_for_one_submission_get_it_once(leased) -> None:
 def test_a_stale_worker_posting_after_its_lease_was_handed_on_is_recorded_once(leased) -> None:
     url, clock = leased
     stale = take_work(grader(url))
-    clock.now += 61
+    clock.advance(61)
     fresh = take_work(grader(url))
     assert post_result(grader(url), stale, result(2, "stale")) is True  # the same submission, graded
     assert post_result(grader(url), fresh, result(3, "fresh")) is False  # not recorded a second time
@@ -182,5 +173,5 @@ def test_a_submission_the_worker_cannot_grade_is_left_to_its_lease(leased, tmp_p
     lacking.mkdir()
     assert Worker(lacking, grader(url), "none").once() is True  # leased, not graded: nothing posted
     assert recorded(url) == [] and take_work(grader(url)) is None
-    clock.now += 61
+    clock.advance(61)
     assert take_work(grader(url)) is not None  # handed out again, to a worker that may have the assignment
