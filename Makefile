@@ -2,8 +2,12 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# Re-install whenever the dependency list changes.
+# Re-install whenever the dependency list changes: the course alone for `make lab` (a student's install), and
+# everything (the grader, the hub, the book, the test tools) for `make test` and the instructor's commands.
 STAMP  := $(VENV)/.installed-stamp
+COURSE_STAMP := $(VENV)/.course-stamp
+# Where `make lab` puts the student's own copies of the lessons and problem sets (never a tracked file)
+MYWORK ?= mywork
 JOBS   ?= auto
 # Which PyTorch to install, as a pip requirement: empty lets pip choose (on Linux that is the CUDA build, 5.3 GiB
 # with its libraries). On a machine without an NVIDIA GPU, PyTorch's CPU-only build runs the course in under 1 GiB:
@@ -66,7 +70,17 @@ $(STAMP): pyproject.toml
 	$(SLOW_VALIDATOR_OFF)
 	@touch $(STAMP)
 
-venv: $(STAMP)  ## Create or update the virtual environment
+venv: $(STAMP)  ## Create or update the virtual environment with everything (grader, hub, book, tests)
+
+$(COURSE_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Device Lab needs Python 3.10 or newer; set PYTHON=python3.x")'
+	@test -x $(PY) || { echo "Creating the virtual environment in $(VENV)/"; $(call new_venv,$(VENV)); }
+	@echo "Installing the course: PyTorch, JupyterLab and the course's helpers (the first time takes a few minutes)"
+	$(UPGRADE_PIP)
+	$(if $(TORCH),$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) "$(TORCH)")
+	$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) -e ".[course]"
+	$(SLOW_VALIDATOR_OFF)
+	@touch $(COURSE_STAMP)
 
 $(COLAB_STAMP): pyproject.toml $(wildcard devicelab/*.py devicelab/*/*.py)
 	@test -x $(COLAB_VENV)/bin/python || $(call new_venv,$(COLAB_VENV))
@@ -78,8 +92,9 @@ $(COLAB_STAMP): pyproject.toml $(wildcard devicelab/*.py devicelab/*/*.py)
 
 colab-env: $(COLAB_STAMP)  ## Build the Colab-shaped environment the Colab test runs notebooks in
 
-lab: $(STAMP)  ## Open the course in JupyterLab as a student sees it (no nbgrader instructor tools)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JUPYTER_CONFIG_PATH="$(STUDENT_JUPYTER)" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
+lab: $(COURSE_STAMP)  ## Install the course only, copy it into mywork/ (new files only) and open your copies in JupyterLab
+	@$(PY) -m devicelab workspace "$(MYWORK)" | tail -n 1
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" JUPYTER_CONFIG_PATH="$(STUDENT_JUPYTER)" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)/$(MYWORK)" $(ROOT_FLAG) $(LAB_ARGS)
 
 lab-instructor: $(STAMP)  ## Open the course in JupyterLab with nbgrader's instructor tools (formgrader, Create Assignment, Validate)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab --notebook-dir="$(CURDIR)" $(ROOT_FLAG) $(LAB_ARGS)
@@ -114,8 +129,8 @@ lint: $(STAMP)  ## Lint the Python code
 book: $(STAMP)  ## Build the course as a website in build/book/html/ (lessons with their recorded GPU outputs, guides)
 	$(PY) -m book build
 
-mywork: $(STAMP)  ## Copy lessons and assignments into mywork/ (never overwrites your copies)
-	$(PY) -m devicelab workspace mywork
+mywork: $(COURSE_STAMP)  ## Copy lessons and assignments into mywork/ (never overwrites your copies; make lab does it)
+	$(PY) -m devicelab workspace "$(MYWORK)"
 
 clean-venv:  ## Remove the virtual environments
 	rm -rf $(VENV) $(COLAB_VENV)

@@ -79,7 +79,7 @@ def run_workspace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         parser.error(str(error))
     for path in report.copied:
         print(f"copied  {path}")
-    print(f"{len(report.copied)} new notebooks copied into {args.folder}/, "
+    print(f"{len(report.copied)} new files copied into {args.folder}/, "
           f"{len(report.kept)} of your copies left as they are")
     return 0
 

@@ -16,14 +16,19 @@ class CopyReport:
     kept: list[Path] = field(default_factory=list)
 
 
+SKIPPED = {".ipynb_checkpoints", "__pycache__"}  # JupyterLab's and Python's own files, never the course's
+
+
 def make_workspace(course_root: Path, target: Path) -> CopyReport:
-    """Copy every lesson and assignment notebook into `target`, never overwriting a file already there."""
+    """Copy every lesson and assignment, with the files they read (the traces lessons 07 and 08 open), into
+    `target`, never overwriting a file already there: run again after a course update, it adds only what is
+    new."""
     if target.resolve() in {(course_root / f).resolve() for f in COURSE_FOLDERS}:
         raise ValueError(f"{target} is a course folder; choose a folder of your own, e.g. mywork/")
     report = CopyReport()
     for folder in COURSE_FOLDERS:
-        for source in sorted((course_root / folder).rglob("*.ipynb")):
-            if ".ipynb_checkpoints" in source.parts:
+        for source in sorted((course_root / folder).rglob("*")):
+            if not source.is_file() or source.is_symlink() or SKIPPED & set(source.parts):
                 continue
             destination = target / source.relative_to(course_root / folder)
             if destination.exists():

@@ -48,3 +48,24 @@ def test_make_lab_uses_the_student_config_and_lab_instructor_does_not():
     assert "JUPYTER_CONFIG_PATH=\"$(STUDENT_JUPYTER)\"" in student.split("\n\n")[0]
     assert "JUPYTER_CONFIG_PATH" not in instructor.split("\n\n")[0]
     assert "STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student" in makefile
+
+
+def test_make_lab_installs_the_course_alone_and_opens_the_students_own_copies():
+    """A student's `make lab` installs the `course` extra (JupyterLab and what the lessons need, never the
+    grader, the hub, the book or the test tools) and opens mywork/, never the tracked notebooks."""
+    from tests.test_dependencies import declared, tomllib
+
+    makefile = (COURSE_ROOT / "Makefile").read_text()
+    lab = makefile.split("\nlab:", 1)[1].split("\n\n")[0]
+    assert lab.startswith(" $(COURSE_STAMP)"), lab
+    course_install = makefile.split("\n$(COURSE_STAMP):", 1)[1].split("\n\n")[0]
+    assert '-e ".[course]"' in course_install and "[dev]" not in course_install
+    assert "devicelab workspace" in lab and '--notebook-dir="$(CURDIR)/$(MYWORK)"' in lab
+    assert "\nMYWORK ?= mywork\n" in makefile and "mywork/" in (COURSE_ROOT / ".gitignore").read_text()
+    student = declared(["course"])
+    assert {"jupyterlab", "ipykernel", "torch"} <= student
+    staff = {"nbgrader", "jupyterhub", "pytest", "sphinx", "psycopg2-binary", "playwright", "ruff",
+             "jupyterhub-kubespawner", "pylti1p3"}
+    assert not student & staff, student & staff
+    extras = tomllib.loads((COURSE_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "devicelab[course]" in extras["instructor"]

@@ -11,7 +11,23 @@ def test_workspace_copies_lessons_and_assignments(tmp_path):
     names = {p.relative_to(tmp_path / "mywork").as_posix() for p in report.copied}
     assert "00-start-here.ipynb" in names
     assert "ps01-tensors-and-devices/ps01-tensors-and-devices.ipynb" in names
+    assert "traces/simulated-timed-step.json" in names  # lesson 07 opens it beside itself
     assert report.kept == []
+
+
+def test_a_course_update_adds_only_what_is_new(tmp_path):
+    course = tmp_path / "course"
+    (course / "notebooks" / ".ipynb_checkpoints").mkdir(parents=True)
+    (course / "release").mkdir()
+    (course / "notebooks" / "00-start-here.ipynb").write_text("{}")
+    (course / "notebooks" / ".ipynb_checkpoints" / "00-start-here-checkpoint.ipynb").write_text("{}")
+    make_workspace(course, tmp_path / "mywork")
+    (tmp_path / "mywork" / "00-start-here.ipynb").write_text('{"mine": 1}')
+    (course / "notebooks" / "01-tensors.ipynb").write_text("{}")  # the update: a new lesson
+    report = make_workspace(course, tmp_path / "mywork")
+    assert [p.name for p in report.copied] == ["01-tensors.ipynb"]
+    assert (tmp_path / "mywork" / "00-start-here.ipynb").read_text() == '{"mine": 1}'
+    assert not (tmp_path / "mywork" / ".ipynb_checkpoints").exists()
 
 
 def test_rerunning_keeps_edited_copies(tmp_path):
@@ -37,7 +53,7 @@ def test_cli_copies_then_keeps(tmp_path, capsys):
     first = capsys.readouterr().out
     assert main(["workspace", str(target), "--course", str(COURSE_ROOT)]) == 0
     second = capsys.readouterr().out
-    assert "0 of your copies left" in first and "0 new notebooks copied" in second
+    assert "0 of your copies left" in first and "0 new files copied" in second
 
 
 def test_cli_refuses_a_folder_that_is_not_the_course(tmp_path, capsys):
