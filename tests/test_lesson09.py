@@ -94,23 +94,51 @@ def test_the_cpu_allocator_raises_a_plain_runtime_error():
     assert torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
 
 
-def test_autocast_keeps_weight_copies_that_outweigh_small_activations():
-    """Section 5's memory cell: activations halve, and the bfloat16 weight copies come on top."""
+def _deep_model() -> nn.Module:
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()) for _ in range(4)],
-                          nn.Linear(1024, 10))
-    x = torch.randn(64, 1024)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()) for _ in range(4)],
+                         nn.Linear(1024, 10))
+
+
+def _saves(model: nn.Module, run) -> list[tuple[int, int, int]]:
+    """(storage address, storage bytes, rows) for each save autograd makes in run(), the weights left out."""
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = []
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in weights:
+            seen.append((storage.data_ptr(), storage.nbytes(), t.shape[0]))
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return seen
+
+
+def test_the_pack_hook_runs_once_per_save_so_section_2_counts_each_storage_once():
+    """A ReLU's output is saved by the ReLU and again by the next Linear: 9 saves of 5 tensors at batch 64,
+    2.25 MiB if the calls were added up against the 1.25 MiB really kept."""
+    model = _deep_model()
+    x = torch.randn(64, 1024)
+    every = _saves(model, lambda: model(x))
+    kept = {address: size for address, size, _ in every}
+    assert (len(every), len(kept)) == (9, 5)
+    assert sum(size for _, size, _ in every) == 2.25 * MiB and sum(kept.values()) == 1.25 * MiB
+    for cell_id in ("saved-bytes", "autocast-memory-code"):
+        assert "untyped_storage().data_ptr()" in _cell(cell_id) and "+=" not in _cell(cell_id), cell_id
+
+
+def test_autocast_keeps_weight_copies_that_outweigh_small_activations():
+    """Section 5's memory cell: activations halve, and the bfloat16 weight copies come on top (each storage
+    counted once)."""
+    model = _deep_model()
+    x = torch.randn(64, 1024)
 
     def saved() -> tuple[int, int]:
-        split = [0, 0]
-        def pack(t):
-            if t.untyped_storage().data_ptr() not in weights:
-                split[0 if t.shape[0] == len(x) else 1] += t.numel() * t.element_size()
-            return t
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            model(x)
-        return split[0], split[1]
+        split = [{}, {}]
+        for address, size, rows in _saves(model, lambda: model(x)):
+            split[0 if rows == len(x) else 1][address] = size
+        return sum(split[0].values()), sum(split[1].values())
 
     plain = saved()
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):

@@ -397,3 +397,16 @@ def test_a_checkpoint_saved_as_if_from_a_gpu_needs_map_location_here(tmp_path):
     with pytest.raises(RuntimeError, match="CUDA"):
         torch.load(tmp_path / "gpu.pt", weights_only=True)
     assert torch.load(tmp_path / "gpu.pt", weights_only=True, map_location="cpu")["w"].tolist() == [1.0, 1.0]
+
+
+def test_the_prompt_counts_activations_as_lesson_09_does_each_saved_storage_once():
+    """`saved_tensors_hooks` packs once per save, and a ReLU's output is saved twice (by the ReLU and by the
+    next Linear): the per-sample figure the prompt asks for counts each storage once, as lesson 09 does."""
+    import nbformat
+
+    prompt = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
+                  if c.get("id") == "largest-batch-prompt")
+    assert "once per save" in prompt and "each saved storage once" in prompt
+    lesson = nbformat.read(COURSE_ROOT / "notebooks" / "09-devices-in-real-code.ipynb", as_version=4)
+    assert "return sum(dict(saves(run)).values())" in next(c.source for c in lesson.cells
+                                                           if c.get("id") == "saved-bytes")
