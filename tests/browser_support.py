@@ -147,14 +147,6 @@ def open_notebook(page, lab: Lab, relpath: str) -> None:
     page.goto(lab.tree(relpath))
     page.wait_for_function("window.jupyterapp?.shell?.currentWidget?.sessionContext?.session?.kernel?.status"
                            " === 'idle'", timeout=90_000)
-    dismiss_news(page)
-
-
-def dismiss_news(page) -> None:
-    """Close JupyterLab's 'get notified of news' toast if it shows up."""
-    button = page.get_by_role("button", name="No")
-    with contextlib.suppress(Exception):
-        button.click(timeout=1500)
 
 
 LAST_COUNT_JS = ("Math.max(0, ...window.jupyterapp.shell.currentWidget.content.widgets"

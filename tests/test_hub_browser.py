@@ -6,7 +6,6 @@ DEVICELAB_UPDATE_IMAGES=1). Needs what tests/test_hub_end_to_end.py needs
 (DEVICELAB_HUB_TESTS=1, root) and Chromium; under CI=true a skip is a failure.
 """
 
-import contextlib
 import os
 import re
 import time
@@ -15,7 +14,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from autograder.grading.demo import MARKER
 from autograder.hub.setup import accounts
@@ -62,7 +60,9 @@ def browser(hub):
 def log_in(browser, hub: Hub, member: str, to: str | None = None):
     """Log in at the hub's login page as the member (PAM); return the page, on their JupyterLab (or on the
     hub path `to`, where the login page sends them: then no server of theirs is started)."""
-    page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(120_000)  # a ceiling for each step on a loaded machine, not a pace
+    page = context.new_page()
     page.goto(f"{hub.public}/hub/login" + (f"?next={urllib.parse.quote(to)}" if to else ""))
     page.fill("input[name=username]", hub.user(member))
     page.fill("input[name=password]", hub.passwords[member])
@@ -72,29 +72,17 @@ def log_in(browser, hub: Hub, member: str, to: str | None = None):
         return page
     page.wait_for_url(re.compile(rf"/user/{re.escape(hub.user(member))}/lab"), timeout=240_000)
     page.wait_for_selector(".jp-LabShell", timeout=120_000)
-    dismiss(page)
     return page
 
 
-def dismiss(page) -> None:
-    """Close JupyterLab's news question if it shows up."""
-    with contextlib.suppress(Exception):
-        page.get_by_role("button", name="No").click(timeout=1500)
+def save(page) -> None:
+    """Save the notebook with Ctrl+S, as the student does, once the edit is in it (its tab says unsaved).
 
-
-def save(page, cell) -> None:
-    """Save the notebook with Ctrl+S, as the student does; on a loaded machine JupyterLab's news question can
-    appear late and take the keystroke, so close it, click back into the cell and save again (three tries)."""
-    for attempt in range(3):
-        page.keyboard.press("Control+S")
-        try:
-            page.wait_for_function("!document.querySelector('.jp-mod-dirty')", timeout=20_000)
-            return
-        except PlaywrightTimeout:
-            if attempt == 2:
-                raise
-            dismiss(page)
-            cell.locator(".cm-content").click()
+    One Ctrl+S saves: the students' JupyterLab never asks its news question, which on a loaded machine came
+    late and took the keystroke (the hub turns its plugin off, tests/test_hub_config.py)."""
+    page.wait_for_selector(".jp-mod-dirty")
+    page.keyboard.press("Control+S")
+    page.wait_for_function("!document.querySelector('.jp-mod-dirty')")
 
 
 def open_assignments(page) -> None:
@@ -118,13 +106,12 @@ def test_a_student_submits_in_the_browser_and_the_grader_sees_it(hub: Hub, brows
 
         page.goto(f"{hub.public}/user/{hub.user('ann')}/lab/tree/{COURSE}/{assignment}/{assignment}.ipynb")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-        dismiss(page)
         answer = page.locator(".jp-Notebook .jp-CodeCell", has_text="YOUR CODE HERE").first
         answer.scroll_into_view_if_needed(timeout=30_000)
         answer.locator(".cm-content").click()
         page.keyboard.press("Control+A")
         page.keyboard.insert_text(first_answer(assignment))
-        save(page, answer)
+        save(page)
 
         open_assignments(page)
         page.get_by_role("button", name="Submit").first.click()
@@ -133,9 +120,9 @@ def test_a_student_submits_in_the_browser_and_the_grader_sees_it(hub: Hub, brows
 
         # The autograde service grades it; seconds later the tab says feedback is there to fetch (on refresh).
         available = page.get_by_text("(feedback available to fetch)")
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300  # a ceiling: grading starts a kernel, slowly on a loaded machine
         while not available.count():
-            assert time.monotonic() < deadline, "no feedback to fetch within 180 s of Submit"
+            assert time.monotonic() < deadline, "no feedback to fetch within 300 s of Submit"
             page.locator("#refresh_assignments_list").click()
             page.wait_for_timeout(1000)
         page.get_by_role("button", name="Fetch Feedback").first.click()

@@ -307,3 +307,24 @@ def test_students_can_read_their_config_whatever_umask_setup_inherits(tmp_path: 
     for folder in (s.paths.student_etc, s.paths.student_etc / "labconfig"):
         mode = stat.S_IMODE(folder.stat().st_mode)
         assert mode & 0o005 == 0o005, f"{folder} is {mode:o}: students cannot read it"
+
+
+NEWS = "@jupyterlab/apputils-extension:announcements"  # asks about Jupyter's news, fetches it, checks updates
+
+
+def test_no_jupyterlab_of_the_hub_or_of_make_lab_asks_about_news(tmp_path: Path, monkeypatch) -> None:
+    """JupyterLab asks each new user whether to fetch Jupyter's news; on a loaded machine the question came
+    late, over a notebook a student was typing in. Its plugin (the one JupyterLab's documentation says to
+    disable) is off in every JupyterLab the hub starts and in `make lab`'s, in the page JupyterLab serves."""
+    from jupyter_core.paths import jupyter_path
+    from jupyterlab.commands import get_app_dir
+    from jupyterlab_server.config import get_page_config
+
+    s = written(tmp_path)
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "no-user-config"))  # not the developer's own
+    for folder in (s.paths.student_etc, s.paths.grader_etc, ROOT / "etc" / "jupyter" / "student"):
+        monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(folder))  # as the hub's spawner and `make lab` set it
+        assert NEWS in get_page_config(jupyter_path("labextensions"))["disabledExtensions"], folder
+    # ... and that is still the plugin's name in this JupyterLab (renamed, its question would come back)
+    bundles = (Path(get_app_dir()) / "static").glob("jlab_core*.js")
+    assert any(f'id:"{NEWS}"' in bundle.read_text(errors="replace") for bundle in bundles)
