@@ -3,7 +3,6 @@
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autograder import COURSE_ROOT
+from tests.hub_support import free_port, release_port
 from tests.warm_kernels import warm_kernels
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
@@ -79,12 +79,6 @@ def fresh_page(browser, width: int, height: int) -> Iterator:
         context.close()
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def scratch_course(target: Path) -> Path:
     """Copy what a student or instructor opens, so the browser never writes into the repository."""
     for name in ("notebooks", "release", "source"):
@@ -108,12 +102,14 @@ def scratch_course(target: Path) -> Path:
 
 @contextlib.contextmanager
 def running_lab(root: Path, log: Path):
-    """Start JupyterLab on a free loopback port and stop it afterwards."""
-    port, token = _free_port(), "devicelab-e2e"
+    """Start JupyterLab on a free loopback port (held for it until it stops) and stop it afterwards."""
+    port, token = free_port(), "devicelab-e2e"
     env = warm_kernels().with_python3({  # the notebooks' kernels, forked warm (warm_kernels.py)
         **os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         "JUPYTER_CONFIG_DIR": str(root / ".jupyter-config")})
+    # port_retries=0: on another port than ours the test would wait on ours; it fails at once instead
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+               "--ServerApp.port_retries=0",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
                "--LabApp.expose_app_in_browser=True", f"--LabApp.user_settings_dir={root / '.lab-settings'}",
                # never the user's, nor another test run's
@@ -140,6 +136,8 @@ def running_lab(root: Path, log: Path):
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+            server.wait(timeout=20)
+        release_port(port)
 
 
 def open_notebook(page, lab: Lab, relpath: str) -> None:

@@ -57,11 +57,30 @@ def hub_tests_or_skip() -> None:
         pytest.skip(reason)
 
 
+_RESERVED: dict[int, socket.socket] = {}  # port -> the socket that holds it for this test process
+
+
 def free_port() -> int:
-    """Return a loopback port nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """Return a loopback port nobody listens on, held for this test process until `release_port`.
+
+    The hub's parts bind their ports a minute after setup names them, and a port found free and closed could
+    be taken in between by any process of the machine (another test's server or kernel). Held bound with
+    SO_REUSEADDR, not listening, it is taken by no one else (the kernel hands out no held port for a bind to
+    port 0 or a connection's local end), and a server that sets SO_REUSEADDR too still binds and listens on
+    it: tornado (JupyterHub, Jupyter servers, the exchange), node (the proxy) and PostgreSQL all do."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    _RESERVED[port] = sock
+    return port
+
+
+def release_port(port: int) -> None:
+    """Let go of a port `free_port` held (its server stopped)."""
+    held = _RESERVED.pop(port, None)
+    if held is not None:
+        held.close()
 
 
 @functools.cache
@@ -254,6 +273,8 @@ def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()
                 yield Hub(settings, prefix, log, passwords, start_hub(), start_hub)
     finally:
         stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
+        for port in ports.values():
+            release_port(port)
         members += [p.pw_name[len(prefix):] for p in pwd.getpwall() if p.pw_name.startswith(prefix)]
         uids = {a.uid for a in map(accounts.lookup, (prefix + m for m in members)) if a is not None}
         # a grading run killed on purpose leaves its own

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from autograder.hub.database import DRIVER
-from tests.hub_support import free_port
+from tests.hub_support import free_port, release_port
 
 SERVER_ACCOUNT = "postgres"  # Debian's; root cannot run a PostgreSQL server
 
@@ -149,6 +149,7 @@ def postgres_cluster() -> Iterator[Postgres]:
         if started:
             _as_server([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"])
         shutil.rmtree(folder, ignore_errors=True)
+        release_port(port)
 
 
 def _fail(message: str) -> None:

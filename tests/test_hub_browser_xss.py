@@ -30,7 +30,6 @@ from tests.hub_support import (
     Hub,
     answers,
     class_hub,
-    free_port,
     hub_tests_or_skip,
     smallest_assignment,
     start_server,
@@ -64,8 +63,8 @@ class Canary:
             def log_message(self, *args) -> None:
                 pass
 
-        self.port = free_port()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     @property

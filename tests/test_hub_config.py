@@ -328,3 +328,32 @@ def test_no_jupyterlab_of_the_hub_or_of_make_lab_asks_about_news(tmp_path: Path,
     # ... and that is still the plugin's name in this JupyterLab (renamed, its question would come back)
     bundles = (Path(get_app_dir()) / "static").glob("jlab_core*.js")
     assert any(f'id:"{NEWS}"' in bundle.read_text(errors="replace") for bundle in bundles)
+
+
+def test_a_students_server_port_is_held_for_it_from_its_choice_until_it_stops() -> None:
+    """JupyterHub chose a server's port and let it go; any process could take it in the seconds before the
+    boxed server bound it, and then the server did not start. The spawner holds each port it chooses: no one
+    else binds it, the server (tornado, as jupyterhub-singleuser binds) does, and each start holds a new one.
+    """
+    import socket
+
+    from tornado.netutil import bind_sockets
+
+    from autograder.hub.setup.spawner import LimitedSpawner
+
+    spawner = LimitedSpawner()
+    spawner._hold_port()
+    first, held = spawner.port, spawner._held
+    with socket.socket() as other, pytest.raises(OSError):
+        other.bind(("127.0.0.1", first))
+    listening = bind_sockets(first, "127.0.0.1")  # the server's own bind, while the hub holds the port
+    for sock in listening:
+        sock.close()
+    spawner._hold_port()  # its next start (after a stop): a new port, the old one let go
+    assert spawner.port != first and held.fileno() == -1
+    held = spawner._held
+    spawner._release_port()  # it stopped
+    assert spawner._held is None and held.fileno() == -1
+    configured = LimitedSpawner(port=first)  # c.Spawner.port: the configuration's choice stands
+    configured._hold_port()
+    assert configured.port == first and configured._held is None

@@ -9,10 +9,13 @@ without limits. Each server then runs in a box of its own (private temporary fol
 an allow-list of folders); a server that cannot be boxed is not started, unless the hub was set up with
 `--server-box none`. With `--nodes namespaces` each server also has a network namespace of its own, linked
 only to the hub's (nodes.py): it reaches the hub and nothing else, and no other server reaches it.
+
+Each server's port is held for it from the moment it is chosen until the server stops (`hold_port`).
 """
 
 import asyncio
 import pwd
+import socket
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner
@@ -24,8 +27,29 @@ from autograder.hub.setup.limits import ServerLimits, UserCgroup
 from autograder.hub.setup.server_box import BoxPlan, box_prefix
 
 
+def hold_port(ip: str) -> socket.socket:
+    """Return a socket bound to a free port of `ip` with SO_REUSEADDR, not listening: it holds the port.
+
+    JupyterHub picks a server's port by binding port 0 and letting the port go; the server binds it seconds
+    later (Python and Jupyter start in a box), and any process of the machine could take it in between: the
+    server then failed to start. A held port is handed to no one else (neither for a bind to port 0 nor as a
+    connection's local end), and the server, whose tornado sets SO_REUSEADDR too, still binds and listens on
+    it."""
+    sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((ip, 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class LimitedSpawner(LocalProcessSpawner):
     """Start each user's server inside a cgroup that holds its memory and CPU limits."""
+
+    _held: socket.socket | None = None  # holds the server's port while it runs (hold_port)
+    _held_port = 0  # the last port held for it, so that its next start holds a new one
 
     cgroup_prefix = "devicelab-hub"
     tasks_limit = Int(0, config=True, help="Processes and threads each server may run (0: no limit).")
@@ -61,6 +85,8 @@ class LimitedSpawner(LocalProcessSpawner):
         if node is not None:
             await asyncio.to_thread(nodes.make, node)
             self.ip = node.address  # it listens there; the hub's proxy reaches it there
+        else:
+            self._hold_port()
         if self.box == "none":
             return await self._start_limited()
         command = self.cmd
@@ -99,6 +125,21 @@ class LimitedSpawner(LocalProcessSpawner):
 
         return preexec
 
+    def _hold_port(self) -> None:
+        """Hold a new port for the server's start (JupyterHub then takes it as chosen), unless the hub's
+        configuration chose the port (c.Spawner.port)."""
+        if self.port not in (0, self._held_port):
+            return
+        self._release_port()
+        self._held = hold_port(self.ip or "127.0.0.1")
+        self.port = self._held_port = self._held.getsockname()[1]
+
+    def _release_port(self) -> None:
+        """Let go of the port held for the server (it stopped, or a new one is held for its next start)."""
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
     async def poll(self):
         """Poll as LocalProcessSpawner does; log each process the OOM killer stopped in the user's cgroup."""
         status = await super().poll()
@@ -115,6 +156,7 @@ class LimitedSpawner(LocalProcessSpawner):
     async def stop(self, now=False):
         """Stop the server as LocalProcessSpawner does, then remove its node and its cgroup."""
         await super().stop(now=now)
+        self._release_port()
         node = self.node()
         if node is not None:
             await asyncio.to_thread(nodes.remove, node)
