@@ -53,7 +53,7 @@ def fetched_page(server, stamp: str) -> str:
 
 def test_feedback_on_submit_hides_hidden_tests_until_the_full_feedback(hub: Hub) -> None:
     hub.cli("release", PS01)
-    assert "on" in hub.cli("autograde", "on", PS01, "--timeout", "60").stdout
+    assert "on" in hub.cli("autograde", "on", PS01).stdout
     server = start_server(hub, "ann", hub.token("ann"))
     hand_in(server, PS01, curious_answer())
     stamp = wait_for_feedback(server, PS01, seconds=300)

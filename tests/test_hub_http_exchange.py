@@ -136,7 +136,7 @@ def test_a_class_over_the_http_exchange(hub: Hub) -> None:
     assert stamps["bob"] == bob_sub["timestamp"]
     assert not any((submitted / hub.user("ann") / assignment).glob(f"{hub.user('bob')}+*"))
 
-    graded = hub.cli("grade", assignment, "--timeout", "60", "--jobs", "2").stdout
+    graded = hub.cli("grade", assignment, "--jobs", "2").stdout
     with (paths.course / "graded" / assignment / "grades.csv").open() as handle:
         grades = {row["student"]: row for row in csv.DictReader(handle)}
     top = float(grades[hub.user("ann")]["max_score"])

@@ -155,7 +155,7 @@ def test_a_class_on_nodes_of_their_own(hub: Hub) -> None:
     # the same scores and feedback as today's one-machine path: the instructor collects and grades on the
     # hub's node with the course's own grader, and each student's fetched feedback shows the workers' score
     hub.cli("collect", assignment)
-    graded = hub.cli("grade", assignment, "--timeout", "60", "--jobs", "2").stdout
+    graded = hub.cli("grade", assignment, "--jobs", "2").stdout
     with (paths.course / "graded" / assignment / "grades.csv").open() as handle:
         grades = {row["student"]: float(row["score"]) for row in csv.DictReader(handle)}
     assert grades == scores, (graded, grades, scores)
