@@ -6,6 +6,8 @@ PY     := $(VENV)/bin/python
 # everything (the grader, the hub, the book, the test tools) for `make test` and the instructor's commands.
 STAMP  := $(VENV)/.installed-stamp
 COURSE_STAMP := $(VENV)/.course-stamp
+# pyproject.toml's [project] table alone (etc/install_inputs.py): a change elsewhere in it reinstalls nothing
+INSTALL_INPUTS := build/install-inputs.toml
 # Where `make lab` puts the student's own copies of the lessons and problem sets (never a tracked file)
 MYWORK ?= mywork
 JOBS   ?= auto
@@ -60,7 +62,10 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 help:  ## List the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(INSTALL_INPUTS): pyproject.toml etc/install_inputs.py
+	@$(PYTHON) etc/install_inputs.py pyproject.toml $(INSTALL_INPUTS)
+
+$(STAMP): $(INSTALL_INPUTS)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Device Lab needs Python 3.10 or newer; set PYTHON=python3.x")'
 	@test -x $(PY) || { echo "Creating the virtual environment in $(VENV)/"; $(call new_venv,$(VENV)); }
 	@echo "Installing the course and its tools (torch is large: the first time takes a few minutes)"
@@ -72,7 +77,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)  ## Create or update the virtual environment with everything (grader, hub, book, tests)
 
-$(COURSE_STAMP): pyproject.toml
+$(COURSE_STAMP): $(INSTALL_INPUTS)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Device Lab needs Python 3.10 or newer; set PYTHON=python3.x")'
 	@test -x $(PY) || { echo "Creating the virtual environment in $(VENV)/"; $(call new_venv,$(VENV)); }
 	@echo "Installing the course: PyTorch, JupyterLab and the course's helpers (the first time takes a few minutes)"
@@ -82,7 +87,7 @@ $(COURSE_STAMP): pyproject.toml
 	$(SLOW_VALIDATOR_OFF)
 	@touch $(COURSE_STAMP)
 
-$(COLAB_STAMP): pyproject.toml $(wildcard devicelab/*.py devicelab/*/*.py)
+$(COLAB_STAMP): $(INSTALL_INPUTS) $(wildcard devicelab/*.py devicelab/*/*.py)
 	@test -x $(COLAB_VENV)/bin/python || $(call new_venv,$(COLAB_VENV))
 	$(call install_into,$(COLAB_VENV)) $(QUIET) $(UNCOMPILED) "$(or $(TORCH),torch)" numpy matplotlib tqdm "ipywidgets==7.7.1" "ipykernel>=6,<7" "notebook>=6.5,<7"
 	rm -rf build/lib build/bdist.*  # setuptools reuses build/lib: a stale copy would slip old packages into the wheel

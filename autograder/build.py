@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.checks import source_problems
-from autograder.colab_cells import decorate_file, load_repository, update_badge_page
+from autograder.colab_cells import decorate_file, load_repository, update_badge_page, update_install_lines
 from autograder.course import assignment_notebooks, lessons
 from autograder.course import assignments as all_assignments
 from autograder.grading import gradebook
@@ -62,6 +62,7 @@ def build_release(root: Path, assignments: list[str] | None = None) -> list[Path
     if assignments is None:
         _remove_stale(root, set(wanted))
     update_badge_page(root, repo)
+    update_install_lines(root, repo)
     return written
 
 

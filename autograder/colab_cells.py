@@ -4,6 +4,7 @@ All three are generated from the repository address in pyproject.toml ([tool.dev
 by hand. `python -m autograder build` applies them to lessons, source and release notebooks.
 """
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,3 +150,23 @@ def update_badge_page(root: Path, repo: Repository) -> bool:
         page.write_text(new, encoding="utf-8")
         return True
     return False
+
+
+# Where the guides name the repository to install from by hand (the students' Colab line, the hub's image):
+# `make build` writes every such requirement from [tool.devicelab], as it writes the badges and setup cells.
+INSTALL_PAGES = ("README.md", "docs/**/*.md", "docs/**/*Dockerfile")
+GIT_REQUIREMENT = re.compile(r"(devicelab(?:\[[\w,]+\])? @ git\+https://github\.com/)[\w.-]+/[\w.-]+@[\w./-]+")
+
+
+def update_install_lines(root: Path, repo: Repository) -> list[Path]:
+    """Point every `devicelab @ git+https://github.com/owner/name@branch` requirement in the guides at the
+    course's repository and branch; return the files that changed."""
+    changed = []
+    for pattern in INSTALL_PAGES:
+        for page in sorted(root.glob(pattern)):
+            text = page.read_text(encoding="utf-8")
+            new = GIT_REQUIREMENT.sub(lambda m: f"{m.group(1)}{repo.name}@{repo.branch}", text)
+            if new != text:
+                page.write_text(new, encoding="utf-8")
+                changed.append(page)
+    return changed
