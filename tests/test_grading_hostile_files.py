@@ -15,7 +15,7 @@ import pytest
 
 from autograder.grading.submissions import MAX_CELLS, MAX_NESTING, MAX_NOTEBOOK_BYTES, read_notebook_json
 from tests.once_per_run import once_per_run
-from tests.test_grading_end_to_end import assignment, grade, make_course, rows, write_class
+from tests.test_grading_end_to_end import ROOMY, assignment, grade, make_course, rows, write_class
 
 pytestmark = pytest.mark.notebook
 
@@ -61,7 +61,7 @@ def graded(tmp_path_factory):
             (course / "incoming" / student).mkdir()
             path = course / "incoming" / student / "tiny.ipynb"
             path.write_bytes(content if isinstance(content, bytes) else content.encode())
-        done = grade(course, course / "incoming")
+        done = grade(course, course / "incoming", "--timeout", str(ROOMY))
         return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-5000:]}
 
     return once_per_run(tmp_path_factory, "grading-hostile-files", grade_it)

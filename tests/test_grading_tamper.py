@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from tests.once_per_run import once_per_run
-from tests.test_grading_end_to_end import assignment, grade, make_course, rows, write_class
+from tests.test_grading_end_to_end import ROOMY, assignment, grade, make_course, rows, write_class
 
 pytestmark = pytest.mark.notebook
 
@@ -172,7 +172,8 @@ def graded(tmp_path_factory):
         make_course(course)
         students = {name: ({"tiny.ipynb": nb},) for name, nb in {**tamper_class(), **honest_class()}.items()}
         write_class(course / "incoming", students, course)
-        done = grade(course, course / "incoming", "--memory", "3000")  # torch alone can pass 600 MiB
+        # torch alone can pass 600 MiB; honest cells import it and matplotlib cold: no limit a student reaches
+        done = grade(course, course / "incoming", "--memory", "3000", "--timeout", str(ROOMY))
         return {"returncode": done.returncode, "stderr": done.stderr}
 
     course, record = once_per_run(tmp_path_factory, "tamper-class", grade_the_class)

@@ -24,7 +24,7 @@ from autograder.grading.worker import GraderExecute
 from tests.factories import graded_cell_meta
 from tests.grade_commands import in_one_python
 from tests.once_per_run import once_per_run
-from tests.test_grading_end_to_end import TIMEOUT, make_course, rows, write_class
+from tests.test_grading_end_to_end import ROOMY, make_course, rows, write_class
 from tests.test_grading_tamper import flags_of, tampered
 from tests.test_grading_worker import make_worker
 
@@ -162,7 +162,7 @@ def graded(tmp_path_factory):
         # both classes graded one after the other in one Python (tests/grade_commands.py)
         tiny, ps01 = in_one_python(
             course, ["grade", "tiny", str(course / "incoming"), "--course", str(course), "--jobs", "2",
-                     "--timeout", str(TIMEOUT), "--memory", "3000", "--quiet"],
+                     "--timeout", str(ROOMY), "--memory", "3000", "--quiet"],
             ["grade", PS01, str(course / "ps01"), "--course", str(course), "--jobs", "1", "--timeout", "240",
              "--quiet"])
         return {"tiny": [tiny[0], tiny[1][-3000:]], "ps01": [ps01[0], ps01[1][-3000:]]}
