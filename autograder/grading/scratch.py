@@ -8,10 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import psutil
-
 PREFIX = "dlg-"
-OWNER_FILE = "owner.json"  # the grading process that made the folder: {"pid": ..., "started": ...}
+OWNER_FILE = "owner.json"  # the grading process that made the folder: {"pid": ..., "started": start_ticks}
 KEPT_FILE = "kept"  # DEVICELAB_KEEP_SCRATCH asked to keep it: never removed as stale
 
 
@@ -20,11 +18,22 @@ def short_tmp() -> str | None:
     return "/tmp" if os.access("/tmp", os.W_OK) else None
 
 
+def start_ticks(pid: int) -> int:
+    """Return when a process started, in clock ticks since the machine booted (OSError: it is gone).
+
+    Never a time on the wall clock (psutil's create_time adds the boot time as the wall clock sees it now): a
+    clock set forward or back between the run that made a folder and the run that looks at it would make a
+    live run's folder look like another process's, and that run's scratch would be removed under it.
+    """
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        after_name = handle.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold anything
+    return int(after_name[19])  # field 22 of proc(5); this list starts at field 3
+
+
 def make_run_root() -> Path:
     """Make a new scratch folder for this process's grading run, recording this process as its owner."""
     root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=short_tmp()))
-    me = psutil.Process()
-    (root / OWNER_FILE).write_text(json.dumps({"pid": me.pid, "started": me.create_time()}))
+    (root / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "started": start_ticks(os.getpid())}))
     return root
 
 
@@ -41,15 +50,18 @@ def is_stale(root: Path) -> bool:
         return False
     try:
         owner = json.loads((root / OWNER_FILE).read_text())
-        pid, started = int(owner["pid"]), float(owner["started"])
+        pid, started = int(owner["pid"]), owner["started"]
     except (OSError, ValueError, KeyError, TypeError):
         return False  # not made by this grader, or being made right now: leave it alone
     try:
-        return abs(psutil.Process(pid).create_time() - started) > 1e-3  # the pid now names another process
-    except psutil.NoSuchProcess:
+        now = start_ticks(pid)
+    except (FileNotFoundError, ProcessLookupError):
         return True
-    except psutil.Error:
+    except (OSError, ValueError, IndexError):
         return False
+    # the pid now names another process (a record of another kind, an older grader's time on the wall clock,
+    # cannot say so: left alone while its pid runs)
+    return isinstance(started, int) and now != started
 
 
 def remove_stale(tmp: str | None = None) -> list[Path]:
