@@ -117,7 +117,8 @@ class QuickReadyClient(SlicedKernelClient):
 
     async def wait_for_ready(self, timeout: float | None = None) -> None:
         """Wait until the kernel answers kernel_info with IOPub connected; take what IOPub already holds."""
-        deadline = time.time() + (float("inf") if timeout is None else timeout)
+        # on the monotonic clock, as every other wait of the grader's: a wall clock set back would stretch it
+        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
         while True:
             self.kernel_info()
             try:
@@ -134,7 +135,7 @@ class QuickReadyClient(SlicedKernelClient):
                     break
             if not await self._async_is_alive():
                 raise RuntimeError("Kernel died before replying to kernel_info")
-            if time.time() > deadline:
+            if time.monotonic() > deadline:
                 raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
         while True:
             try:
