@@ -109,9 +109,10 @@ def launch(path: str, argv: list[str]) -> int:
     os.close(read_end)
     pid = json.loads(connection.recv(4096))["pid"]
     kernel_exit = os.pidfd_open(pid)
+
     def forward(sig, _frame) -> None:
-        try:
-            os.kill(pid, sig)
+        try:  # through the pidfd, never the pid: once the kernel has ended, its pid may be another process's
+            signal.pidfd_send_signal(kernel_exit, sig)
         except ProcessLookupError:  # ended already: the loop below sees it
             pass
 
