@@ -49,7 +49,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader, Dataset
 
 from devicelab.sim_trace import ITEM_OPS, TO_OPS, SimProfiler
-from devicelab.simgpu import H100_PCIE5, T4_PCIE3, GPUProfile, SimStream, SimulatedGPU
+from devicelab.simgpu import H100_PCIE5, T4_PCIE3, GPUProfile, SimStream, SimulatedGPU, describe_profile
 from devicelab.trace_measures import TraceSummary, show_summary, summarize
 
 __all__ = ["TraceSummary", "show_summary", "summarize"]  # read a trace here too, as lesson 08 does
@@ -181,11 +181,25 @@ class Machine:
     host: HostProfile
 
     def describe(self) -> str:
-        """Return one line per host figure with its source (the GPU's: simgpu.describe_profile)."""
-        lines = [f"{self.name} (SIMULATED): {self.gpu.name}; host: {self.host.name}"]
-        lines += [f"  {field:20} {getattr(self.host, field):.3g}   {source}"
+        """Return everything the simulated machine runs on, each with its source: the GPU's figures
+        (simgpu.describe_profile), the host's, and the choices of the model that turn the script's work into
+        time (MODELLING)."""
+        lines = [f"{self.name} (SIMULATED): {self.gpu.name}; host: {self.host.name}", "  the GPU:"]
+        lines += [f"  {line}" for line in describe_profile(self.gpu).splitlines()[1:]]
+        lines.append("  the host:")
+        lines += [f"    {field:30} {_shown(field, getattr(self.host, field)):>12}   {source}"
                   for field, source in self.host.sources]
+        lines.append("  how the simulation turns the script's work into time (choices of the model, not "
+                     "measurements):")
+        lines += [f"    {what:30} {how}" for what, how in MODELLING]
         return "\n".join(lines)
+
+
+def _shown(field: str, value: float) -> str:
+    """A host figure in the units a person reads: GB/s for a rate, us or ms for a time."""
+    if field.endswith("_Bps"):
+        return f"{value / 1e9:.1f} GB/s"
+    return f"{value * 1e6:.0f} us" if value < 1e-3 else f"{value * 1e3:.0f} ms"
 
 
 _DECODE_SOURCE = ("ASSUMPTION: 90 us, what Photos.__getitem__ took per image (256 images, one thread, with "
@@ -212,6 +226,21 @@ MACHINES = {
                  ("worker_start_s", "ASSUMPTION: the H100 host's recorded 97-170 ms, rounded")))),
 }
 KERNEL_MIN_S = 3e-6  # the shortest kernel (ASSUMPTION: a few microseconds, as small elementwise kernels take)
+# How SimCuda and SimLoader turn the script's work into time: every choice the model makes that is not a
+# figure of a machine. Machine.describe() lists them; tests/test_lesson08.py checks each against the code.
+MODELLING = (
+    ("convolutions, matrix products",
+     ("ASSUMPTION: 2 x output elements x inner size FLOPs, at the GPU's whole FP32 peak (no tensor cores, "
+      "no lost efficiency)")),
+    ("the backward pass", "ASSUMPTION: one kernel of 2 x the FLOPs of the forward since the last backward"),
+    ("every kernel", f"ASSUMPTION: at least {KERNEL_MIN_S * 1e6:.0f} us, however little it does"),
+    ("every other op (elementwise)",
+     ("ASSUMPTION: memory-bound: three times its output's bytes (two reads, a write) at the memory "
+      "bandwidth, twice the device-to-device copy rate")),
+    ("DataLoader workers",
+     ("ASSUMPTION: n workers make batches n times as fast (none slows another), one thread pins them; "
+      "no prefetch limit; persistent workers start for free")),
+)
 
 
 def machine_of(machine: "str | Machine") -> Machine:

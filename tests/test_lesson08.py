@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import math
 import sys
+import warnings
 
 import pytest
 import torch
@@ -455,3 +456,54 @@ def test_a_training_function_that_makes_its_own_loader_is_simulated_too():
     assert seen["device"] == "cuda", "the code is told it runs on cuda"
     assert run.steps == 4 and len(run.result) == 4 and run.loader.pin_memory
     assert capstone.summarize(run.trace).copies == {"Memcpy HtoD (Pinned -> Device)": 8}
+
+
+
+def _simulated_h100():
+    from devicelab.sim_trace import SimProfiler
+
+    machine = capstone.MACHINES["H100"]
+    gpu = SimulatedGPU(machine.gpu, initialized=True)
+    return gpu, capstone.simulated_cuda(gpu, SimProfiler(gpu), machine.host)
+
+
+def _loading_s(workers: int) -> float:
+    """Simulated seconds to iterate 32 small batches with `workers` persistent workers."""
+    from torch.utils.data import TensorDataset
+
+    gpu, simulated = _simulated_h100()
+    with simulated, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # more workers than this machine's cores: the simulated host has them
+        loader = DataLoader(TensorDataset(torch.zeros(256, 8)), batch_size=8, num_workers=workers,
+                            persistent_workers=True)
+        start = gpu.clock()
+        for _ in loader:
+            pass
+        return gpu.clock() - start
+
+
+def test_describe_lists_every_choice_of_the_model_and_each_is_what_the_simulator_does():
+    """Lesson 08 prints MACHINES["H100"].describe(): beside every figure, the model's own choices. Each is
+    checked here against what the simulated GPU and loader do."""
+    text = capstone.MACHINES["H100"].describe()
+    for what, how in capstone.MODELLING:
+        assert what in text and how in text and how.startswith("ASSUMPTION")
+    for words in ("FP32 peak", "2 x the FLOPs of the forward", f"{capstone.KERNEL_MIN_S * 1e6:.0f} us",
+                  "memory-bound", "n times as fast"):
+        assert words in text, words
+    peak, d2d = capstone.MACHINES["H100"].gpu.flops_per_s, capstone.MACHINES["H100"].gpu.d2d_Bps
+    gpu, simulated = _simulated_h100()
+    with simulated:
+        a = torch.ones(2048, 4096, device="cuda", requires_grad=True)
+        y = a @ torch.ones(4096, 4096, device="cuda")        # a matrix product at the whole FP32 peak
+        z = y * 2                                            # elementwise: memory-bound
+        _ = torch.ones(4, device="cuda") + 1                 # tiny: the floor
+        z.sum().backward()                                   # one kernel, twice the forward's FLOPs
+    kernels = {r.name: r.end - r.start for r in gpu.timeline if r.engine == "compute"}
+    flops = 2 * 2048 * 4096 * 4096
+    assert kernels["matmul"] == pytest.approx(flops / peak)
+    assert kernels["mul"] == pytest.approx(3 * y.nbytes / (2 * d2d))
+    assert kernels["add"] == pytest.approx(capstone.KERNEL_MIN_S)
+    assert kernels["backward kernels"] == pytest.approx(2 * flops / peak)
+    one, two, four = (_loading_s(n) for n in (1, 2, 4))
+    assert two < 0.55 * one and four < 0.55 * two, "each worker more makes batches as fast again"
