@@ -350,6 +350,28 @@ def test_a_reset_after_the_kernel_started_ends_it_and_never_starts_another():
             signal.signal(sig, handler)
 
 
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_kernel_that_ends_before_its_start_is_read_keeps_its_exit_code_and_starts_nothing(code):
+    """The race behind the allowance once made for a cold start: the kernel starts and ends at once while the
+    launcher forwards a signal. The kernel's side has sent its pid and its end, then closes with the signal
+    unread; a SEQPACKET socket reports that reset *before* the messages still queued for the launcher. The
+    launcher reads on: the kernel started (no cold kernel in its place) and its own exit code comes back."""
+    from autograder.grading import zygote as zygote_module
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        ours.send(json.dumps({"signal": 15}).encode())  # forwarded before the launcher read anything
+        theirs.send(json.dumps({"pid": 2}).encode())
+        theirs.send(json.dumps({"exit": code << 8}).encode())  # a wait status: exited with `code`
+        theirs.close()
+        assert zygote_module._follow(ours) == code
+    finally:
+        ours.close()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
 def test_a_reset_before_the_kernel_started_is_a_failed_warm_start():
     from autograder.grading import zygote as zygote_module
 
@@ -358,7 +380,7 @@ def test_a_reset_before_the_kernel_started_is_a_failed_warm_start():
     try:
         ours.send(b'{"program": []}')  # the request, never read: the zygote turned it away
         theirs.close()
-        with pytest.raises(OSError):
+        with pytest.raises(WarmStartError, match="closed the connection"):  # launch() starts it cold
             zygote_module._follow(ours)
     finally:
         ours.close()

@@ -484,7 +484,13 @@ def _follow(connection: socket.socket) -> int:
     while True:
         try:
             data = connection.recv(4096)
-        except OSError:  # reset: the kernel's side closed with a forwarded signal unread
+        except ConnectionResetError:
+            # The kernel's side closed with a forwarded signal unread. A SEQPACKET socket says so *before*
+            # the messages still queued for us (the kernel's pid, its end), and says it once: read on, they
+            # follow, then the end of the connection. (Taken as a failed start, this reset once started a
+            # cold kernel in the place of one that had run, without its state.)
+            continue
+        except OSError:
             if not started:
                 raise  # a failed warm start: the cold kernel starts instead
             return 1  # the kernel's end; a cold kernel now would answer in its place, without its state
