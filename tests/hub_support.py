@@ -212,14 +212,27 @@ def public_url(settings: HubSettings) -> str:
     return f"http://{host}:{settings.port}"
 
 
-def stop_proxy(pid_file: Path) -> None:
-    """Stop the proxy the hub started (a hub killed before its cleanup leaves it running)."""
+def running_proxy(pid_file: Path) -> psutil.Process | None:
+    """Return the proxy the hub started, as its pid file names it; None when there is none."""
     try:
-        pid = int(pid_file.read_text().strip())
-        if "configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_text():
-            os.kill(pid, 15)
-    except (OSError, ValueError):
-        pass
+        proxy = psutil.Process(int(pid_file.read_text().strip()))
+        return proxy if "configurable-http-proxy" in " ".join(proxy.cmdline()) else None
+    except (OSError, ValueError, psutil.Error):
+        return None
+
+
+def stop_proxy(proxy: psutil.Process | None) -> None:
+    """Stop the proxy the hub started (a hub killed before its cleanup leaves it running) and wait until it
+    is gone: JupyterHub's own cleanup only signals it, and a hub started again binds the same ports."""
+    if proxy is None:
+        return
+    with contextlib.suppress(psutil.NoSuchProcess):
+        proxy.terminate()
+        try:
+            proxy.wait(60)
+        except psutil.TimeoutExpired:
+            proxy.kill()
+            proxy.wait(30)
 
 
 @contextlib.contextmanager
@@ -261,9 +274,10 @@ def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()
                 def start_hub() -> int:
                     """Stop the running hub, if any; start it; return its pid."""
                     if procs:
+                        proxy = running_proxy(Path(settings.root) / "hub" / "proxy.pid")  # before its cleanup
                         os.killpg(procs[-1].pid, 15)
                         procs[-1].wait(60)
-                        stop_proxy(Path(settings.root) / "hub" / "proxy.pid")
+                        stop_proxy(proxy)
                     # as an instructor's script would start it in the background (CI runs this way too)
                     procs.append(started.enter_context(running(start, ROOT, dict(os.environ), log,
                                                                background_job=True)))
@@ -272,7 +286,7 @@ def class_hub(tmp_path: Path, roster_text: str, setup_args: tuple[str, ...] = ()
 
                 yield Hub(settings, prefix, log, passwords, start_hub(), start_hub)
     finally:
-        stop_proxy(root / "hub-root" / "hub" / "proxy.pid")
+        stop_proxy(running_proxy(root / "hub-root" / "hub" / "proxy.pid"))
         for port in ports.values():
             release_port(port)
         members += [p.pw_name[len(prefix):] for p in pwd.getpwall() if p.pw_name.startswith(prefix)]
