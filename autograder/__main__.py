@@ -44,7 +44,7 @@ def _validate(args) -> int:
     return 0 if report.ok else 1
 
 
-def _print_run(run) -> None:
+def _print_run(run, show_hidden_tests: bool) -> None:
     from collections import Counter
 
     counts = Counter(r.status for r in run.results)
@@ -52,7 +52,11 @@ def _print_run(run) -> None:
           + f" ({run.seconds:.1f} s; {run.graded} graded now, {run.reused} unchanged)")
     print(f"grades:   {run.out / 'grades.csv'}")
     print(f"summary:  {run.out / 'summary.html'}")
-    print(f"feedback: {run.out / 'feedback'}/<student>/")
+    print(f"feedback: {run.out / 'feedback'}/<student>/ ("
+          + ("hidden tests printed in full: hand these out only after the due date" if show_hidden_tests
+             else "hidden tests kept hidden: safe to hand out before the due date; --show-hidden-tests "
+                  "prints them")
+          + ")")
 
 
 def _grade(args) -> int:
@@ -68,7 +72,8 @@ def _grade(args) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     options = GradeOptions(jobs=args.jobs, timeout=args.timeout, memory_mib=args.memory, sandbox=args.sandbox,
                            force=args.force, progress=not args.quiet,
-                           hidden=tuple(Path(p) for p in args.hide), warm=not args.cold_start)
+                           hidden=tuple(Path(p) for p in args.hide), warm=not args.cold_start,
+                           show_hidden_tests=args.show_hidden_tests)
     try:
         run = grade_class(Path(args.course), args.assignment, Path(args.submissions), options,
                           out=Path(args.out) if args.out else None)
@@ -79,7 +84,7 @@ def _grade(args) -> int:
         print("\ninterrupted: the students finished so far are saved; run the same command again to grade "
               "the rest", file=sys.stderr)
         return 130
-    _print_run(run)
+    _print_run(run, args.show_hidden_tests)
     return 0
 
 
@@ -103,7 +108,7 @@ def _demo(args) -> int:
         return 130
     for run in runs:
         print()
-        _print_run(run)
+        _print_run(run, False)
         print(run.out.joinpath("grades.csv").read_text(encoding="utf-8"))
     return 0
 
@@ -160,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--cold-start", action="store_true",
                        help="start every kernel anew instead of forking it from a worker's warm zygote "
                             "(slower; for comparison)")
+    grade.add_argument("--show-hidden-tests", action="store_true",
+                       help="feedback pages as nbgrader makes them, the hidden tests printed in full: for "
+                            "handing out after the due date (default: each hidden test shows its score and "
+                            "your message, never its code)")
     grade.add_argument("--course", default=str(COURSE_ROOT), help="course root (default: this repository)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     grade.add_argument("--hide", action="append", default=[], metavar="FOLDER",

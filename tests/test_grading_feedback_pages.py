@@ -1,8 +1,10 @@
-"""Feedback pages are rendered without nbconvert's BeautifulSoup pass, and keep what that pass added."""
+"""Feedback pages are rendered without nbconvert's BeautifulSoup pass, and keep what that pass added; the
+grader's pages keep the hidden tests hidden unless asked."""
 
 import re
 
 import nbformat
+import pytest
 from bs4 import BeautifulSoup
 from nbconvert.exporters import HTMLExporter
 from nbconvert.filters.highlight import Highlight2HTML
@@ -70,3 +72,34 @@ def test_a_long_cell_is_highlighted_each_time_and_never_kept(monkeypatch):
         assert remembering(long_cell) == plain(Highlight2HTML(), long_cell)
     assert highlighted == [len(long_cell)] * 3
     assert remembering._remembered.cache_info().currsize == 0
+
+
+@pytest.mark.notebook
+def test_the_graders_pages_keep_hidden_tests_hidden_unless_the_instructor_shows_them(tmp_path):
+    """`python -m autograder grade` writes pages an instructor may hand out before the due date: a hidden test
+    shows its score and a message, never its code (nbgrader's own pages print it between BEGIN HIDDEN TESTS
+    markers). `--show-hidden-tests` gives nbgrader's pages as they are, for after the due date."""
+    from tests.grade_commands import in_one_python
+    from tests.test_grading_end_to_end import assignment, make_course
+
+    (tmp_path / "course").mkdir()
+    course = make_course(tmp_path / "course")
+    for student, double in {"right": "return 2 * x", "wrong": "return abs(2 * x)"}.items():
+        (tmp_path / "class" / student).mkdir(parents=True)
+        nbformat.write(assignment(double), tmp_path / "class" / student / "tiny.ipynb")
+    grade = ["grade", "tiny", str(tmp_path / "class"), "--course", str(course), "--timeout", "120", "--quiet"]
+    outcomes = in_one_python(course, [*grade, "--out", str(tmp_path / "kept")],
+                             [*grade, "--out", str(tmp_path / "shown"), "--show-hidden-tests"])
+    assert [code for code, _ in outcomes] == [0, 0], outcomes
+    hidden_code = "double(-3) == -6"  # the hidden test's own line (tests.factories.tiny_assignment)
+
+    def text(out: str, student: str) -> str:  # what a reader sees (the code is split into highlighted spans)
+        page = (tmp_path / out / "feedback" / student / "tiny.html").read_text(encoding="utf-8")
+        return BeautifulSoup(page, "html.parser").get_text()
+
+    for student in ("right", "wrong"):
+        kept, shown = text("kept", student), text("shown", student)
+        assert "double(2) == 4" in kept and "double(2) == 4" in shown, "the visible test is on both pages"
+        assert hidden_code not in kept and "BEGIN HIDDEN TESTS" not in kept, student
+        assert hidden_code in shown and "BEGIN HIDDEN TESTS" in shown, "nbgrader's page, hidden tests and all"
+    assert "A hidden test of this cell failed" in text("kept", "wrong")  # a score and a message, no code

@@ -103,6 +103,9 @@ class GradeOptions:
     hidden: tuple[Path, ...] = ()  # more folders the sandbox hides (e.g. a hub's exchange)
     warm: bool = True  # fork kernels from each worker's zygote (zygote.py); False: start each kernel anew
     standby: Standby | None = None  # zygotes kept running between runs (the hub's service); else per worker
+    # feedback pages as nbgrader makes them, hidden tests printed in full: only for after the due date.
+    # By default each hidden test shows its score and the instructor's message, never its code.
+    show_hidden_tests: bool = False
 
     @property
     def workers(self) -> int:
@@ -446,7 +449,8 @@ class ClassRun:
                                   self.isolation, options.timeout, options.memory_mib,
                                   max(1, default_jobs() // workers), warm=options.warm,
                                   zygotes=self.standing_zygotes(workers) if todo or joining else (),
-                                  libraries=options.standby.libraries if options.standby else LIBRARIES)
+                                  libraries=options.standby.libraries if options.standby else LIBRARIES,
+                                  show_hidden_tests=options.show_hidden_tests)
         tqdm.monitor_interval = 0  # no monitor thread: workers are forked from this process
         self.bar = tqdm(total=len(subs), initial=len(subs) - len(todo), unit="student", dynamic_ncols=True,
                         desc=f"grading {self.assignment}", disable=not options.progress)
@@ -492,6 +496,7 @@ class ClassRun:
                 sub.status, sub.detail = Status.INVALID, f"a file cannot be read ({_why(exc)})"
             self.prints[sub.student] = fingerprint(digest, files, float(self.options.timeout),
                                                    int(self.options.memory_mib), self.isolation.mode,
+                                                   self.options.show_hidden_tests,  # its pages differ
                                                    *([extended[sub.student]] if sub.student in extended
                                                      else []))
             cached = None if self.options.force else _cached(self.out, self.root, self.assignment,

@@ -36,6 +36,7 @@ from autograder.grading.execution import NOT_RUN, GraderExecute, QuickReadyClien
 from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.gradebook import set_extension
 from autograder.grading.guard_kernel import program as guard_program
+from autograder.grading.redact import UNRENDERED_PAGE, RedactHiddenTests
 from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellKind, CellScore
 from autograder.grading.sandbox import MAX_FILE_MIB, Isolation, address_space_mib, kernel_command
@@ -82,6 +83,7 @@ class WorkerSettings:
     zygotes: tuple[Zygote, ...] = ()  # running zygotes (a Standby's), one per worker slot; else each its own
     libraries: tuple[str, ...] = LIBRARIES  # what a worker's own zygote preloads besides the kernel
     keep_env: tuple[str, ...] = KEEP_ENV
+    show_hidden_tests: bool = False  # feedback pages as nbgrader makes them, hidden tests and all
 
 
 @dataclass(frozen=True)
@@ -372,17 +374,28 @@ class Worker:
         return report
 
     def write_feedback(self, api, job: Job, scratch: Path, report: AttemptReport) -> None:
-        """Write the student's feedback pages into scratch/feedback/<student>/<assignment>/."""
+        """Write the student's feedback pages into scratch/feedback/<student>/<assignment>/: the hidden tests
+        kept hidden (each one's score and the instructor's message only), unless the run shows them."""
         s = self.settings
         dest = scratch / "feedback" / job.student / s.assignment
         try:
             if self.feedback is None:
                 self.feedback = FeedbackWriter(course_config(s.root))
+                if not s.show_hidden_tests:  # after nbgrader's GetGrades: the scores stay
+                    self.feedback.exporter.register_preprocessor(RedactHiddenTests, enabled=True)
             course = course_directory(s.root, scratch)
             self.feedback.write(scratch / "autograded" / job.student / s.assignment, dest, job.student,
                                 s.assignment, course.db_url, course.course_id)
         except Exception:  # noqa: BLE001  (fall back to nbgrader's own, slower, generate_feedback)
             traceback.print_exc()
+            if not s.show_hidden_tests:  # nbgrader's own pages print the hidden tests: a page saying so
+                dest.mkdir(parents=True, exist_ok=True)
+                for notebook in sorted(p.stem for p in (scratch / "autograded" / job.student /
+                                                        s.assignment).glob("*.ipynb")):
+                    (dest / f"{notebook}.html").write_text(UNRENDERED_PAGE.render(notebook=notebook),
+                                                          encoding="utf-8")
+                report.notes.append("feedback could not be generated")
+                return
             try:
                 made = api.generate_feedback(s.assignment, job.student, force=True).get("success")
             except Exception:  # noqa: BLE001  (no feedback is this student's problem, not the class's)

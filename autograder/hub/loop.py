@@ -162,7 +162,9 @@ def collect(s: HubSettings, assignment: str) -> CollectReport:
 
 
 def grade_collected(s: HubSettings, assignment: str, extra: list[str]) -> list[Grade]:
-    """Grade the collected submissions with `python -m autograder grade`, as the grader account."""
+    """Grade the collected submissions with `python -m autograder grade`, as the grader account: nbgrader's
+    full pages, hidden tests and all, which `hub feedback` gives the students (the full feedback of after the
+    due date; before it, autograde on submit's pages keep them hidden)."""
     _known(s, assignment)
     course = s.paths.course
     if not any((course / "submitted").glob(f"*/{assignment}")):
@@ -170,7 +172,7 @@ def grade_collected(s: HubSettings, assignment: str, extra: list[str]) -> list[G
     out = course / "graded" / assignment
     GraderAccount.of(s).module("autograder", "grade", assignment, str(course / "submitted"), "--course",
                                str(course), "--out", str(out), "--hide", str(s.paths.exchange), "--quiet",
-                               *extra)
+                               "--show-hidden-tests", *extra)
     return read_grades(out / "grades.csv")
 
 

@@ -456,7 +456,9 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
     started = time.monotonic()
     releaser = BatchReleaser(place, queue, batch, staged)
     joiner = Joiner(place, queue, assignment, releaser, staged, JOINING_PER_CORE * (jobs or default_jobs()))
+    # feedback/ keeps nbgrader's full pages: result_pages gives a student those only after their due date
     options = GradeOptions(jobs=jobs, timeout=setting.timeout, progress=False, hidden=(place.exchange,),
+                           show_hidden_tests=True,
                            standby=standby)
     try:
         summary = grade_class(place.course, assignment, staged.work, options, out=place.graded(assignment),

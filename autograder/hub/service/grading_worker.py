@@ -108,7 +108,7 @@ class Worker:
             return WorkResult(str(Status.REFUSED), None, None, str(exc), {}, self.name)
         setting = grading_setting(self, offer)
         standby = self.warm((assignment,))
-        options = GradeOptions(jobs=1, timeout=setting.timeout, progress=False,
+        options = GradeOptions(jobs=1, timeout=setting.timeout, progress=False, show_hidden_tests=True,
                                sandbox=self.sandbox, hidden=self.hidden, standby=standby, force=True)
         summary = grade_class(self.course, assignment, work, options, out=place.graded(assignment),
                               echo=lambda line: logger.info("  %s", line))
