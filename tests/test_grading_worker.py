@@ -15,14 +15,14 @@ from autograder.grading.worker import GUARD_CHANNEL, GUARD_SCRIPT, Worker, Worke
 from tests.factories import tiny_assignment
 
 
-def make_worker(tmp_path) -> Worker:
+def make_worker(tmp_path, show_hidden_tests: bool = False) -> Worker:
     template = tmp_path / "template"
     for folder in ("source/tiny", "release/tiny"):
         (template / folder).mkdir(parents=True)
         nbformat.write(tiny_assignment(), template / folder / "tiny.ipynb")
     (template / "gradebook.db").write_bytes(b"")
     settings = WorkerSettings(tmp_path, "tiny", template, tmp_path / "run", Isolation("none"), timeout=30,
-                              memory_mib=1000)
+                              memory_mib=1000, show_hidden_tests=show_hidden_tests)
     return Worker(settings)
 
 
@@ -98,7 +98,7 @@ def test_nbgraders_fallback_feedback_is_rendered_inert_and_gets_the_script_forbi
     from autograder.grading.attempt import AttemptReport, Outcome
     from autograder.safe_html import STATIC_PAGE_CSP, InertStudentContent
 
-    worker = make_worker(tmp_path)
+    worker = make_worker(tmp_path, show_hidden_tests=True)  # the fallback of a run that shows them
     job = Job(0, "ada", {})
     scratch = worker.scratch_for(job)
     config = worker.config(job, scratch)
@@ -123,3 +123,30 @@ def test_nbgraders_fallback_feedback_is_rendered_inert_and_gets_the_script_forbi
     page = (scratch / "feedback" / "ada" / "tiny" / "tiny.html").read_text()
     assert STATIC_PAGE_CSP in page and page.index("Content-Security-Policy") < page.index("<title>")
     assert report.notes == []
+
+
+def test_where_the_pages_keep_hidden_tests_hidden_a_failed_page_never_falls_back_to_nbgraders(tmp_path):
+    """nbgrader's own generate_feedback prints every hidden test: a run that keeps them hidden writes a page
+    saying the feedback could not be made instead."""
+    from autograder.grading.attempt import AttemptReport, Outcome
+
+    worker = make_worker(tmp_path)
+    job = Job(0, "ada", {})
+    scratch = worker.scratch_for(job)
+    (scratch / "autograded" / "ada" / "tiny").mkdir(parents=True)
+    nbformat.write(tiny_assignment(), scratch / "autograded" / "ada" / "tiny" / "tiny.ipynb")
+
+    class Broken:
+        def write(self, *args):
+            raise RuntimeError("the fast writer failed")
+
+    class FullPagesAPI:
+        def generate_feedback(self, assignment, student, force):
+            raise AssertionError("nbgrader's full page was asked for")
+
+    worker.feedback = Broken()
+    report = AttemptReport(Outcome.COMPLETED)
+    worker.write_feedback(FullPagesAPI(), job, scratch, report)
+    page = (scratch / "feedback" / "ada" / "tiny" / "tiny.html").read_text()
+    assert "could not be made" in page and "double(-3)" not in page
+    assert report.notes == ["feedback could not be generated"]
