@@ -29,3 +29,25 @@ def test_the_lesson_says_where_copies_its_cpu_scalars_and_cites_the_source():
     assert "`torch.where`" not in _cell("exceptions-intro"), "where does not take a CPU scalar as it is"
     assert "copies each one to the device first" in _cell("1096a3bd")
     assert "`torch.where` copies its 0-dim CPU operands" in _cell("myths")
+
+
+def test_each_error_text_is_credited_to_the_torch_that_showed_it():
+    """The GPU texts were recorded on an H100 with torch 2.11; the CPU checks run on the installed torch."""
+    assert "torch\n2.11" in _cell("7a691c8d") and "2.14.1" in _cell("7a691c8d")
+    assert "2.15" not in _cell("28378c42")
+    facts = (COURSE_ROOT / "docs" / "facts.md").read_text()
+    assert "2.15" not in facts and "torch 2.11" in facts
+
+
+def test_a_convolution_with_meta_weights_and_a_cpu_input_raises_nothing():
+    """Section 4's trap, which the lesson credits to torch 2.14.1: a CPU result, no error."""
+    from torch import nn
+
+    conv = nn.Conv2d(1, 1, 3).to("meta")
+    assert conv(torch.ones(1, 1, 4, 4)).device.type == "cpu"
+    assert "in torch 2.14.1 so does\n`nn.Conv2d`" in _cell("28378c42"), "the version that was checked"
+
+
+def test_float64_throughput_is_1_32_on_pascal_and_turing_geforce_and_1_64_after():
+    text = _cell("f47f3af6")
+    assert "1/32 on a T4\n(Colab's GPU) and on Pascal and Turing GeForce" in text and "1/64 on L4" in text

@@ -63,3 +63,14 @@ def kernel_seconds(trace):
     seconds = evaluate(lesson07._exercises.exercises["kernel_seconds"], namespace)
     assert side.outcome is Outcome.INCORRECT and "wait_stream" in side.message
     assert seconds.outcome is Outcome.INCORRECT and "microseconds" in seconds.message
+
+
+def test_non_blocking_uploads_are_safe_only_while_the_pinned_source_is_left_alone():
+    import nbformat
+
+    cells = {c.get("id"): c.source for c in nbformat.read(COURSE_ROOT / "notebooks" /
+                                                          "07-streams-events-and-profiling.ipynb",
+                                                          as_version=4).cells}
+    assert "if the pinned source stays unchanged until the copy has run" in cells["myths"]
+    assert "provided its pinned source is not refilled" in cells["recap"]
+

@@ -207,3 +207,11 @@ def test_realistic_wrong_answers_to_the_practice_are_incorrect_with_what_to_fix(
 
     feedback = evaluate(_exercises.exercises["state_devices"], _practice(STATE_DEVICES_WRONG[name]))
     assert feedback.outcome is Outcome.INCORRECT and "should" in feedback.message, str(feedback)
+
+
+def test_cuda_visible_devices_indices_follow_cuda_device_order():
+    """CUDA's indices are FASTEST_FIRST unless CUDA_DEVICE_ORDER=PCI_BUS_ID: not always nvidia-smi's order."""
+    text = _cell("visible-devices")
+    assert "as\n`nvidia-smi` numbers them" not in text
+    assert "`CUDA_DEVICE_ORDER`: `FASTEST_FIRST` by default" in text and "PCI_BUS_ID" in text
+
