@@ -455,3 +455,17 @@ def test_patches_do_not_leak_out_of_the_notebook():
     results = results_for({"to-device": answer("to-device", crashes_on_dicts)})
     assert "boom" in results["to-device-tests-non-blocking"].error  # raised while Tensor.to was patched
     assert torch.Tensor.to is before and "to" not in vars(torch.Tensor), "the Tensor.to spy was left in place"
+
+
+def _prompt(cell_id: str) -> str:
+    import nbformat
+
+    return next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.get("id") == cell_id)
+
+
+def test_the_prompts_claim_no_overlap_from_non_blocking_alone_and_no_tensor_that_never_moves():
+    """non_blocking from pinned memory frees the host; overlap with GPU work also needs a second stream
+    (lesson 06), and PyTorch itself copies a CPU index tensor (lesson 04)."""
+    assert "overlap" not in _prompt("to-device-prompt")
+    title = _prompt("title")
+    assert "only when you move it" not in title and "lesson 04" in title

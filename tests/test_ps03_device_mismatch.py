@@ -441,3 +441,12 @@ def test_failures_say_what_to_fix():
     assert "buffers too" in results["off-device-tests-buffers"].error
     assert "0-dim CPU tensor" in results["check-same-device-tests-scalars"].error
 
+
+def test_the_prompt_says_a_gpu_operation_takes_at_most_one_cpu_scalar():
+    """TensorIterator's compute_types: max_cpu_scalars_on_non_cpu is 1 (where it allows CPU scalars at all);
+    check_same_device's contract asks about devices only, which the prompt says."""
+    import nbformat
+
+    prompt = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
+                  if c.get("id") == "check-same-device-prompt")
+    assert "at most one such scalar" in prompt and "devices only" in prompt

@@ -534,3 +534,14 @@ def test_the_sync_spy_names_each_kind_of_sync_and_leaves_torch_as_it_was():
             call()
         assert spy.syncs == [], (name, spy.syncs)
     assert not torch.overrides._is_torch_function_mode_enabled()
+
+
+def test_the_prompt_does_not_call_numpy_on_a_gpu_tensor_a_wait():
+    """`.numpy()` on a CUDA tensor raises TypeError (lesson 03's H100 recording); `.cpu().numpy()` waits in
+    `.cpu()`."""
+    import nbformat
+
+    prompt = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
+                  if c.get("id") == "train-epoch-prompt")
+    assert "`.numpy()`: on a GPU tensor it raises `TypeError`" in prompt
+    assert "`float(...)`,\n`.numpy()`" not in prompt

@@ -410,3 +410,13 @@ def test_the_prompt_counts_activations_as_lesson_09_does_each_saved_storage_once
     lesson = nbformat.read(COURSE_ROOT / "notebooks" / "09-devices-in-real-code.ipynb", as_version=4)
     assert "return sum(dict(saves(run)).values())" in next(c.source for c in lesson.cells
                                                            if c.get("id") == "saved-bytes")
+
+
+def test_the_wrap_up_says_mem_get_info_already_leaves_out_the_cuda_context():
+    """torch.cuda.mem_get_info asks cudaMemGetInfo after current_device() has initialised CUDA
+    (torch/cuda/memory.py): the context is made, and `free` no longer counts it."""
+    import nbformat
+
+    text = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.get("id") == "wrap-up")
+    assert "leave room for\nthe CUDA context" not in text and "already leaves the context out" in text
+

@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from devicelab.feedback import Exercise, checker
 
-# Tensor methods that read a value on the host: on a GPU each one makes the host wait for the device.
+# Tensor methods that read a value on the host: on a GPU each one makes the host wait for the device (but
+# .numpy(), which raises TypeError on a GPU tensor; it is watched because t.cpu().numpy() waits in .cpu()).
 SYNCS = ("item", "cpu", "tolist", "numpy", "__float__", "__int__", "__bool__", "__format__", "__repr__")
 
 
@@ -93,7 +94,8 @@ class LoopWatcher:
             yield self
 
 
-# On a GPU each of these makes the host wait for the device, by the name `__torch_function__` gives the call:
+# On a GPU each of these makes the host wait for the device (.numpy() raises there instead), by the name
+# `__torch_function__` gives the call:
 # reading values into Python (and printing or formatting a tensor, which reads it) ...
 _READS = {"item": ".item()", "tolist": ".tolist()", "numpy": ".numpy()", "cpu": ".cpu()",
           "__float__": "float(tensor)", "__int__": "int(tensor)",
