@@ -211,8 +211,9 @@ MACHINES = {
         worker_handoff_s=50e-6, worker_start_s=0.10,
         sources=(("decode_s_per_image", _DECODE_SOURCE),
                  ("collate_Bps", "ASSUMPTION: the 10.9 GB/s host copy measured on the course's CPU machine"),
-                 ("pin_Bps", ("recorded on an H100's host: x.pin_memory() of 64 MiB took 1.55 ms (lesson 06, "
-                             "2.83 ms with the copy, 1.28 ms without)")),
+                 ("pin_Bps", ("derived from two medians recorded on an H100's host (lesson 06): a 64 MiB "
+                             "upload took 2.83 ms with x.pin_memory() before it and 1.28 ms from memory "
+                             "already pinned, so pinning took about 1.55 ms")),
                  ("worker_handoff_s", "ASSUMPTION: a round figure for passing a batch between processes"),
                  ("worker_start_s", ("recorded on an H100's host: 97-170 ms for a new 2-worker loader's "
                                     "first batch (benchmarks/capstone_gpu.py, 2026-11-27)"))))),

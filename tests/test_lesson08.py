@@ -507,3 +507,22 @@ def test_describe_lists_every_choice_of_the_model_and_each_is_what_the_simulator
     assert kernels["backward kernels"] == pytest.approx(2 * flops / peak)
     one, two, four = (_loading_s(n) for n in (1, 2, 4))
     assert two < 0.55 * one and four < 0.55 * two, "each worker more makes batches as fast again"
+
+
+def test_the_pinning_rate_says_it_is_derived_not_recorded():
+    """Lesson 06 recorded two medians for a 64 MiB upload (2.83 ms with x.pin_memory() first, 1.28 ms from
+    memory already pinned); the 1.55 ms of pinning is their difference, and pin_Bps says so."""
+    source = dict(capstone.MACHINES["H100"].host.sources)["pin_Bps"]
+    assert source.startswith("derived from two medians") and "2.83 ms" in source and "1.28 ms" in source
+    assert capstone.MACHINES["H100"].host.pin_Bps == pytest.approx(64 * 2**20 / 1.55e-3, rel=0.02)
+
+
+def test_the_lesson_prints_the_machine_s_description_and_tags_its_summary_simulated():
+    import nbformat
+
+    cells = {c.get("id"): c.source for c in nbformat.read(
+        COURSE_ROOT / "notebooks" / "08-capstone-fix-a-slow-training-script.ipynb", as_version=4).cells}
+    assert cells["describe-machine"] == 'print(capstone.MACHINES["H100"].describe())'
+    mine = cells["profile-mine"]
+    assert mine.index("SIMULATED on the") < mine.index("show_summary(") < mine.index("show_measures(")
+

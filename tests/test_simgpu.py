@@ -238,6 +238,18 @@ def test_describe_profile_gives_the_fp32_peak_as_a_rate():
     assert "8.1 TFLOP/s" in line and " s " not in line.split("FP32 peak")[1], line
 
 
+
+def test_the_h100_profile_takes_its_pinned_download_rate_from_the_recording():
+    """docs/measurements.md records pinned device-to-host copies on the course's H100 (53.8 GB/s at 256 MiB
+    in the run the lessons hold): the profile uses it and says so, not "not recorded"."""
+    from autograder import COURSE_ROOT
+    from devicelab.simgpu import H100_PCIE5
+
+    source = dict(H100_PCIE5.sources)["d2h_pinned_Bps"]
+    assert source.startswith("recorded") and "not recorded" not in source
+    assert H100_PCIE5.d2h_pinned_Bps == 53.8 * GB
+    assert "53.8 device-to-host" in (COURSE_ROOT / "docs" / "measurements.md").read_text()
+
 def test_an_event_after_the_copy_is_enough_to_read_it(gpu):
     y = gpu.launch(KERNEL, nbytes=MiB, data="ok")
     host = gpu.to_cpu(y, non_blocking=True)
