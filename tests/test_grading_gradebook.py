@@ -118,3 +118,18 @@ def test_gradebooks_share_an_engine_per_database_and_process_and_still_let_go_of
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read, 16) == b"own"
+
+
+def test_the_process_apart_ends_quietly_under_the_graders_signal_handlers():
+    """`python -m autograder grade` turns SIGTERM into KeyboardInterrupt (an interrupted run saves what it
+    graded). The process that makes the template apart must not inherit that: the pool ends it with SIGTERM,
+    and it printed "Process ForkPoolWorker-1 ... KeyboardInterrupt" before grading began (one run in four to
+    three in four, by when the signal found it). Ctrl-C (SIGINT, to the whole terminal) is the grader's."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # as autograder.__main__ sets it
+    try:
+        assert gradebook.run_apart(signal.getsignal, signal.SIGTERM) == signal.SIG_DFL
+        assert gradebook.run_apart(signal.getsignal, signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)

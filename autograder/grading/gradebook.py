@@ -147,10 +147,25 @@ def backup(db_url: str, dest: Path) -> None:
 def generate_apart(root: Path, assignment: str, scratch: Path, db_url: str | None = None) -> Path:
     """Run `generate` in a child process, so that what it starts (kernels for AUTOTEST directives, their
     event loop and sockets) never lives in the grader, whose workers are forked from it."""
+    return run_apart(generate, root, assignment, scratch, db_url)
+
+
+def run_apart(function, *args):
+    """Return function(*args), called in a forked process of its own (which ends with it)."""
     import multiprocessing
 
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        return pool.apply(generate, (root, assignment, scratch, db_url))
+    with multiprocessing.get_context("fork").Pool(1, initializer=_quiet_end) as pool:
+        return pool.apply(function, args)
+
+
+def _quiet_end() -> None:
+    """In run_apart's process: end quietly when the pool ends it. The grader's command turns SIGTERM
+    into KeyboardInterrupt (an interrupted run saves its students), and the pool's end is a SIGTERM: its
+    process printed a KeyboardInterrupt traceback before grading began. Ctrl-C is the grader's to handle."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def generate(root: Path, assignment: str, scratch: Path, db_url: str | None = None) -> Path:
