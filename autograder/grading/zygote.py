@@ -208,7 +208,10 @@ def _serve_on(listener: socket.socket, path: str, libc) -> None:
         _reap()
         if stdin in readable and not os.read(stdin, 4096):
             listener.close()
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # its owner removed the folder as it stopped us
+                pass
             os._exit(0)  # nothing to flush or save: tearing down what was preloaded took 0.2 s per zygote
         if listener not in readable:
             continue
