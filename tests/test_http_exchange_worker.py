@@ -160,7 +160,8 @@ def test_a_worker_grades_a_submission_in_the_sandbox_and_posts_it_back(tmp_path:
                     tar_of({f"{assignment}.ipynb": right}))[0] == 200
         Worker(course, grader(url), sandbox).run(until_idle=True)
         (only,) = recorded(url)
-        assert only["status"] == "graded" and only["score"] == only["max_score"] > 0, (only.get("detail"), only)
+        assert only["status"] == "graded" and only["score"] == only["max_score"] > 0, (only.get("detail"),
+                                                                                       only)
         status, body = call(url, "ann-token", "GET", f"feedback/{assignment}")
         with tarfile.open(fileobj=io.BytesIO(body)) as archive:
             (name,) = archive.getnames()
