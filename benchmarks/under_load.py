@@ -18,6 +18,7 @@ slowest seconds per module. The exit status is 1 when any run failed.
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--hogs", type=int, default=os.cpu_count() or 2,
                        help="busy processes beside the runs (default: one per core)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the hogs are stopped too (finally)
     if args.times < 1 or args.hogs < 0:
         parser.error("--times must be at least 1 and --hogs at least 0")
     if args.action == "modules":
