@@ -1,5 +1,6 @@
 """Check assignments in both directions with nbgrader's Validator: solutions pass, student stubs fail."""
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,7 +58,12 @@ def validate_notebook(path: Path, direction: str, root: Path) -> NotebookCheck:
     config = course_config(root)
     config.Validator.invert = direction == "release"
     config.AsyncKernelManager.client_class = CLIENT_CLASS  # no reply slept through on a loaded machine
-    with venv_on_path():
+    # The kernel's sockets in a folder of this run's own (IPC), never loopback TCP, which any local user
+    # reaches (and which ipykernel warns of at every start, in the middle of the progress bar)
+    with venv_on_path(), tempfile.TemporaryDirectory(prefix="devicelab-validate-") as runtime:
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(Path(runtime) / "k")
+        config.KernelManager.connection_file = str(Path(runtime) / "kernel.json")
         results = Validator(config=config).validate(str(path))
     check = NotebookCheck(path, direction, graded_cell_count(path))
     if check.graded_cells == 0:

@@ -72,3 +72,12 @@ def test_validation_waits_for_replies_in_slices(scratch_course, monkeypatch):
     check = validate_notebook(scratch_course / "source" / "tiny" / "tiny.ipynb", "solution", scratch_course)
     assert check.ok, check.problems
     assert waits, "nbgrader's Validator did not wait through the sliced channels"
+
+
+def test_validation_kernels_talk_over_ipc_in_a_folder_of_their_own(scratch_course, capfd):
+    """`make validate` printed ipykernel's "Kernel is running over TCP without encryption" once per notebook
+    into its progress bar: a loopback TCP kernel any local user reaches. Its kernels use IPC now."""
+    build_release(scratch_course)
+    assert validate_course(scratch_course).ok
+    said = capfd.readouterr().err
+    assert "without encryption" not in said and "validating" in said, said[-2000:]
