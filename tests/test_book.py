@@ -355,6 +355,35 @@ def test_every_page_loads_cleanly_and_every_link_and_image_resolves(site, served
     assert not failures, "\n".join(failures[:40])
 
 
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [390, 700, 1280])
+def test_the_menu_opens_and_leads_to_a_page_at_phone_tablet_and_desktop_width(site, served, width):
+    """The visible menu button works at every width (pydata-sphinx-theme#2451: both themes bound only the
+    hidden copy of it): below 992 px it opens the menu over the page, and a link there leads to its page;
+    above, it folds the sidebar away. The contents button opens the page's contents the same way."""
+    browser_or_skip()
+    with launched_chromium() as chromium:
+        context = chromium.new_context(viewport={"width": width, "height": 844})
+        page = context.new_page()
+        page.goto(served + "notebooks/03-moving-tensors.html", wait_until="load")
+        menu = page.locator(".primary-toggle:visible").first
+        if width < 992:
+            menu.click()
+            dialog = page.locator("dialog#pst-primary-sidebar-modal[open]")
+            dialog.wait_for(state="visible", timeout=30_000)
+            dialog.get_by_role("link", name=re.compile(r"^04 · Device mismatch")).first.click()
+            page.wait_for_url(re.compile(r"04-device-mismatch\.html"), timeout=30_000)
+            page.locator(".secondary-toggle:visible").first.click()
+            page.locator("dialog#pst-secondary-sidebar-modal[open]").wait_for(state="visible", timeout=30_000)
+        else:
+            sidebar = page.locator("#pst-primary-sidebar")
+            assert "pst-sidebar-hidden" not in (sidebar.get_attribute("class") or "")
+            menu.click()
+            page.wait_for_function("document.querySelector('#pst-primary-sidebar').classList"
+                                   ".contains('pst-sidebar-hidden')", timeout=30_000)
+        context.close()
+
+
 def test_the_recorded_figures_list_names_real_images():
     for entry in json.loads(FIGURES.read_text()):
         assert (COURSE_ROOT / entry["image"]).is_file(), entry["image"]
