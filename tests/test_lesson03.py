@@ -15,9 +15,10 @@ def _cell(cell_id: str) -> str:
 
 
 def test_pickle_saves_a_real_storage_through_torch_save_and_a_meta_tensor_without_one():
-    """torch/_tensor.py: a meta tensor is rebuilt by _rebuild_meta_tensor_no_storage from its dtype, shape
-    and strides; a tensor with storage by _rebuild_tensor_v2, its storage pickled by torch.save
-    (Storage.__reduce__, torch/storage.py), which is the path a CUDA tensor takes too."""
+    """A meta tensor (its storage holds no data) is rebuilt by _rebuild_meta_tensor_no_storage (defined in
+    torch/_utils.py, picked in torch/_tensor.py) from its dtype, shape and strides; a tensor with data by
+    _rebuild_tensor_v2, its storage pickled by torch.save (Storage.__reduce__, torch/storage.py), which is the
+    path a CUDA tensor takes too."""
     cpu, meta = torch.ones(1000), torch.ones(1000, device="meta")
     assert cpu.__reduce_ex__(2)[0].__name__ == "_rebuild_tensor_v2"
     assert cpu.untyped_storage().__reduce__()[0].__name__ == "_load_from_bytes"
