@@ -44,6 +44,20 @@ def _validate(args) -> int:
     return 0 if report.ok else 1
 
 
+NEXT_STEP = ("Next, the students' feedback: each student's pages are in <assignment>/feedback/<student>/, "
+             "to hand to them (by email, your LMS, or on the class hub: hub feedback <assignment>).")
+
+
+def _print_index(out: Path) -> None:
+    """Write the class's overview page over every assignment graded in `out`, and say where it is."""
+    from autograder.grading.report import write_class_index
+
+    index = write_class_index(out, NEXT_STEP)
+    if index is not None:
+        print(f"\nthe class: {index} (every assignment's scores, pass rates and the students to look at)")
+        print(NEXT_STEP.replace("<assignment>/", f"{out}/<assignment>/"))
+
+
 def _print_run(run, show_hidden_tests: bool) -> None:
     from collections import Counter
 
@@ -85,6 +99,8 @@ def _grade(args) -> int:
               "the rest", file=sys.stderr)
         return 130
     _print_run(run, args.show_hidden_tests)
+    if not args.out:  # graded/<assignment>/ beside the others: graded/index.html over all of them
+        _print_index(run.out.parent)
     return 0
 
 
@@ -110,6 +126,7 @@ def _demo(args) -> int:
         print()
         _print_run(run, False)
         print(run.out.joinpath("grades.csv").read_text(encoding="utf-8"))
+    _print_index(out)
     return 0
 
 

@@ -112,3 +112,35 @@ def test_the_not_graded_page_says_why_escapes_the_detail_and_forbids_scripts():
     assert "(Score: 0.0 / 10)" in page and "could not be graded: <b>invalid</b>" in page
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert STATIC_PAGE_CSP in html.unescape(page)  # the attribute, as a browser reads it
+
+
+def test_the_class_index_shows_each_assignment_and_the_students_to_look_at(tmp_path):
+    """graded/index.html: one page over every assignment graded, with its histogram, pass rates, the students
+    to look at (not graded, flagged, under half) first, each linked to its summary; what students wrote is
+    text; a folder without results, or an unreadable result, is left out."""
+    from autograder.grading.report import needs_attention, write_class_index, write_reports
+
+    flagged = result("fay")
+    flagged.flags = ["cell 4 sets a tracing hook"]
+    classes = {"ps01": [result("ada"), result("bob", scores=(0, 1)), result("<img src=x>", "timeout",
+                                                                             detail="ran past 300 s"),
+                        flagged],
+               "ps 02": [result("ada"), result("bob")]}
+    for name, results in classes.items():
+        write_reports(tmp_path / name, name, results, "bwrap")
+        for r in results:
+            (tmp_path / name / "results").mkdir(exist_ok=True)
+            (tmp_path / name / "results" / f"{len(r.student)}-{r.student[:3]}.json").write_text(r.to_json())
+    (tmp_path / "ps 02" / "results" / "broken.json").write_text("{not json")
+    (tmp_path / "course").mkdir()  # the demo's scratch course: not an assignment
+    index = write_class_index(tmp_path, "Next: hand out the feedback.")
+    page = index.read_text(encoding="utf-8")
+    assert 'href="ps01/summary.html"' in page and 'href="ps%2002/summary.html"' in page
+    assert page.count("<svg") == 2 and "Next: hand out the feedback." in page
+    assert "<img src=x>" not in page and "&lt;img src=x&gt;" in page
+    attention = [(a.student, a.why) for a in needs_attention(classes["ps01"])]
+    assert attention == [("<img src=x>", "timeout: ran past 300 s"),
+                         ("fay", "flagged: cell 4 sets a tracing hook"), ("bob", "under half the points")]
+    ps02 = page.split('href="ps%2002/summary.html"')[1]
+    assert "Nobody:" in ps02 and "course" not in page.split("<h2>")[-1]
+    assert write_class_index(tmp_path / "nothing", "x") is None

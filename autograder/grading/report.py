@@ -166,6 +166,72 @@ def write_reports(out: Path, assignment: str, results: list[StudentResult], isol
     write_atomic(out / "summary.html", summary_html(assignment, results, isolation, out / "feedback"))
 
 
+@dataclass(frozen=True)
+class Attention:
+    """A student an instructor should look at in one assignment, and why."""
+
+    student: str
+    score: str
+    max_score: str
+    why: str
+
+
+def needs_attention(results: list[StudentResult]) -> list[Attention]:
+    """Return the students to look at: not graded (and why), flagged for tampering, or under half the points;
+    the not graded first, then the flagged, then the lowest scores."""
+    found = []
+    for r in results:
+        reasons = []
+        if r.status != Status.GRADED:
+            reasons.append(f"{r.status}: {r.detail}" if r.detail else str(r.status))
+        reasons += [f"flagged: {f}" for f in r.flags]
+        if r.status == Status.GRADED and r.max_score and r.final_score < r.max_score / 2:
+            reasons.append("under half the points")
+        if reasons:
+            rank = (0 if r.status != Status.GRADED else 1 if r.flags else 2, r.final_score, r.student)
+            found.append((rank, Attention(r.student, number(r.final_score), number(r.max_score),
+                                          "; ".join(reasons))))
+    return [a for _, a in sorted(found, key=lambda pair: pair[0])]
+
+
+def class_index_html(graded: dict[str, list[StudentResult]], next_step: str) -> str:
+    """Return one page over every graded assignment (assignment -> its results, each in a folder of that name
+    beside the page): its score histogram, each test cell's pass rate, the students to look at."""
+    assignments = []
+    for name, results in graded.items():
+        counts = Counter(r.status for r in results)
+        scores = [r.final_score for r in results]
+        max_score = max((r.max_score for r in results), default=0)
+        assignments.append({
+            "name": name, "href": f"{quote(name)}/summary.html", "count": len(results),
+            "status_line": ", ".join(f"{counts[s]} {s}" for s in Status if counts[s]),
+            "mean": number(round(statistics.mean(scores), 2)) if scores else "-",
+            "median": number(round(statistics.median(scores), 2)) if scores else "-",
+            "max_score": number(max_score), "histogram": histogram_svg(scores, max_score),
+            "exercises": exercises(results), "attention": needs_attention(results)})
+    return _templates().get_template("class_index.html.j2").render(
+        csp=STATIC_PAGE_CSP, assignments=assignments, next_step=next_step)
+
+
+def write_class_index(out: Path, next_step: str) -> Path | None:
+    """Write out/index.html over every assignment graded in out/<assignment>/ (its results/); return it, or
+    None when there is none. A result that cannot be read is left out."""
+    graded: dict[str, list[StudentResult]] = {}
+    for folder in sorted(p for p in out.iterdir() if p.is_dir()) if out.is_dir() else []:
+        results = []
+        for path in sorted((folder / "results").glob("*.json")):
+            try:
+                results.append(StudentResult.from_json(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+        if results and (folder / "summary.html").is_file():
+            graded[folder.name] = sorted(results, key=lambda r: r.student)
+    if not graded:
+        return None
+    write_atomic(out / "index.html", class_index_html(graded, next_step))
+    return out / "index.html"
+
+
 def not_graded_page(assignment: str, notebook: str, max_score: float, status: str, detail: str) -> str:
     """Return the feedback page of a submission that could not be graded (no notebook ran), saying why."""
     return _templates().get_template("not_graded.html.j2").render(
