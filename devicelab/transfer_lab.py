@@ -38,6 +38,11 @@ QUICK_LARGEST = 16 * MiB
 NO_GPU_REASON = ("No CUDA GPU here, so pinned memory is off: t.pin_memory() raises without one, and h2d, d2h "
                  "and d2d copies need one too. This machine can measure host-to-host copies (h2h); choose "
                  f"the {SIM_LABEL} to compare pinned and pageable GPU copies on a model of Colab's GPU.")
+NO_GPU_BANNER = ("No CUDA GPU on this machine. 'This machine' can only copy host memory to host memory "
+                 "(h2h); to see GPU copies, pinned against pageable, simulate Colab's T4.")
+SIMULATED_BANNER = (f"Showing the {SIM_LABEL}: a model of Colab's GPU on PCIe Gen3 x16 (devicelab.simgpu), "
+                    "timed on a virtual clock. Nothing here is measured; on a machine with a GPU, "
+                    "'this machine' measures the real copies.")
 D2D_REASON = "A device-to-device copy uses no host memory, so pinned or pageable does not apply."
 H2H_REASON = "A host-to-host copy is always synchronous, so non-blocking does not apply."
 
@@ -94,6 +99,13 @@ def lab_choices(backend: str, direction: str | None = None, cuda: bool | None = 
     if direction == "h2h":
         return LabChoices(directions, host_enabled=True, non_blocking_enabled=False, reason=H2H_REASON)
     return LabChoices(directions, host_enabled=True, non_blocking_enabled=True)
+
+
+def banner(backend: str, cuda: bool) -> str:
+    """Return what the lab says first about what the student is looking at ("" where a GPU is measured)."""
+    if backend == SIMULATED:
+        return SIMULATED_BANNER
+    return "" if cuda else NO_GPU_BANNER
 
 
 def backend_options(cuda: bool | None = None) -> list[tuple[str, str]]:
@@ -182,11 +194,12 @@ class Run:
     config: LabConfig
     results: list[CopyResult] = field(default_factory=list)
     status: str = "running"
+    number: int = 1  # its place among the runs on the plot: two runs of the same copy are told apart
 
     @property
     def label(self) -> str:
-        """Return the run's legend label."""
-        return self.config.label()
+        """Return the run's legend label: its number and what it copies ('#2 h2d pinned (simulated T4)')."""
+        return f"#{self.number} {self.config.label()}"
 
     @property
     def link_gbps(self) -> float | None:
@@ -201,8 +214,8 @@ class LabState:
     runs: list[Run] = field(default_factory=list)
 
     def new_run(self, config: LabConfig) -> Run:
-        """Start recording a new run and return it."""
-        run = Run(config)
+        """Start recording a new run and return it (numbered after the runs on the plot)."""
+        run = Run(config, number=len(self.runs) + 1)
         self.runs.append(run)
         return run
 
@@ -230,7 +243,10 @@ def plot_bandwidth(runs: Sequence[Run], ax: Any = None, *, title: str | None = N
         if run.results:
             xs = [r.bytes for r in run.results]
             ys = [r.gbps for r in run.results]
-            ax.plot(xs, ys, marker="o", markersize=3, label=run.label)
+            (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=run.label)
+            if any(r.repeats > 1 for r in run.results):  # the spread: from the median copy to the fastest
+                ax.fill_between(xs, ys, [r.peak_gbps for r in run.results], color=line.get_color(),
+                                alpha=0.18, linewidth=0)
             if run.link_gbps and run.link_gbps not in drawn_links:
                 drawn_links.add(run.link_gbps)
                 ax.axhline(run.link_gbps, linestyle=("--", ":", "-.")[len(drawn_links) % 3 - 1],
@@ -243,7 +259,7 @@ def plot_bandwidth(runs: Sequence[Run], ax: Any = None, *, title: str | None = N
     ax.set_xlabel("copy size (1 KiB = 1024 bytes)")
     ax.set_ylabel("GB/s (10^9 bytes/s)")
     ax.grid(True, which="major", alpha=0.3)
-    ax.set_title(title or "Copy bandwidth by size")
+    ax.set_title(title or "Copy bandwidth by size (line: the median copy; band: up to the fastest)")
     if any(run.results for run in runs):
         ax.legend(fontsize="small", loc="best")
     return ax
@@ -270,19 +286,21 @@ def results_table_html(run: Run | None) -> str:
     """Return a run's results as an HTML table (empty string when there is no run)."""
     if run is None:
         return ""
-    header = ("<tr><th>size</th><th>median</th><th>min</th><th>GB/s</th><th>link GB/s</th>"
-              "<th>share of link</th></tr>")
+    cell = "padding:2px 12px;text-align:right;border-bottom:1px solid #ddd"  # columns that never run together
+    header = "".join(f"<th style='{cell}'>{name}</th>" for name in
+                     ("size", "median copy", "fastest copy", "GB/s (median)", "link GB/s", "share of link"))
     rows = []
     for r in run.results:
         link = "" if r.link_gbps is None else f"{r.link_gbps:.2f}"
         share = "" if r.share_of_link is None else f"{r.share_of_link:.0%}"
-        rows.append(f"<tr><td>{format_bytes(r.bytes)}</td><td>{format_seconds(r.median_s)}</td>"
-                    f"<td>{format_seconds(r.min_s)}</td><td>{r.gbps:.2f}</td><td>{link}</td><td>{share}</td></tr>")
+        values = (format_bytes(r.bytes), format_seconds(r.median_s), format_seconds(r.min_s), f"{r.gbps:.2f}",
+                  link, share)
+        rows.append("<tr>" + "".join(f"<td style='{cell}'>{v}</td>" for v in values) + "</tr>")
     method = escape(run.results[0].method) if run.results else ""
     caption = f"<b>{escape(run.label)}</b>: {escape(run.status)}" + (f"; timed with {method}" if method
                                                                      else "")
     return (f"<div>{caption}</div><table style='border-collapse:collapse;font-family:monospace'>"
-            f"{header}{''.join(rows)}</table>")
+            f"<tr>{header}</tr>{''.join(rows)}</table>")
 
 
 # ----- running a sweep step by step -----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from devicelab import copybench as cb
 from devicelab.transfer_lab import (
     MACHINE,
     REPEAT_CHOICES,
+    SIMULATED,
     SIZE_CHOICES,
     LabConfig,
     LabState,
@@ -22,6 +23,7 @@ from devicelab.transfer_lab import (
     Scheduler,
     SweepStepper,
     backend_options,
+    banner,
     event_loop_scheduler,
     lab_choices,
     png_html,
@@ -52,8 +54,8 @@ class StaticTransferLab:
 
     def __repr__(self) -> str:
         lines = [INERT_MESSAGE]
-        for run in self.state.runs:
-            lines.append(f"{run.label}: {run.status}")
+        for run in self.state.runs:  # one run of each copy: named by the copy alone
+            lines.append(f"{run.config.label()}: {run.status}")
             lines += [f"  {cb.table_row(r)}" for r in run.results]
         return "\n".join(lines)
 
@@ -83,6 +85,8 @@ class TransferLabWidget:
         wide = {"description_width": "initial"}
         sizes = [(format_bytes(s), s) for s in SIZE_CHOICES]
 
+        self.banner = w.HTML()
+        self.switch_button = w.Button(description="Simulate a T4 GPU", button_style="info")
         self.backend = w.Dropdown(options=backend_options(self.cuda), value=MACHINE, description="Copies on",
                                   style=wide)
         self.direction = w.ToggleButtons(options=["h2h"], description="Direction", style=wide)
@@ -107,7 +111,9 @@ class TransferLabWidget:
         self.run_button.on_click(self._on_run)
         self.stop_button.on_click(self._on_stop)
         self.clear_button.on_click(self._on_clear)
+        self.switch_button.on_click(self._on_switch)
         self.widget = w.VBox([
+            w.HBox([self.switch_button, self.banner]),
             self.backend,
             self.direction,
             w.HBox([self.host, self.non_blocking]),
@@ -157,6 +163,13 @@ class TransferLabWidget:
                 self.non_blocking.value = False
             self.reason.value = (f"<span style='color:#666'><i>{escape(choices.reason)}</i></span>"
                                  if choices.reason else "")
+            said = banner(self.backend.value, self.cuda)
+            self.banner.value = f"<b>{escape(said)}</b>" if said else ""
+            # the one click between what this machine can do and the simulated GPU (none where a GPU is)
+            self.switch_button.layout.display = None if said else "none"
+            self.switch_button.description = ("Simulate a T4 GPU" if self.backend.value == MACHINE
+                                              else "Back to this machine")
+            self.switch_button.disabled = running
         finally:
             self._updating = False
 
@@ -196,6 +209,12 @@ class TransferLabWidget:
         self._set_running(True)
         self.status.value = f"Running {escape(self.current.label)} ..."
         self.stepper.start()
+
+    def _on_switch(self, _button: object = None) -> None:
+        """Switch between this machine and the simulated GPU (the copy most worth seeing: h2d)."""
+        if self.stepper is not None and self.stepper.running:
+            return
+        self.backend.value = SIMULATED if self.backend.value == MACHINE else MACHINE
 
     def _on_stop(self, _button: object = None) -> None:
         if self.stepper is not None and self.stepper.running:

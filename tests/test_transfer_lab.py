@@ -242,8 +242,9 @@ def test_the_plot_keeps_earlier_runs_and_marks_the_link():
 
     ax = tl.plot_bandwidth(state.runs, Figure().subplots())
     labels = [line.get_label() for line in ax.get_lines()]
-    assert labels[:2] == ["h2d pageable (simulated T4)", "PCIe Gen3 x16 limit, 15.75 GB/s (simulated T4)"]
-    assert "h2h pageable (this machine)" in labels and len(labels) == 4, "one link line for the two T4 runs"
+    assert labels[:2] == ["#1 h2d pageable (simulated T4)", "PCIe Gen3 x16 limit, 15.75 GB/s (simulated T4)"]
+    assert "#3 h2h pageable (this machine)" in labels and len(labels) == 4, "one link line for both T4 runs"
+    assert len(ax.collections) == 2, "a band for each run with repeats (the third has one)"
     assert ax.get_xscale() == "log"
     png = tl.render_png(state.runs)
     assert png.startswith(b"\x89PNG")
@@ -313,7 +314,7 @@ def test_run_grows_the_plot_step_by_step_and_stop_ends_it(lab):
     assert lab.stop_button.disabled is False and lab.run_button.disabled is True
     assert lab.progress.max == 9 and lab.progress.value == 0
     lab.loop.run_one()
-    assert lab.progress.value == 1 and "<td>4 KiB</td>" in lab.table.value
+    assert lab.progress.value == 1 and ">4 KiB</td>" in lab.table.value
     assert lab._first_point_s is not None  # how soon: benchmarks/copy_targets.py
     lab.loop.run_one()
     lab.stop_button.click()
@@ -332,8 +333,12 @@ def test_a_second_run_is_drawn_next_to_the_first(lab):
     lab.host.value = "pinned"
     lab.run_button.click()
     lab.loop.run_all()
-    assert [run.label for run in lab.state.runs] == ["h2d pageable (simulated T4)",
-                                                     "h2d pinned (simulated T4)"]
+    lab.host.value = "pageable"  # the first run's copy again: a line of its own, told apart by its number
+    lab.run_button.click()
+    lab.loop.run_all()
+    assert [run.label for run in lab.state.runs] == ["#1 h2d pageable (simulated T4)",
+                                                     "#2 h2d pinned (simulated T4)",
+                                                     "#3 h2d pageable (simulated T4)"]
     assert "Done: 5 sizes" in lab.status.value
     lab.clear_button.click()
     assert lab.state.runs == [] and lab.table.value == ""
@@ -366,8 +371,8 @@ def test_under_nbgrader_the_lab_is_a_static_quick_sweep(monkeypatch):
     assert max(r.bytes for r in measured) <= tl.QUICK_LARGEST and max(r.repeats
                                                                       for r in measured) <= 3, "quick"
     assert all(run.status == "done" for run in lab.state.runs)
-    assert lab.state.runs[0].label == "h2h pageable (this machine)"
-    assert INERT_MESSAGE in repr(lab)
+    assert lab.state.runs[0].config.label() == "h2h pageable (this machine)"
+    assert INERT_MESSAGE in repr(lab) and "h2h pageable (this machine): done" in repr(lab)
 
 
 def test_outside_a_kernel_the_lab_is_static_too(monkeypatch):
@@ -475,3 +480,36 @@ def test_step_gap_grows_with_a_slow_step_within_bounds():
     assert tl.step_gap(0.0) == tl.STEP_GAP_S
     assert tl.step_gap(0.1) == 0.05
     assert tl.step_gap(10.0) == tl.STEP_GAP_MAX_S
+
+
+def test_the_results_table_lays_out_its_columns_apart():
+    state = LabState()
+    run = state.new_run(LabConfig(SIMULATED, "h2d", "pinned"))
+    run.results += list(simulated_sweep([128 * KiB], "h2d", "pinned"))
+    html = tl.results_table_html(run)
+    cells = html.split("<tr>")[2].split("</td>")
+    assert len(cells) == 7 and all("padding" in c for c in cells[:6]), "each value in a padded column"
+
+
+def test_without_a_gpu_the_lab_says_what_it_shows_and_one_click_simulates_a_gpu(lab):
+    """Issue 60: on a CPU machine the lab opened on host-to-host copies with nothing saying so first."""
+    assert "No CUDA GPU on this machine" in lab.banner.value
+    assert lab.switch_button.layout.display != "none" and lab.switch_button.description == "Simulate a T4 GPU"
+    lab.switch_button.click()
+    assert lab.backend.value == SIMULATED and lab.direction.value == "h2d" and not lab.host.disabled
+    assert "Nothing here is measured" in lab.banner.value
+    assert lab.switch_button.description == "Back to this machine"
+    lab.switch_button.click()
+    assert lab.backend.value == MACHINE and "No CUDA GPU" in lab.banner.value
+
+
+def test_with_a_gpu_the_lab_measures_it_and_offers_no_switch(monkeypatch):
+    from devicelab import transfer_lab_widget
+    from devicelab.transfer_lab_widget import TransferLabWidget
+
+    monkeypatch.setattr(cb, "cuda_usable", lambda: True)
+    monkeypatch.setattr(transfer_lab_widget, "backend_options",  # (its menu names the GPU)
+                        lambda cuda=None: [("this machine (a GPU)", MACHINE), ("simulated T4", SIMULATED)])
+
+    widget = TransferLabWidget(schedule=FakeLoop().schedule, cuda=True)
+    assert widget.banner.value == "" and widget.switch_button.layout.display == "none"
