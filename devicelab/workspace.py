@@ -5,7 +5,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-COURSE_FOLDERS = ("notebooks", "release")
+# The course as it is laid out in the repository, so that every link of a lesson (to a problem set in
+# ../release/, a picture or a guide in ../docs/) leads to the student's own copy of it
+COURSE_FOLDERS = ("notebooks", "release", "docs")
 
 
 @dataclass
@@ -20,9 +22,10 @@ SKIPPED = {".ipynb_checkpoints", "__pycache__"}  # JupyterLab's and Python's own
 
 
 def make_workspace(course_root: Path, target: Path) -> CopyReport:
-    """Copy every lesson and assignment, with the files they read (the traces lessons 07 and 08 open), into
-    `target`, never overwriting a file already there: run again after a course update, it adds only what is
-    new."""
+    """Copy every lesson and assignment, with the files they read and link to (the traces lessons 07 and 08
+    open, the pictures and guides in docs/), into `target` in the repository's layout (notebooks/, release/,
+    docs/), never overwriting a file already there: run again after a course update, it adds only what is new.
+    """
     if target.resolve() in {(course_root / f).resolve() for f in COURSE_FOLDERS}:
         raise ValueError(f"{target} is a course folder; choose a folder of your own, e.g. mywork/")
     report = CopyReport()
@@ -30,7 +33,7 @@ def make_workspace(course_root: Path, target: Path) -> CopyReport:
         for source in sorted((course_root / folder).rglob("*")):
             if not source.is_file() or source.is_symlink() or SKIPPED & set(source.parts):
                 continue
-            destination = target / source.relative_to(course_root / folder)
+            destination = target / source.relative_to(course_root)
             if destination.exists():
                 report.kept.append(destination)
                 continue
