@@ -384,6 +384,27 @@ def test_the_menu_opens_and_leads_to_a_page_at_phone_tablet_and_desktop_width(si
         context.close()
 
 
+@pytest.mark.browser
+def test_no_page_is_wider_than_a_phone(site, served):
+    """At 390 px nothing pushes a page sideways: long inline code wraps, wide tables scroll in their own box
+    (the cheat sheet's ran off the screen)."""
+    browser_or_skip()
+    pages = ["docs/cheatsheet.html", "docs/facts.html", "docs/students.html", "docs/hub.html",
+             "notebooks/05-async-and-timing.html",
+             "release/ps01-tensors-and-devices/ps01-tensors-and-devices.html"]
+    with launched_chromium() as chromium:
+        context = chromium.new_context(viewport={"width": 390, "height": 844})
+        page = context.new_page()
+        wide = {}
+        for name in pages:
+            page.goto(served + name, wait_until="load")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            if width > 390:
+                wide[name] = width
+        context.close()
+    assert not wide, wide
+
+
 def test_the_recorded_figures_list_names_real_images():
     for entry in json.loads(FIGURES.read_text()):
         assert (COURSE_ROOT / entry["image"]).is_file(), entry["image"]
