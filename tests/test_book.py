@@ -385,6 +385,23 @@ def test_the_menu_opens_and_leads_to_a_page_at_phone_tablet_and_desktop_width(si
 
 
 @pytest.mark.browser
+def test_search_results_quote_the_page_around_the_word(site, served):
+    """Every snippet read "...Colab" or "...System Settings Light Dark" (the header's buttons and the Colab
+    links were the start of each page's text): now each quotes the lesson's own words."""
+    browser_or_skip()
+    with launched_chromium() as chromium:
+        context = chromium.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.goto(served + "search.html?q=pinned", wait_until="load")
+        page.wait_for_function("document.querySelectorAll('#search-results li p.context').length >= 3",
+                               timeout=60_000)
+        snippets = page.locator("#search-results li p.context").all_inner_texts()[:3]
+        context.close()
+    for text in snippets:
+        assert "pinned" in text.lower() and "System Settings" not in text and "Colab" not in text[:40], text
+
+
+@pytest.mark.browser
 def test_no_page_is_wider_than_a_phone(site, served):
     """At 390 px nothing pushes a page sideways: long inline code wraps, wide tables scroll in their own box
     (the cheat sheet's ran off the screen)."""
