@@ -202,3 +202,70 @@ def show_measures(measures: TraceMeasures) -> None:
 
 def _complete(trace: dict) -> list[dict]:
     return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+
+
+# ----- the trace drawn, without a browser ------------------------------------------------------------------
+
+# What a row of the drawing shows, by event category: the host's operators and waits, the GPU's work
+DRAWN = {"cpu_op": "#4c72b0", "cuda_runtime": "#c44e52", "user_annotation": "#8172b2", "kernel": "#55a868",
+         "gpu_memcpy": "#dd8452", "gpu_memset": "#937860"}
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One row of the drawing: a thread of the host or a stream of the GPU, and its events (microseconds)."""
+
+    label: str
+    bars: list[tuple[float, float, str]]  # (start, duration, category), from the trace's first event
+
+
+def trace_rows(trace: dict, until_us: float | None = None) -> list[TraceRow]:
+    """Return the rows a trace is drawn in: one per (process, thread) with events of a drawn category, named
+    by the trace's own metadata (thread_name, process_name), host rows first; only what starts before
+    `until_us` (from the first event), when given."""
+    events = [e for e in _complete(trace) if e.get("cat") in DRAWN]
+    if not events:
+        return []
+    start = min(e["ts"] for e in events)
+    names = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name", "") for e in trace["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    processes = {e.get("pid"): e.get("args", {}).get("name", "") for e in trace["traceEvents"]
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+    rows: dict[tuple, list[tuple[float, float, str]]] = {}
+    for e in sorted(events, key=lambda e: e["ts"]):
+        at = e["ts"] - start
+        if until_us is None or at < until_us:
+            rows.setdefault((e.get("pid"), e.get("tid")), []).append((at, e["dur"], e["cat"]))
+
+    def on_gpu(key: tuple) -> bool:
+        return any(cat in ("kernel", "gpu_memcpy", "gpu_memset") for _, _, cat in rows[key])
+
+    ordered = sorted(rows, key=lambda key: (on_gpu(key), str(key)))
+    return [TraceRow(names.get(key) or f"{processes.get(key[0]) or key[0]} / {key[1]}", rows[key])
+            for key in ordered]
+
+
+def plot_trace(trace: dict, ax=None, *, until_us: float | None = None, title: str = ""):
+    """Draw a chrome trace as Perfetto shows it, a row per host thread and GPU stream, in matplotlib (no
+    browser, no network); return the Axes. `until_us`: only its first stretch (e.g. five steps)."""
+    rows = trace_rows(trace, until_us)
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.2))
+    for y, row in enumerate(rows):
+        for cat, color in DRAWN.items():
+            bars = [(at / 1000, dur / 1000) for at, dur, c in row.bars if c == cat]
+            if bars:
+                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=color, label=cat)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    if unique:
+        ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper center", ncol=len(unique),
+                  bbox_to_anchor=(0.5, -0.22), frameon=False)
+    ax.set_yticks(range(len(rows)), [r.label for r in rows])
+    ax.set_ylim(len(rows) - 0.4, -0.6)
+    ax.set_xlabel("ms from the first event")
+    ax.set_title(title or "the trace, a row per host thread and GPU stream")
+    ax.grid(True, axis="x", alpha=0.3)
+    return ax

@@ -62,3 +62,28 @@ def test_shortfalls_name_each_measure_off_target_and_none_on_target():
                                                 "the GPU is busy 30% of the trace (target", "copy overlap"]
     assert shortfalls(bad, Targets(max_waits_per_step=5, max_pageable_uploads=100, min_gpu_busy_share=0.2,
                                    min_copy_overlap=0.0)) == []
+
+
+def test_a_trace_is_drawn_a_row_per_host_thread_and_gpu_stream_without_a_browser():
+    """The offline view of a trace (Perfetto needs a browser and the network): host rows first, each named as
+    the trace names its threads, the GPU's streams after; `until_us` keeps only the first stretch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    made = trace(op("aten::item", 100, 40), runtime("cudaStreamSynchronize", 110, 25),
+                 memcpy("h2d", 120, 30, 4096), kernel(160, 10), kernel(900, 10))
+    made["traceEvents"].append({"ph": "M", "name": "thread_name", "pid": 0, "tid": 7,
+                                "args": {"name": "stream 7"}})
+    rows = trace_measures.trace_rows(made)
+    assert [r.label for r in rows][-1] == "stream 7" and len(rows) == 2
+    assert rows[0].bars[0] == (0, 40, "cpu_op") and ("kernel" in {c for _, _, c in rows[1].bars})
+    assert len(trace_measures.trace_rows(made, until_us=500)[1].bars) == 2, "the late kernel left out"
+    ax = trace_measures.plot_trace(made, Figure().subplots())
+    assert [t.get_text() for t in ax.get_yticklabels()][-1] == "stream 7"
+    assert len(ax.collections) == 4  # host: operators, runtime calls; GPU: copies, kernels
+    for recorded in (REAL, SIMULATED):  # both course traces draw, host rows first
+        rows = trace_measures.trace_rows(recorded)
+        assert rows and any(c == "kernel" for _, _, c in rows[-1].bars)
+    assert trace_measures.trace_rows(trace()) == []
