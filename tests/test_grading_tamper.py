@@ -227,7 +227,7 @@ def test_feedback_does_not_describe_the_detection(graded):
     for words in ("installs an IPython", "tamper", "flagged", "left running", "the grading kernel"):
         assert words not in page, words
     unconfirmed = (course / "graded" / "tiny" / "feedback" / "background-thread" / "tiny.html").read_text()
-    assert "the grader could not run this test as written" in unconfirmed
+    assert "could not run this test as written" in unconfirmed  # (the student-safe page's own words)
 
 
 @pytest.mark.parametrize("student", ["post-transformer", "ast-transformer", "run-cell", "do-execute-class"])

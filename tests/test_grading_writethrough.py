@@ -121,8 +121,9 @@ def test_the_run_finishes_and_the_honest_student_reads_their_files_and_gets_full
     course, _, record = attacked
     assert record["returncode"] == 0, record["stderr"]
     assert rows(course)["honest"]["status"] == "graded" and float(rows(course)["honest"]["score"]) == 3
-    page = (course / "graded" / "tiny" / "feedback" / "honest" / "tiny.html").read_text(encoding="utf-8")
-    assert "MY DATA THE INSTRUCTOR&#39;S DATA" in page or "MY DATA THE INSTRUCTOR'S DATA" in page
+    assert (course / "graded" / "tiny" / "feedback" / "honest" / "tiny.html").is_file()
+    graded = (course / "autograded" / "honest" / "tiny" / "tiny.ipynb").read_text(encoding="utf-8")
+    assert "MY DATA THE INSTRUCTOR'S DATA" in graded  # what their cell printed, read from their own files
 
 
 def test_files_outside_the_scratch_are_unchanged_and_nothing_ran_as_the_grader(attacked):

@@ -283,7 +283,8 @@ def ps01_graded(tmp_path_factory) -> Path:
             nbformat.write(nb, course / "incoming" / student / f"{PS01}.ipynb")
         # In a process of its own, as instructors run it (and away from the state of the tests run before).
         done = subprocess.run([sys.executable, "-m", "autograder", "grade", PS01, str(course / "incoming"),
-                               "--course", str(course), "--jobs", "2", "--timeout", "120", "--quiet"],
+                               "--course", str(course), "--jobs", "2", "--timeout", "120", "--quiet",
+                               "--show-hidden-tests"],  # feedback/ holds the full pages, as hub grade's
                               cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
                               check=False)
         assert done.returncode == 0, done.stdout + done.stderr
