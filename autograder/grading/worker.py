@@ -285,10 +285,6 @@ class Worker:
 
         s = self.settings
         config = course_config(s.root, scratch)
-        # nbgrader's API lists its exchange as it starts; the grader uses none: an empty one of the attempt's
-        # own, never the machine's (where /srv/nbgrader/exchange was missing, nbgrader logged a fatal error)
-        (scratch / "exchange").mkdir(exist_ok=True)
-        config.Exchange.root = str(scratch / "exchange")
         config.merge(exporter_config())  # nbgrader's own generate_feedback (the fallback) renders inert too
         defaults = Autograde.class_traits()
         config.Autograde.sanitize_preprocessors = [
