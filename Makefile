@@ -54,6 +54,8 @@ SLOW_VALIDATOR_OFF = $(PY) -m pip uninstall --yes --quiet rfc3987-syntax
 # `make lab` adds this Jupyter config folder: it switches off nbgrader's instructor tools (a student's view).
 STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student
 # JupyterLab refuses to run as root unless told (containers, cloud VMs).
+# A comma inside a $(call ...) argument
+, := ,
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
 .DEFAULT_GOAL := help
@@ -65,27 +67,25 @@ help:  ## List the commands
 $(INSTALL_INPUTS): pyproject.toml etc/install_inputs.py
 	@$(PYTHON) etc/install_inputs.py pyproject.toml $(INSTALL_INPUTS)
 
-$(STAMP): $(INSTALL_INPUTS)
+# $(call install_course,<extra>,<what the message says>,<stamp>): the one recipe of both installs
+define install_course
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Device Lab needs Python 3.10 or newer; set PYTHON=python3.x")'
 	@test -x $(PY) || { echo "Creating the virtual environment in $(VENV)/"; $(call new_venv,$(VENV)); }
-	@echo "Installing the course and its tools (torch is large: the first time takes a few minutes)"
+	@echo "Installing $(2) (the first time takes a few minutes: torch is large)"
 	$(UPGRADE_PIP)
 	$(if $(TORCH),$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) "$(TORCH)")
-	$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) -e ".[dev]"
+	$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) -e ".[$(1)]"
 	$(SLOW_VALIDATOR_OFF)
-	@touch $(STAMP)
+	@touch $(3)
+endef
+
+$(STAMP): $(INSTALL_INPUTS)
+	$(call install_course,dev,the course and its tools,$(STAMP))
 
 venv: $(STAMP)  ## Create or update the virtual environment with everything (grader, hub, book, tests)
 
 $(COURSE_STAMP): $(INSTALL_INPUTS)
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Device Lab needs Python 3.10 or newer; set PYTHON=python3.x")'
-	@test -x $(PY) || { echo "Creating the virtual environment in $(VENV)/"; $(call new_venv,$(VENV)); }
-	@echo "Installing the course: PyTorch, JupyterLab and the course's helpers (the first time takes a few minutes)"
-	$(UPGRADE_PIP)
-	$(if $(TORCH),$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) "$(TORCH)")
-	$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) -e ".[course]"
-	$(SLOW_VALIDATOR_OFF)
-	@touch $(COURSE_STAMP)
+	$(call install_course,course,the course: PyTorch$(,) JupyterLab and the course's helpers,$(COURSE_STAMP))
 
 $(COLAB_STAMP): $(INSTALL_INPUTS) $(wildcard devicelab/*.py devicelab/*/*.py)
 	@test -x $(COLAB_VENV)/bin/python || $(call new_venv,$(COLAB_VENV))
@@ -140,10 +140,13 @@ mywork: $(COURSE_STAMP)  ## Copy lessons and assignments into mywork/ (never ove
 clean-venv:  ## Remove the virtual environments
 	rm -rf $(VENV) $(COLAB_VENV)
 
-.PHONY: grade demo gpu-record
+.PHONY: grade demo gpu-record gpu-notes
 
 gpu-record: $(STAMP)  ## On a machine with a GPU: run the lessons, write each GPU cell's real output under it
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) benchmarks/gpu_smoke.py record $(NOTEBOOKS)
+
+gpu-notes: $(STAMP)  ## Lay the recorded GPU notes out again (those that answer a prediction folded); runs no cell
+	$(PY) benchmarks/gpu_smoke.py refold $(NOTEBOOKS)
 
 grade: $(STAMP)  ## Grade a class: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [GRADE_ARGS=...]
 	@test -n "$(ASSIGNMENT)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [GRADE_ARGS='--jobs 4 --timeout 300']"; exit 2; }

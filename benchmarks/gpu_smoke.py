@@ -5,6 +5,8 @@ outputs.
     python benchmarks/gpu_smoke.py run DIR      # there: run them cell by cell, print a JSON report
     python benchmarks/gpu_smoke.py record       # `make gpu-record`: run the lessons on this machine's GPU and
                                                 # write each GPU cell's real output into its notebook
+    python benchmarks/gpu_smoke.py refold       # `make gpu-notes`: lay the recorded notes out again (a note
+                                                # that answers a prediction is folded); runs nothing
 
 Only the standard library and torch are needed to `run`. IPython syntax is mapped to Python: `%load_ext
 devicelab` is dropped and `%%requires_cuda` cells run as ordinary code (a GPU is expected there).
@@ -39,6 +41,11 @@ OUTPUT_TAG = "gpu-output"
 NOT_YET = ("*Not yet run on a GPU: no output has been recorded for the cell above. `make gpu-record` on a "
            "machine with a GPU records it here.*")
 RECORDED = "**Output recorded on a GPU** ({device}, torch {torch}, {date}):"
+# The recorded output of a cell that answers a prediction is folded: it is on screen before anyone runs the
+# cell, so open it would answer the question above it.
+FOLDED = ("<details><summary><strong>Output recorded on a GPU</strong> ({device}, torch {torch}, {date}): "
+          "it answers the prediction above, so open it once you have committed a guess</summary>")
+FOLD_END = "</details>"
 MAX_OUTPUT = 3000  # characters of a cell's output kept in the notebook (the end, where the result is)
 UNCAUGHT = "Traceback (most recent call last)"  # what run_lesson prints when a cell raises
 CAPSTONE = "08-capstone-fix-a-slow-training-script"
@@ -218,18 +225,76 @@ def gpu_cells(nb) -> list:
     return [c for c in nb.cells if c.cell_type == "code" and "requires-cuda" in c.metadata.get("tags", [])]
 
 
-def note_text(output: str | None, machine: Machine | None, stand_ins: Iterable[str] = ()) -> str:
+def note_text(output: str | None, machine: Machine | None, stand_ins: Iterable[str] = (),
+              folded: bool = False) -> str:
     """Return the markdown shown under a GPU cell: its recorded output, or that none exists yet.
 
-    `stand_ins` names the cells that ran from STAND_INS before this one: the note says so.
+    `stand_ins` names the cells that ran from STAND_INS before this one: the note says so. A `folded` note
+    (under a cell that answers a prediction) keeps the output in a closed `<details>` element.
     """
     if output is None or machine is None:
         return NOT_YET
     shown = output.rstrip()[-MAX_OUTPUT:] or "(the cell printed nothing)"
     fence = "```" if "```" not in shown else "~~~~"
     remarks = "".join(f"\n\n{STAND_IN_NOTE.format(cell=cell)}" for cell in stand_ins)
-    return (f"{RECORDED.format(device=machine.device, torch=machine.torch, date=machine.date)}\n\n"
-            f"{fence}text\n{shown}\n{fence}{remarks}")
+    header = (FOLDED if folded else RECORDED).format(device=machine.device, torch=machine.torch,
+                                                     date=machine.date)
+    return f"{header}\n\n{fence}text\n{shown}\n{fence}{remarks}" + (f"\n\n{FOLD_END}" if folded else "")
+
+
+def answers_a_prediction(nb, cell) -> bool:
+    """Return True if `cell` is the one that answers a prediction: it comes right after an `ask(...)` cell."""
+    from devicelab.predict import ASK_CELL
+
+    index = nb.cells.index(cell)
+    before = nb.cells[index - 1] if index > 0 else None
+    return before is not None and before.cell_type == "code" and ASK_CELL.match(before.source) is not None
+
+
+def recorded_in(note: str) -> tuple[Machine, str, list[str]] | None:
+    """Return what a note written by `note_text` holds (the machine, the output, the stood-in cells), or None
+    for a note without a recording."""
+    header, _, rest = note.partition("\n\n")
+    match = next((m for m in (_template(RECORDED).match(header), _template(FOLDED).match(header)) if m), None)
+    body = re.match(r"(?P<fence>```|~~~~)text\n(?P<output>.*?)\n(?P=fence)(?P<remarks>.*)$", rest, re.DOTALL)
+    if match is None or body is None:
+        return None
+    stand_ins = re.findall(_template(STAND_IN_NOTE).pattern.strip("^$"), body["remarks"])
+    return Machine(**match.groupdict()), body["output"], stand_ins
+
+
+def _template(template: str) -> re.Pattern:
+    """Return a regex matching a str.format `template`, each field captured by name."""
+    import string
+
+    parts = [re.escape(literal) + (f"(?P<{field}>.+?)" if field else "")
+             for literal, field, _spec, _conversion in string.Formatter().parse(template)]
+    return re.compile("^" + "".join(parts) + "$")
+
+
+def refold(paths: Iterable[Path]) -> list[str]:
+    """Lay out each recorded note again as `record` would now write it (folded under a cell that answers a
+    prediction, open elsewhere), keeping its output, machine and date; run nothing.
+
+    Return the names of the files changed.
+    """
+    import nbformat
+
+    changed = []
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        written = False
+        for cell in gpu_cells(nb):
+            note = note_of(nb, cell)
+            held = recorded_in(note.source) if note is not None else None
+            if held is not None:
+                machine, output, stand_ins = held
+                written |= set_note(nb, cell, note_text(output, machine, stand_ins,
+                                                        folded=answers_a_prediction(nb, cell)))
+        if written:
+            nbformat.write(nb, path)
+            changed.append(path.name)
+    return changed
 
 
 def note_of(nb, cell):
@@ -333,7 +398,8 @@ def record(paths: Iterable[Path], machine: Machine | None,
                 report.setdefault("broken_outputs", {})[f"{path.stem}:{cell.id}"] = outputs[cell.id][-2000:]
                 continue
             before = [i for i in stood_in if ids.index(i) < ids.index(cell.id)]
-            changed |= set_note(nb, cell, note_text(outputs[cell.id], machine, before))
+            changed |= set_note(nb, cell, note_text(outputs[cell.id], machine, before,
+                                                    folded=answers_a_prediction(nb, cell)))
         if changed:
             nbformat.write(nb, path)
             report["written"].append(path.name)
@@ -361,22 +427,43 @@ def main_record(argv: list[str]) -> int:
               "nothing was run and no notebook was changed. Run `make gpu-record` where a GPU "
               "is.", file=sys.stderr)
         return 2
-    paths = [Path(a) for a in argv] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    paths = _lessons(argv)
     report = record(paths, machine)
     print(json.dumps(report, indent=1))
-    if report["written"]:
+    _tidy(paths, report["written"])
+    return 1 if report["broken"] or report["missing"] else 0
+
+
+def main_refold(argv: list[str]) -> int:
+    """`make gpu-notes`: fold the recorded notes that answer a prediction, open the others; runs no cell."""
+    paths = _lessons(argv)
+    changed = refold(paths)
+    _tidy(paths, changed)
+    print("gpu-notes: " + (f"laid out again in {', '.join(changed)}" if changed else "every note is as "
+                           "`make gpu-record` would write it now"))
+    return 0
+
+
+def _lessons(argv: list[str]) -> list[Path]:
+    return [Path(a) for a in argv] or sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _tidy(paths: list[Path], names: list[str]) -> None:
+    """Save the written notebooks in the course's committed form (autograder.tidy)."""
+    if names:
         sys.path.insert(0, str(ROOT))
         from autograder.tidy import tidy_file
 
-        for name in report["written"]:
+        for name in names:
             tidy_file(next(p for p in paths if p.name == name))
-    return 1 if report["broken"] or report["missing"] else 0
 
 
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "record":
         sys.exit(main_record(sys.argv[2:]))
+    if command == "refold":
+        sys.exit(main_refold(sys.argv[2:]))
     folder = Path(sys.argv[2])
     if command == "export":
         export(folder)

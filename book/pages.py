@@ -19,7 +19,6 @@ import copy
 import json
 import posixpath
 import re
-import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +26,11 @@ from pathlib import Path
 import nbformat
 
 from autograder.colab_cells import BADGE_TAG, SETUP_TAG, Repository
-from benchmarks.gpu_smoke import OUTPUT_TAG, RECORDED
+from benchmarks.gpu_smoke import FOLD_END, OUTPUT_TAG, recorded_in
+from devicelab.predict import ASK_CELL
 
 COLAB_BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BADGE_FILE = "open-in-colab.svg"  # the book's own badge (book/_static/): the site loads nothing from outside
-ASK = re.compile(r"""^ask\((["'])(?P<name>[\w-]+)\1\)\s*$""")
 LESSON_MODULE = re.compile(r"^from devicelab\.exercises\.(?P<module>\w+) import [^\n]*\bask\b", re.MULTILINE)
 LINK = re.compile(r"(?P<open>\]\()(?P<target>[^)\s]+)(?P<close>\))")
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
@@ -44,19 +43,6 @@ ASSIGNMENT_NOTE = ("*The student version: each exercise's tests show the visible
 
 class PageError(ValueError):
     """A page cannot be made: the message names the file and what is missing."""
-
-
-def _pattern(template: str) -> re.Pattern:
-    """Return a regex matching `template` (a str.format template) with each field captured by name."""
-    parts = []
-    for literal, field, _spec, _conversion in string.Formatter().parse(template):
-        parts.append(re.escape(literal))
-        if field:
-            parts.append(f"(?P<{field}>.+?)")
-    return re.compile("^" + "".join(parts) + "$")
-
-
-RECORDED_LINE = _pattern(RECORDED)
 
 
 @dataclass(frozen=True)
@@ -74,16 +60,22 @@ class Recording:
 
 def recording_of(note: str) -> Recording | None:
     """Return where the `gpu-output` note's output was recorded, or None for a note that holds no output."""
-    match = RECORDED_LINE.match(note.split("\n", 1)[0].strip())
-    return Recording(**match.groupdict()) if match else None
+    held = recorded_in(note)
+    return Recording(held[0].device, held[0].torch, held[0].date) if held else None
 
 
 def recorded_block(note: str) -> str:
-    """Return the note under a GPU cell as a labelled block; a note without a recording is kept as it is."""
+    """Return the note under a GPU cell as a labelled block; a note without a recording is kept as it is.
+
+    A note folded in the notebook (it answers the prediction above it) keeps its output in a closed dropdown.
+    """
     recording = recording_of(note)
     if recording is None:
         return note
-    body = note.split("\n", 1)[1].strip()
+    body = note.split("\n\n", 1)[1].strip().removesuffix(FOLD_END).strip()
+    if note.startswith("<details>"):
+        body = (":::{dropdown} The output: it answers the prediction above, so commit to a guess first\n"
+                f":class-container: recorded-answer\n\n{body}\n:::")
     return f"::::{{admonition}} {recording.label()}\n:class: recorded-output\n\n{body}\n::::"
 
 
@@ -136,7 +128,7 @@ def question_block(question: Question) -> str:
 
 def asked(cell) -> str | None:
     """Return the prediction a code cell shows (`ask("name")`), or None."""
-    match = ASK.match(cell.source.strip()) if cell.cell_type == "code" else None
+    match = ASK_CELL.match(cell.source.strip()) if cell.cell_type == "code" else None
     return match.group("name") if match else None
 
 

@@ -15,6 +15,10 @@ from html import escape
 
 from devicelab.ui import under_nbgrader, widgets_enabled
 
+# A lesson's cell that asks a prediction holds only this call (the notebook checks, the book and the GPU
+# recorder find the questions by it).
+ASK_CELL = re.compile(r"""^\s*ask\((["'])(?P<name>[\w-]+)\1\)\s*$""")
+
 
 class Verdict(Enum):
     """How a committed guess compares with the answer."""

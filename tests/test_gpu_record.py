@@ -30,8 +30,25 @@ def test_every_gpu_cell_shows_a_recorded_output_or_says_no_gpu_ran_it(path):
         note = gpu_smoke.note_of(nb, cell)
         assert note is not None, f"{path.stem}: GPU cell {cell.id} has no note"
         assert note.id == f"{cell.id}-gpu-output"
-        assert note.source == gpu_smoke.NOT_YET or RECORDED.match(note.source), (
+        assert note.source == gpu_smoke.NOT_YET or gpu_smoke.recorded_in(note.source), (
             f"{path.stem}: the note under {cell.id} neither shows a recorded output nor says no GPU ran it")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_a_recorded_output_that_answers_a_prediction_is_folded_and_no_other_is(path, tmp_path):
+    """It is on screen before the cell runs: open, it would answer the question asked just above it."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in gpu_smoke.gpu_cells(nb):
+        note = gpu_smoke.note_of(nb, cell).source
+        if gpu_smoke.recorded_in(note):
+            folded = note.startswith("<details><summary>") and note.endswith(gpu_smoke.FOLD_END)
+            answers = gpu_smoke.answers_a_prediction(nb, cell)
+            assert folded == answers, (
+                f"{path.stem}: the note under {cell.id} is {'' if folded else 'not '}folded "
+                "(`make gpu-notes` lays the notes out as `make gpu-record` writes them)")
+    copy = tmp_path / path.name
+    shutil.copy(path, copy)
+    assert gpu_smoke.refold([copy]) == [], f"{path.name}: `make gpu-notes` would change it"
 
 
 @pytest.fixture
@@ -81,9 +98,8 @@ def test_record_writes_each_output_under_its_cell_with_the_machine(lesson):
     nb = nbformat.read(lesson, as_version=4)
     for cell in gpu_smoke.gpu_cells(nb):
         note = gpu_smoke.note_of(nb, cell)
-        found = RECORDED.match(note.source)
-        assert found and found["device"] == MACHINE.device and found["torch"] == MACHINE.torch
-        assert found["date"] == MACHINE.date
+        found = gpu_smoke.recorded_in(note.source)
+        assert found is not None and found[0] == MACHINE and found[1] == outputs[cell.id].rstrip()
         assert outputs[cell.id].strip() in note.source
         assert not note.get("outputs") and note.cell_type == "markdown"
 
@@ -117,6 +133,52 @@ def test_a_cell_the_run_did_not_reach_is_reported_missing(lesson):
     del outputs["allocator-gpu"]
     report = gpu_smoke.record([lesson], MACHINE, runner=fake_runner(outputs))
     assert report["missing"] == [f"{lesson.stem}:allocator-gpu"]
+
+
+ASKED_OUTPUTS = {"answer-gpu": "1474 us\n", "other-gpu": "149 us\n"}
+
+
+def _asked_then_answered(tmp_path):
+    """A notebook whose GPU cell answers a prediction, another GPU cell after it that does not."""
+    nb = nbformat.v4.new_notebook()
+    ask = nbformat.v4.new_code_cell('ask("launch")')
+    answer = nbformat.v4.new_code_cell("%%requires_cuda\nprint('1474 us')")
+    answer.id, answer.metadata["tags"] = "answer-gpu", ["requires-cuda"]
+    other = nbformat.v4.new_code_cell("%%requires_cuda\nprint('149 us')")
+    other.id, other.metadata["tags"] = "other-gpu", ["requires-cuda"]
+    nb.cells = [ask, answer, other]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_output_of_a_cell_that_answers_a_prediction_is_recorded_folded(tmp_path):
+    path = _asked_then_answered(tmp_path)
+    gpu_smoke.record([path], MACHINE, runner=fake_runner(ASKED_OUTPUTS))
+    nb = nbformat.read(path, as_version=4)
+    answer, other = (gpu_smoke.note_of(nb, c).source for c in gpu_smoke.gpu_cells(nb))
+    assert answer.startswith("<details><summary><strong>Output recorded on a GPU</strong> (NVIDIA Fake 80GB, "
+                             "torch 2.14.1+cu128, 2026-11-25)") and answer.endswith("\n\n</details>")
+    assert "```text\n1474 us\n```" in answer and RECORDED.match(other)
+    assert gpu_smoke.recorded_in(answer) == (MACHINE, "1474 us", [])
+    assert gpu_smoke.recorded_in(other) == (MACHINE, "149 us", [])
+
+
+def test_gpu_notes_folds_an_open_note_that_answers_a_prediction_keeping_what_was_recorded(tmp_path):
+    path = _asked_then_answered(tmp_path)
+    gpu_smoke.record([path], MACHINE, runner=fake_runner(ASKED_OUTPUTS))
+    nb = nbformat.read(path, as_version=4)
+    answering = gpu_smoke.gpu_cells(nb)[0]
+    folded = gpu_smoke.note_of(nb, answering).source
+    opened = gpu_smoke.note_text("1474 us", MACHINE, ["my-script"])  # as written before folds existed
+    gpu_smoke.set_note(nb, answering, opened)
+    nbformat.write(nb, path)
+    assert gpu_smoke.refold([path]) == [path.name]
+    note = gpu_smoke.note_of(nbformat.read(path, as_version=4), answering).source
+    assert note.startswith("<details>") and gpu_smoke.recorded_in(note) == (MACHINE, "1474 us", ["my-script"])
+    assert note != folded and "my-script" in note
+    assert gpu_smoke.refold([path]) == [], "a second pass changes nothing"
+    assert gpu_smoke.recorded_in(gpu_smoke.NOT_YET) is None
 
 
 def test_a_note_is_added_where_a_gpu_cell_has_none(tmp_path):

@@ -1,5 +1,7 @@
 """Every lesson runs top to bottom on this machine; GPU-only cells are marked so they can be skipped."""
 
+import functools
+import html
 import importlib
 import math
 import re
@@ -13,6 +15,7 @@ import torch
 from autograder import COURSE_ROOT
 from autograder.colab_cells import SETUP_TAG
 from autograder.course import lessons
+from devicelab.predict import ASK_CELL
 from tests.notebook_runner import REQUIRES_CUDA, cuda_present, execute_notebook
 
 LESSONS = lessons()
@@ -25,11 +28,17 @@ def test_lessons_exist_in_reading_order():
     assert names == sorted(names)
 
 
+@functools.cache
+def executed(path: Path):
+    """Return the lesson as it runs here, outputs included: run once, read by every test of this file (they
+    all run in one worker, `--dist loadfile`)."""
+    return execute_notebook(path, gpu=cuda_present()).notebook
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_lesson_runs_top_to_bottom(path):
-    result = execute_notebook(path, gpu=cuda_present())
-    errors = [c for c in result.notebook.cells if c.cell_type == "code"
+    errors = [c for c in executed(path).cells if c.cell_type == "code"
               and any(o.get("output_type") == "error" for o in c.get("outputs", []))
               and "raises-exception" not in c.metadata.get("tags", [])]
     assert not errors
@@ -105,7 +114,7 @@ def test_numbered_sections_run_in_order_and_references_to_them_exist(path):
 
 
 PROMPT = "**Predict, then run:**"
-ASK = re.compile(r'^\s*ask\("([^"]+)"\)\s*$')
+ASK = ASK_CELL  # an `ask("name")` cell
 def _lesson_predictions(cells) -> dict:
     """Return the PREDICTIONS of the lesson module the notebook imports `ask` from ({} when it asks none)."""
     source = "\n".join(c.source for c in cells if c.cell_type == "code")
@@ -118,6 +127,7 @@ ASKS_TO_PREDICT = re.compile(  # "Predict ...", "a prediction first", "Guess ...
     re.IGNORECASE | re.MULTILINE)
 # "1. Predict ..., then check": the student's own experiment, no cell answers it
 PRACTICE_ITEM = re.compile(r"^\s*\d+\.\s")
+FOLDED = re.compile(r"<details>.*?</details>", re.DOTALL)  # a folded answer, opened by the student who wants it
 
 
 def _prediction_prompts(cells) -> list[tuple[int, str]]:
@@ -131,7 +141,7 @@ def _prediction_prompts(cells) -> list[tuple[int, str]]:
     for index, cell in enumerate(cells):
         if cell.cell_type != "markdown" or cell.source.startswith("# "):
             continue
-        for paragraph in re.split(r"\n\s*\n", cell.source.strip()):
+        for paragraph in re.split(r"\n\s*\n", FOLDED.sub("", cell.source).strip()):
             if ASKS_TO_PREDICT.search(paragraph) and not PRACTICE_ITEM.match(paragraph):
                 prompts.append((index, paragraph))
     return prompts
@@ -149,7 +159,7 @@ def test_every_prediction_is_asked_before_anything_answers_it(path):
                and PROMPT in c.source), f"{path.name}: a prompt was not recognised"
     for index, paragraph in prompts:
         where = f"{path.name} cell {index} ({paragraph[:50]!r}...)"
-        last = re.split(r"\n\s*\n", cells[index].source.strip())[-1]
+        last = re.split(r"\n\s*\n", FOLDED.sub("", cells[index].source).strip())[-1]
         assert paragraph == last, f"{where}: text follows the prediction"
         following = cells[index + 1] if index + 1 < len(cells) else None
         assert following is not None and following.cell_type == "code" and ASK.match(following.source), (
@@ -218,26 +228,62 @@ def _lesson_module_name(cells) -> str:
     return match.group(1) if match else "?"
 
 
-def _notebook_texts(path, upto: int | None = None) -> list[tuple[str, str]]:
-    """Return (where, text) for what a student reads in a notebook (up to cell `upto`): its cells, the reveal
-    of each prediction it asks, and the READ_LAST pages it names."""
+def _output_text(cell) -> str:
+    """Return what a code cell's outputs show as text: printed streams, results, HTML without its tags."""
+    shown = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            shown.append(output.get("text", ""))
+        data = output.get("data", {})
+        if "text/html" in data:
+            shown.append(html.unescape(re.sub(r"<[^>]+>", " ", "".join(data["text/html"]))))
+        elif "text/markdown" in data or "text/plain" in data:
+            shown.append("".join(data.get("text/markdown", data.get("text/plain", ""))))
+    return "\n".join(shown)
+
+
+def _recorded_answers(cells, index: int) -> list[tuple[int, str]]:
+    """Return (cell index, note) for each recorded GPU output of the cell that answers the ask at `index`
+    that is open on screen (a note that answers a prediction is folded in a `<details>`)."""
+    answering = index
+    while answering < len(cells) and cells[answering].cell_type == "code" and ASK.match(
+            cells[answering].source):
+        answering += 1
+    note = answering + 1
+    if note < len(cells) and "gpu-output" in cells[note].metadata.get("tags", []) and not cells[
+            note].source.startswith("<details>"):
+        return [(note, cells[note].source)]
+    return []
+
+
+def _notebook_texts(path, upto: int | None = None, outputs: bool = False) -> list[tuple[str, str]]:
+    """Return (where, text) for what a student reads in a notebook up to cell `upto`: its cells, the reveal of
+    each prediction it asks, the READ_LAST pages it names, what the screen shows under the cell that answers
+    the ask at `upto` and, with `outputs`, what its cells print when run here."""
     cells = nbformat.read(path, as_version=4).cells
     predictions, module = _lesson_predictions(cells), _lesson_module_name(cells)
+    printed = {c.get("id"): _output_text(c) for c in executed(path).cells} if outputs else {}
     texts = []
     for index, cell in enumerate(cells[:upto]):
         if NOT_READ & set(cell.metadata.get("tags", [])):
             continue
         if cell.cell_type == "code" and (match := ASK.match(cell.source)):
-            if match.group(1) in predictions:
-                p = predictions[match.group(1)]
-                texts.append((f"{module} ask({match.group(1)!r})'s reveal",
+            if (name := match.group("name")) in predictions:
+                p = predictions[name]
+                texts.append((f"{module} ask({name!r})'s reveal",
                               _plain(f"{p.question} {p.answer}. {p.reason}")))
             continue
-        texts.append((f"{path.parent.name}/{path.name} cell {index} ({cell.get('id')})", _plain(cell.source)))
+        where = f"{path.parent.name}/{path.name} cell {index} ({cell.get('id')})"
+        texts.append((where, _plain(cell.source)))
+        if printed.get(cell.get("id")):
+            texts.append((f"{where}'s output", _plain(printed[cell.get("id")])))
         for page, named in READ_LAST.items():
             if named.search(cell.source):
                 texts += [(f"{page} (named in {path.name} cell {index})", _plain(paragraph))
                           for paragraph in re.split(r"\n\s*\n", (COURSE_ROOT / page).read_text())]
+    if upto is not None:
+        where = f"{path.parent.name}/{path.name} cell {{}}, the recorded output open under the answering cell"
+        texts += [(where.format(i), _plain(note)) for i, note in _recorded_answers(cells, upto)]
     return texts
 
 
@@ -250,11 +296,12 @@ def _problem_sets_after(path) -> list[Path]:
             for ps in dict.fromkeys(re.findall(r"\bps\d\d-[a-z0-9-]+", following))]
 
 
-def _read_before_lesson(path) -> list[tuple[str, str]]:
-    """Return (where, text) for all a student has read before opening lesson `path`, front pages aside."""
+def _read_before_lesson(path, outputs: bool = False) -> list[tuple[str, str]]:
+    """Return (where, text) for all a student has read before opening lesson `path`, front pages aside (with
+    `outputs`, what the earlier lessons print too)."""
     texts = []
     for earlier in LESSONS[: LESSONS.index(path)]:
-        texts += _notebook_texts(earlier)
+        texts += _notebook_texts(earlier, outputs=outputs)
         for problem_set in _problem_sets_after(earlier):
             texts += _notebook_texts(problem_set)
     return texts
@@ -277,7 +324,7 @@ def _found(name: str, prediction, texts) -> list[str]:
 
 
 def _asked(cells) -> list[tuple[int, str]]:
-    return [(i, m.group(1)) for i, c in enumerate(cells)
+    return [(i, m.group("name")) for i, c in enumerate(cells)
             if c.cell_type == "code" and (m := ASK.match(c.source))]
 
 
@@ -297,6 +344,34 @@ def test_the_check_finds_a_giveaway_a_gapped_one_an_answer_and_a_reason_wherever
     assert list(dict.fromkeys(found)) == ["an earlier cell", "a lesson-map row", "an earlier reveal"]
 
 
+def test_the_check_reads_printed_outputs_and_a_recorded_answer_left_open_on_screen():
+    from devicelab.predict import Prediction
+
+    printed = nbformat.v4.new_code_cell("profile()")
+    printed.outputs = [nbformat.v4.new_output("stream", name="stdout", text="launch queue depth 1024\n"),
+                       nbformat.v4.new_output("display_data", data={
+                           "text/html": "<p>fitted to the <b>measured</b> half-peak (~31-36&nbsp;KiB)</p>",
+                           "text/plain": "<Figure>"})]
+    shown = _plain(_output_text(printed))
+    assert "launch queue depth 1024" in shown and "fitted to the measured half-peak (~31-36 kib)" in shown
+    ask = nbformat.v4.new_code_cell('ask("launch")')
+    answering = nbformat.v4.new_code_cell("%%requires_cuda\nrun()")
+    note = nbformat.v4.new_markdown_cell("**Output recorded on a GPU** (H100, torch 2.11, 2026-11-27):\n\n"
+                                         "```text\neager: 1474 us per step\n```")
+    note.metadata["tags"] = ["gpu-output"]
+    cells = [nbformat.v4.new_markdown_cell("> **Predict, then run:** how long?"), ask, answering, note]
+    assert _recorded_answers(cells, 1) == [(3, note.source)], "open under the answering cell: on screen"
+    folded = nbformat.v4.new_markdown_cell(f"<details><summary>Output</summary>\n\n{note.source}\n</details>")
+    folded.metadata["tags"] = ["gpu-output"]
+    assert _recorded_answers([*cells[:3], folded], 1) == [], "folded: open only once a guess is in"
+    planted = Prediction(question="How long does a step take?", choices=("150 us", "500 us", "1500 us"),
+                         answer="1500 us", reason="PyTorch's own launch overhead.",
+                         giveaways=("1474 us", "queue depth"))
+    texts = [("an output", shown), ("the open note", _plain(note.source))]
+    assert {line.split(" in ")[1].split(":")[0] for line in _found("launch", planted, texts)} == {
+        "an output", "the open note"}
+
+
 def test_a_lesson_is_read_after_the_earlier_lessons_their_reveals_problem_sets_and_linked_pages():
     read = [where for where, _ in _read_before_lesson(next(p for p in LESSONS if p.stem.startswith("07")))]
     assert "lesson05 ask('stale-read')'s reveal" in read
@@ -306,6 +381,10 @@ def test_a_lesson_is_read_after_the_earlier_lessons_their_reveals_problem_sets_a
     assert not any(w.startswith("docs/cheatsheet.md") for w in read), "nothing before 07 names it"
     map_rows = [text for _, text in _front_page_texts("README.md") if "notebooks/01-" in text]
     assert map_rows, "README.md's lesson map is read row by row"
+
+
+CATCH_ALL = re.compile(r"^\s*(something else|none of (these|them|the above)|other|it depends)\b",
+                       re.IGNORECASE)
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -321,6 +400,12 @@ def test_every_prediction_is_asked_once_and_says_what_would_give_it_away(path):
         own = _plain(f"{prediction.question} {wrong}")
         assert not [g for g in prediction.giveaways if _pattern(g).search(own)], (
             f"{path.name} ask({name!r}): the question or a wrong choice holds one of its giveaways")
+        assert not prediction.choices or len(prediction.choices) >= 3, (
+            f"{path.name} ask({name!r}): two choices are a coin toss (and the question often names the "
+            "right one); offer three or more plausible ones")
+        assert not CATCH_ALL.search(prediction.answer), (
+            f"{path.name} ask({name!r}): the answer {prediction.answer!r} is a catch-all, which no student "
+            "can predict; make the right answer a definite one")
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -334,6 +419,21 @@ def test_nothing_read_before_an_ask_answers_it(path):
     assert not spoilers, (f"{path.name}: these predictions are answered before they are asked (move the "
                           "sentence after the answering cell, or ask something still open):\n"
                           + "\n".join(spoilers))
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_output_shown_before_an_ask_answers_it(path):
+    """What the cells above an `ask` print when run, and what every earlier lesson printed, answer nothing
+    either (a printed profile, a fitted figure, an environment report)."""
+    cells = nbformat.read(path, as_version=4).cells
+    predictions, before = _lesson_predictions(cells), _read_before_lesson(path, outputs=True)
+    spoilers = [line for index, name in _asked(cells)
+                for line in _found(name, predictions[name],
+                                   before + _notebook_texts(path, index, outputs=True))
+                if "'s output:" in line]
+    assert not spoilers, (f"{path.name}: these predictions are answered by an output shown before they are "
+                          "asked:\n" + "\n".join(spoilers))
 
 
 def _front_page_texts(page: str) -> list[tuple[str, str]]:
