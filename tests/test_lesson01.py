@@ -16,5 +16,5 @@ def test_float64_comes_from_numpy_from_asking_and_from_an_elementwise_operation_
     assert torch.zeros(2, dtype=torch.float64).dtype == torch.zeros(2).double().dtype == torch.float64
     assert (torch.zeros(2) + torch.zeros(2, dtype=torch.float64)).dtype == torch.float64
     assert "float32 + float64" in _cell("other-float64")
-    myths = _cell("6d93cb21")
+    myths = _cell("myths")
     assert "only NumPy arrays bring float64" not in myths and "from asking for it" in myths

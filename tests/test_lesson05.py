@@ -33,3 +33,28 @@ def test_the_facts_say_of_jax_what_lesson_05_shows():
     assert "`block_until_ready()` is right" not in facts and "needed only for the host's clock" in facts
     assert "later work\non `y` waits for the copy by itself" in next(
         c.source for c in nbformat.read(LESSON, as_version=4).cells if "### TensorFlow and JAX" in c.source)
+
+
+def test_the_queue_and_pageable_read_predictions_answer_what_the_simulator_shows():
+    """queue-3000: the host's clock after 3000 launches of 1 ms; stale-read: a non_blocking copy into a
+    pageable buffer, read at once, gives the new values: the call returned only once they had landed."""
+    from devicelab.exercises.lesson05 import PREDICTIONS
+    from devicelab.simgpu import SimulatedGPU
+
+    gpu = SimulatedGPU(initialized=True)
+    for _ in range(3000):
+        gpu.launch(0.001)
+    assert PREDICTIONS["queue-3000"].answer == f"about {round(gpu.clock())} s"
+
+    gpu = SimulatedGPU(initialized=True)
+    host = gpu.host_buffer(4_000_000, pinned=False, data="batch 0")
+    result = gpu.launch(0.020, nbytes=4_000_000, data="batch 1")
+    gpu.to_cpu(result, non_blocking=True, out=host)
+    assert host.read() == "batch 1" and gpu.clock() > 0.020
+    assert PREDICTIONS["stale-read"].answer == "the new values"
+    assert "20.8 ms" in _cell("pageable-read-answer") and f"{gpu.clock() * 1e3:.1f}" == "20.8"
+
+
+def test_the_profile_shown_before_lesson_06_leaves_out_the_half_peak_fit():
+    """Lesson 06 asks where a copy reaches half of its peak; the fixed cost's provenance names that size."""
+    assert "fixed cost per copy" in _cell("7ebfaeaa") and "not in line" in _cell("7ebfaeaa")

@@ -127,7 +127,7 @@ ASKS_TO_PREDICT = re.compile(  # "Predict ...", "a prediction first", "Guess ...
     re.IGNORECASE | re.MULTILINE)
 # "1. Predict ..., then check": the student's own experiment, no cell answers it
 PRACTICE_ITEM = re.compile(r"^\s*\d+\.\s")
-FOLDED = re.compile(r"<details>.*?</details>", re.DOTALL)  # a folded answer, opened by the student who wants it
+FOLDED = re.compile(r"<details>.*?</details>", re.DOTALL)  # a folded answer: opened after a guess
 
 
 def _prediction_prompts(cells) -> list[tuple[int, str]]:
@@ -528,20 +528,16 @@ def _slice_storage() -> str:
     return f"{small.nbytes:,} and {small.untyped_storage().nbytes():,}"
 
 
-def _built_with_cuda() -> str:
-    from devicelab.environment import collect_environment
-
-    report = collect_environment()
-    if report.cuda_available or not report.torch_cuda_build:
-        pytest.skip("shown only by a CUDA build of PyTorch on a machine without a usable GPU")
-    return "yes"
-
-
 def _current_accelerator() -> str:
     if torch.cuda.is_available() or torch.version.cuda is None:
         pytest.skip("shown only by a CUDA build of PyTorch on a machine without a usable GPU")
     assert torch.accelerator.current_accelerator(check_available=True) is None, "the reason says None"
-    return f"`{torch.accelerator.current_accelerator()!r}`"
+    device = torch.accelerator.current_accelerator() or torch.device("cpu")
+    try:
+        torch.ones(2, device=device)
+    except RuntimeError:
+        return f"`device` is `{device.type}`, and making the tensor raises an error"
+    return f"`device` is `{device.type}`, and the tensor is made there"
 
 
 def _same_object() -> str:
@@ -622,19 +618,15 @@ def _pytorch_launch() -> str:
     return "about 1500 us" if 1000 <= eager <= 2200 else f"{eager:.0f} us"
 
 
-ANSWERS_HERE = {  # each prediction of lessons 00-03, 06 and 07, answered by running it or by its recording
-    "lesson00": {"built-with-cuda": _built_with_cuda},
+ANSWERS_HERE = {  # each prediction of lessons 01-03, 06 and 07, answered by running it or by its recording
     "lesson01": {
-        "default-device": lambda: "on the CPU"
-        if {f(3).device.type for f in (torch.zeros, torch.arange, torch.randn)}
-        == {"cpu"} else "elsewhere",
         "numpy-dtype": _numpy_dtype,
         "slice-storage": _slice_storage,
     },
     "lesson02": {
         "cuda1-label": lambda: "yes" if torch.device("cuda:1").index == 1 else "no",
-        "cuda-vs-cuda0": lambda: str(torch.device("cuda") == torch.device("cuda:0")),
         "current-accelerator": _current_accelerator,
+        "device-vs-string": lambda: str(torch.zeros(3).device == "cpu"),
     },
     "lesson03": {"same-object": _same_object, "moved-grad": _moved_grad, "numpy-shares": _numpy_shares},
     "lesson06": {"half-peak": _half_peak, "loader-device": _loader_device,

@@ -36,3 +36,7 @@ class GenerateFailed(GradebookError):
 class RecordFailed(GradebookError):
     """A student could not be written into the gradebook (the run stops: the gradebook may have been changed).
     """
+
+
+class BrokenGradingEnvironment(GradingError):
+    """The assignment's own solution does not earn full marks where the class would be graded."""

@@ -65,6 +65,7 @@ from autograder.grading.sandbox import (
     detect_isolation,
     student_package_folders,
 )
+from autograder.grading.solution_check import SolutionCheck, refusal, refuse, solution_job
 from autograder.grading.submissions import (
     Submission,
     is_student_folder,
@@ -74,7 +75,7 @@ from autograder.grading.submissions import (
     regular_files,
     student_folders,
 )
-from autograder.grading.template import CACHE_FOLDER, cached_template, register
+from autograder.grading.template import CACHE_FOLDER, cached_template, register, template_key
 from autograder.grading.warm_start import Standby, libraries_imported
 from autograder.grading.zygote import LIBRARIES, WarmStartError
 from autograder.safe_copy import Refusal, read_small
@@ -456,6 +457,8 @@ class ClassRun:
                         desc=f"grading {self.assignment}", disable=not options.progress)
         pool = Pool(settings, workers, options.memory_mib, self.run_root)
         try:
+            if todo or joining is not None:
+                self.check_solution(pool)
             pool.run(todo, self.seconds_for, self.on_report, more if joining is not None else None)
         finally:
             pool.shutdown()
@@ -464,6 +467,24 @@ class ClassRun:
         write_reports(self.out, self.assignment, ordered, self.isolation.description)
         return RunSummary(ordered, self.out, self.isolation, len(self.reused), len(todo) + len(joined),
                           time.monotonic() - self.started, ignored)
+
+    def check_solution(self, pool) -> None:
+        """Grade the assignment's own solution first, in the same sandbox and kernel (solution_check.py);
+        raise BrokenGradingEnvironment unless it earns full marks. A pass is remembered for what it proved."""
+        check = SolutionCheck(template_key(self.root, self.assignment), self.isolation, self.options.timeout,
+                              self.options.memory_mib, tuple(student_package_folders()))
+        if check.passed_before():
+            return
+        reports: list[AttemptReport] = []
+        pool.run([solution_job(self.prepared.template, self.assignment, self.run_root)], self.seconds_for,
+                 lambda _job, report: reports.append(report) or [])
+        why = refusal(reports[0], self.max_points) if reports else "it was never graded"
+        for report in reports:
+            _drop(report)
+        if why is not None:
+            raise refuse(self.assignment, why)
+        check.remember()
+        self.echo(f"{self.assignment}: its own solution earns full marks in this sandbox")
 
     def standing_zygotes(self, workers: int) -> tuple:
         """Return the caller's running zygotes for the workers (none: each worker starts its own)."""

@@ -25,15 +25,6 @@ def device_time(device: torch.device) -> str:
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
-PREDICTIONS = {
-    "built-with-cuda": Prediction(
-        question='A laptop has no NVIDIA GPU. Can its report\'s row "Built with CUDA" show a CUDA version?',
-        choices=("yes", "no: without a GPU the row says none", "only when an NVIDIA driver is installed"),
-        answer="yes",
-        giveaways=("whether or not a gpu is present", "compiled against", "built for vs",
-                   "built for ... can use now", "runs fine on a machine without any gpu"),
-        reason="The row names the CUDA version PyTorch was compiled against, whatever the machine has; the "
-               "default `pip install torch` on Linux is a CUDA build. Whether a GPU can be used is another "
-               "row."),
-}
+# The tour asks no prediction: the environment report is taught (the first predictions are in lesson 01).
+PREDICTIONS: dict[str, Prediction] = {}
 ask = asker(PREDICTIONS)

@@ -32,15 +32,6 @@ def nbytes_for(shape: tuple[int, ...], dtype: torch.dtype) -> int:
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
-    "default-device": Prediction(
-        question="On a machine with a GPU, `device` is `cuda`. Where do `torch.zeros(3)`, `torch.arange(3)` "
-                 "and `torch.randn(3)` end up when we pass no `device=`?",
-        choices=("on the GPU, since `device` says `cuda`", "on the CPU", "it depends on the function"),
-        answer="on the CPU",
-        giveaways=("create on the cpu", "created on the cpu", "start on the cpu", "pytorch picks the cpu",
-                   "does not move anything", "moves nothing by itself"),
-        reason="Factory functions create on the CPU unless you pass `device=` (or change the default with "
-               "`torch.set_default_device`). Choosing `device` moves nothing by itself."),
     "numpy-dtype": Prediction(
         question="The same numbers, once from a Python list and once from a NumPy array: "
                  "`torch.tensor([1.0, 2.0])` and `torch.tensor(np.array([1.0, 2.0]))`. Same dtype?",

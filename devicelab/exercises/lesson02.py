@@ -38,23 +38,28 @@ PREDICTIONS = {
                    "checks no hardware", "making one needs no gpu"),
         reason="A device object is only a label: making one checks no hardware. The check comes when a "
                "tensor is created on that device or moved there."),
-    "cuda-vs-cuda0": Prediction(
-        question='Is `torch.device("cuda") == torch.device("cuda:0")`?',
-        choices=("True", "False", "it raises without a GPU"),
-        answer="False",
-        giveaways=("cuda and cuda:0 are not", "not equal", "has no index", "none is not 0", "cuda:0 != cuda",
-                   "plain cuda means the current", "plain cuda is the current"),
-        reason="Plain `cuda` has no index (it means the current CUDA device); device objects compare type "
-               "and index, and `None` is not `0`."),
     "current-accelerator": Prediction(
-        question="A PyTorch built with CUDA runs on a machine with no GPU, so "
-                 "`torch.accelerator.is_available()` is `False`. What does "
-                 "`torch.accelerator.current_accelerator()` return there?",
-        choices=("`None`", "`device(type='cpu')`", "`device(type='cuda')`", "it raises an error"),
-        answer="`device(type='cuda')`",
-        giveaways=("compile-time trap", "comes back to this trap", "current_accelerator() ... compiled",
-                   "reports the accelerator this pytorch was compiled", "not one that is actually usable"),
-        reason="Without arguments it names the accelerator PyTorch was compiled for, usable or not. "
-               "`current_accelerator(check_available=True)` returns `None` there."),
+        question='A script picks `device = torch.accelerator.current_accelerator() or torch.device("cpu")`, '
+                 "then makes `torch.ones(2, device=device)`. It runs on a PyTorch built with CUDA, on a "
+                 "machine with no GPU. What happens?",
+        choices=("`device` is the CPU, and the tensor is made there",
+                 "`device` is `cuda`, and making the tensor raises an error",
+                 "`current_accelerator()` itself raises an error: there is no GPU"),
+        answer="`device` is `cuda`, and making the tensor raises an error",
+        giveaways=("never reaches the cpu", "never falls back", "current_accelerator() ... compiled",
+                   "reports the accelerator this pytorch was compiled", "the or keeps",
+                   "breaks on exactly the machine"),
+        reason="Without arguments `current_accelerator()` names the accelerator PyTorch was compiled for, "
+               "usable or not: `cuda` here, so the `or` keeps it, and the first tensor made there fails. "
+               "`current_accelerator(check_available=True)` gives `None` on that machine."),
+    "device-vs-string": Prediction(
+        question='`c = torch.zeros(3)` is on the CPU on every machine. What does `c.device == "cpu"` give?',
+        choices=("True", "False", "a `TypeError`: a device is not a string"),
+        answer="False",
+        giveaways=("equal only to another", "compared with a string", "never equals a string",
+                   "never takes its branch", "is never equal to a string"),
+        reason="A `torch.device` equals only another `torch.device`; against anything else, a string "
+               'included, `==` answers `False` (and `!=` `True`) without an error. Compare `c.device.type == '
+               '"cpu"`, or `c.device == torch.device("cpu")`.'),
 }
 ask = asker(PREDICTIONS)

@@ -83,8 +83,9 @@ PREDICTIONS = {
     "meta-matmul": Prediction(
         question='`torch.ones(2, 3) @ torch.ones(3, 2, device="meta")`: what happens?',
         choices=("a device-mismatch RuntimeError", "a meta tensor of shape (2, 2)",
-                 "a CPU tensor of shape (2, 2), no error"),
-        answer="a CPU tensor of shape (2, 2), no error",
+                 "a CPU tensor of shape (2, 2) holding 3s, the right product",
+                 "a CPU tensor of shape (2, 2) holding whatever was in memory"),
+        answer="a CPU tensor of shape (2, 2) holding whatever was in memory",
         giveaways=("matmul trap", "tensor instead of failing", "@ meta_tensor", "trap of meta", "uninitiali",
                    "never trust silence", "whatever happened to be in memory"),
         reason="The CPU matmul kernel does not check the meta operand's device, and the meta operand holds "

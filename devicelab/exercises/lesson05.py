@@ -49,11 +49,13 @@ PREDICTIONS = {
     "queue-3000": Prediction(
         question="The host queues 3000 kernels of 1 ms each inside a naive stopwatch. How far does the "
                  "host's clock move before the loop ends?",
-        choices=("about 15 ms (3000 launches of 5 us)", "about 3 s (the work)", "something else"),
-        answer="something else",
-        giveaways=("limited depth", "queue is full", "free slot", "queue depth", "about 2 s"),
-        reason="About 2 s on the simulated T4: the launch queue has a limited depth, and once it is full "
-               "each launch waits for a free slot. The explanation follows the cell."),
+        choices=("about 15 ms", "about 1 s", "about 2 s", "about 3 s"),
+        answer="about 2 s",
+        giveaways=("limited depth", "queue is full", "free slot", "about 2 s", "1.98 s", "kernel 1976",
+                   "blocking after about 1000"),
+        reason="About 2 s on the simulated T4: its launch queue holds 1024 kernels, and once it is full each "
+               "launch waits for a free slot, so the loop ends when kernel 1976 is done. Neither the "
+               "launches (15 ms) nor the work (3 s)."),
     "default-h2d": Prediction(
         question="50 ms of work is queued, then the host copies the next batch (1 MiB) to the GPU with a "
                  "plain `x.to(device)`. How long does the host wait in that line?",
@@ -66,14 +68,15 @@ PREDICTIONS = {
                "queued before the copy, not only for the copy. The cell also times a pinned "
                "`non_blocking=True` copy."),
     "stale-read": Prediction(
-        question='A pinned host buffer holds last step\'s result, "batch 0". A 20 ms kernel makes the new '
-                 "one, we copy it into the buffer with `copy_(..., non_blocking=True)` and read the buffer "
-                 "at once. What do we read?",
-        choices=("an error", "the new values", "last step's values"),
-        answer="last step's values",
-        giveaways=("stale", "dangerous direction", "unsafe direction", "is not a sync point",
-                   "another matter", "host-to-device is safe"),
-        reason="The copy was only queued behind the kernel, and reading a CPU tensor is not a sync point: "
-               "the buffer still holds the old numbers, with no error."),
+        question='As before, a 20 ms kernel makes "batch 1" and `copy_(..., non_blocking=True)` copies it '
+                 'into a host buffer that holds "batch 0"; but this buffer is ordinary, pageable memory. We '
+                 "read it at once. What do we read?",
+        choices=("last step's values", "the new values", "an error"),
+        answer="the new values",
+        giveaways=("whatever non_blocking says", "once the data has landed", "a pageable download waits",
+                   "copy into pageable memory waits", "into pageable memory returns", "waits for the copy"),
+        reason="A copy into pageable memory returns only once the data has landed: the copy engine cannot "
+               "write there, so CUDA lands the data in a pinned buffer of the driver's and copies it into "
+               "yours before the call returns. The read is safe, and the host waited for the kernel."),
 }
 ask = asker(PREDICTIONS)

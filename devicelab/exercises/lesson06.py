@@ -51,8 +51,8 @@ PREDICTIONS = {
         choices=("on the CPU", "on the GPU when there is one, else on the CPU",
                  "on `device`, whatever it is"),
         answer="on the CPU",
-        giveaways=("leaves to you", "does not move it", "never moves them", "batches stay cpu tensors",
-                   "batch is on the cpu"),
+        giveaways=("leaves to you", "dataloader does not move", "never moves them",
+                   "batches stay cpu tensors", "batch is on the cpu"),
         reason="The DataLoader pins batches but never moves them: you still call `.to(device, "
                "non_blocking=True)`. Without a GPU it warns and hands out ordinary, unpinned batches."),
     "one-stream-overlap": Prediction(
