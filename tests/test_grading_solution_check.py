@@ -124,6 +124,11 @@ def test_the_refusal_says_what_the_solution_earned_which_cell_failed_and_why(tmp
     assert "tiny.ipynb test 'square-tests': AssertionError: double(2) should be 4" in why
     missing = refusal(_report([("double-tests", 2.0)]), points)
     assert missing.startswith("it earned 2 of 4 points"), "a test cell never scored counts as failed"
+    by_hand = _report([("double-tests", 2.0)])
+    by_hand.cells.append(CellScore("tiny.ipynb", "essay", 0.0, 2.0, needs_manual_grade=True))
+    assert refusal(by_hand, {**points, ("tiny.ipynb", "essay"): 2.0}).startswith("it earned 2 of 4 points")
+    by_hand.cells.append(CellScore("tiny.ipynb", "square-tests", 2.0, 2.0))
+    assert refusal(by_hand, {**points, ("tiny.ipynb", "essay"): 2.0}) is None, "graded by hand: not counted"
     crashed = AttemptReport(Outcome.FAILED, failure=Failure(FailureKind.CRASHED, "the kernel died (SIGKILL)"))
     assert refusal(crashed, points) == "its grading did not complete (the kernel died (SIGKILL))"
 

@@ -85,16 +85,19 @@ def solution_job(template: Path, assignment: str, run_root: Path) -> Job:
 
 
 def refusal(report: AttemptReport, max_points: dict[tuple[str, str], float]) -> str | None:
-    """Return why the solution's grading shows a broken environment, or None when it earned full marks."""
+    """Return why the solution's grading shows a broken environment, or None when it earned full marks (of
+    the points graded automatically: a cell an instructor grades by hand is left out)."""
     if report.outcome != Outcome.COMPLETED:
         why = report.failure.message if report.failure else report.outcome.value
         return f"its grading did not complete ({why})"
     earned = {(c.notebook, c.grade_id): c.score for c in report.cells}
-    short = [cell for cell, points in sorted(max_points.items()) if earned.get(cell, 0) < points]
+    by_hand = {(c.notebook, c.grade_id) for c in report.cells if c.needs_manual_grade}
+    points = {cell: p for cell, p in max_points.items() if cell not in by_hand}
+    short = [cell for cell, p in sorted(points.items()) if earned.get(cell, 0) < p]
     if not short:
         return None
-    total = sum(max_points.values())
-    got = sum(min(earned.get(k, 0), p) for k, p in max_points.items())
+    total = sum(points.values())
+    got = sum(min(earned.get(cell, 0), p) for cell, p in points.items())
     failing = next((c for c in report.cells if (c.notebook, c.grade_id) == short[0]), None)
     first = first_error(Path(report.scratch)) if report.scratch else None
     return (f"it earned {got:g} of {total:g} points"
