@@ -84,25 +84,30 @@ PREDICTIONS = {
                 "later: by then it holds batch 2. Nothing checks it, in the simulator or in PyTorch. Record "
                 "an event right after the copy and wait on it before you refill.")),
     "wait-stream": Prediction(
-        question=("A batch is copied on a side stream; the next kernel, which uses it, is queued on the "
-                  "default stream without wait_stream. When does the kernel start?"),
-        choices=("after the copy has landed", "right away, while the copy is still running"),
+        question=("A 16 MiB batch is copied host to device on a side stream (pinned, non_blocking=True). "
+                  "Right after, the host queues a kernel that reads the batch on the default stream, with no "
+                  "other call in between. When does that kernel start?"),
+        choices=("after the copy has landed", "right away, while the copy is still running",
+                 "never: PyTorch raises an error, as for tensors on two devices"),
         answer="right away, while the copy is still running",
         giveaways=("batch must have arrived", "streams are independent", "synchronising them is your job",
-                   "before using the batch", "wait_stream(side) before use"),
+                   "before using the batch", "wait_stream(side) before use",
+                   "nothing orders the default stream"),
         reason=("Two streams are independent: nothing orders the default stream after the side stream unless "
-                "you say so (wait_stream or wait_event). The kernel reads the batch before it has arrived.")),
+                "you say so (wait_stream or wait_event), and nothing checks it, so nothing raises either. "
+                "The kernel starts at once and reads the batch before it has arrived.")),
     "pytorch-launch": Prediction(
         question=("On the H100 whose output is recorded under the next cell, a step of 100 tiny kernels "
                   "(`x.add_(1)` on 1024 numbers) is launched one by one from Python. CUDA's own launch "
-                  "costs about 5 us. How long does one step take?"),
-        choices=("about 150 us: the kernels' own time", "about 500 us: 100 launches of 5 us",
-                 "about 1500 us"),
+                  "costs about 5 us; in lesson 05's H100 recording, a naive stopwatch around one `a @ a` "
+                  "called from Python read about 23 us. How long does one eager step take?"),
+        choices=("about 150 us", "about 500 us", "about 1500 us", "about 15 000 us"),
         answer="about 1500 us",
         giveaways=("1474 us", "14.7 us", "more through pytorch", "python and bookkeeping",
-                   "three times the simulated"),
-        reason=("1474 us: before each CUDA launch PyTorch runs its own Python, dispatcher and bookkeeping, "
-                "about 14.7 us a kernel on that machine, three times CUDA's 5 us, while each kernel runs "
-                "for about 1.5 us. Replayed as one CUDA graph, the same step took 149 us.")),
+                   "three times the simulated", "its dispatcher and its bookkeeping"),
+        reason=("1474 us, about 14.7 us a kernel: a call from Python runs PyTorch's own Python code, "
+                "dispatcher and bookkeeping before each CUDA launch, so each costs the host about three "
+                "times CUDA's 5 us, of the order of lesson 05's matmul, while each kernel runs for about "
+                "1.5 us. Replayed as one CUDA graph, the same step took 149 us.")),
 }
 ask = asker(PREDICTIONS)

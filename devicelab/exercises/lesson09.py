@@ -62,15 +62,19 @@ check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
 
 PREDICTIONS = {
     "adam-state": Prediction(
-        question=("A model has 1.06 million float32 parameters (4.0 MiB). After one `optimizer.step()` of "
-                  "`torch.optim.Adam`, how much memory does the optimizer's own state hold?"),
-        choices=("nothing: Adam keeps no tensors of its own", "about 4 MiB, as much as the parameters",
-                 "about 8 MiB, twice the parameters", "about 16 MiB, four times the parameters"),
-        answer="about 8 MiB, twice the parameters",
-        giveaways=("exp_avg_sq", "two tensors per parameter", "twice the parameters", "2 x the parameters",
-                   "two running averages"),
-        reason=("Adam keeps two running averages per parameter, `exp_avg` and `exp_avg_sq`, each the "
-                "parameter's size and dtype, plus a tiny `step` counter. They appear at the first step.")),
+        question=("A model has 1.06 million float32 parameters (4.0 MiB). Right after "
+                  "`optimizer = torch.optim.Adam(model.parameters())`, before any step, how many bytes do "
+                  "the optimizer's state tensors hold?"),
+        choices=("none yet: Adam makes its state at the first step",
+                 "about 4 MiB: one running average per parameter",
+                 "about 8 MiB: two running averages per parameter",
+                 "about 12 MiB: two averages and a copy of the weights"),
+        answer="none yet: Adam makes its state at the first step",
+        giveaways=("empty until the first step", "made at the first step", "makes its state at",
+                   "appear at the first step", "state is created lazily"),
+        reason=("Adam makes its state lazily: `optimizer.state` stays empty until the first `step()`, which "
+                "creates `exp_avg` and `exp_avg_sq` for each parameter (8 MiB here) and a 0-dim `step`. "
+                "Memory measured right after building the optimizer misses it.")),
     "autocast-dtypes": Prediction(
         question=("Inside `with torch.autocast(device_type=\"cpu\", dtype=torch.bfloat16):`, a float32 "
                   "`nn.Linear` is applied to a float32 input. What are the dtypes of `linear.weight` and of "
@@ -78,7 +82,7 @@ PREDICTIONS = {
         choices=("both bfloat16", "weight float32, output bfloat16", "both float32"),
         answer="weight float32, output bfloat16",
         giveaways=("weights stay float32", "parameters stay float32", "casts the inputs",
-                   "copy of each weight"),
+                   "copy of each weight", "changes no parameter", "chosen operations run"),
         reason=("Autocast leaves parameters alone: it casts an op's inputs as the op runs (the linear's "
                 "matmul in bfloat16), so the output is bfloat16 and the weight stays float32.")),
     "optimizer-load-device": Prediction(

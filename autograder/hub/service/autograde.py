@@ -48,6 +48,11 @@ if TYPE_CHECKING:
     from autograder.grading.gradebook import DueDates
 
 POLL_S = 0.25  # a submission waits at most this long once nbgrader has finished copying it
+# A batch whose assignment's own solution does not earn full marks in the sandbox (solution_check.py) waits:
+# what students see (never the solution's error, which could quote a hidden test), and how long until the next
+# try (each try grades the solution again until it passes).
+BROKEN_ENVIRONMENT = "waiting: grading is paused until the instructor fixes the grading environment"
+BROKEN_ENVIRONMENT_WAIT_S = 60
 # nbgrader's submit copies a submission into the inbound in place and writes its secret last: a folder without
 # one is still being copied. Past this age it is taken anyway (graded, with no secret to return feedback by).
 COPYING_GRACE_S = 10.0
@@ -444,7 +449,7 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
                 standby: Standby | None = None) -> None:
     """Grade one batch and release its feedback, each student's as soon as they are recorded (kernels forked
     from the `standby` zygotes, when given)."""
-    from autograder.grading.errors import GradebookBusy
+    from autograder.grading.errors import BrokenGradingEnvironment, GradebookBusy
     from autograder.grading.session import GradeOptions, default_jobs, grade_class
 
     assignment = batch[0].assignment
@@ -468,6 +473,11 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
         logger.info(f"waiting: {exc}")
         queue.requeue(list(releaser.pending.values()), "waiting for another grading run")
         time.sleep(5)
+        return
+    except BrokenGradingEnvironment as exc:  # none graded wrong: wait for the fix
+        logger.error(f"not grading: {exc}")  # the staff's log has the cell and the error; students see why
+        queue.requeue(list(releaser.pending.values()), BROKEN_ENVIRONMENT)
+        time.sleep(BROKEN_ENVIRONMENT_WAIT_S)
         return
     releaser.settle({r.student: r for r in summary.results})
     write_assignment_reports(place.graded(assignment), assignment, summary.isolation.description)
