@@ -16,7 +16,7 @@ from autograder import COURSE_ROOT
 from autograder.colab_cells import SETUP_TAG
 from autograder.course import lessons
 from devicelab.predict import ASK_CELL
-from tests.notebook_runner import REQUIRES_CUDA, cuda_present, execute_notebook
+from tests.notebook_runner import REQUIRES_CUDA, cuda_present, executed_copy
 
 LESSONS = lessons()
 EXPECTED = ["00-start-here", "01-tensors", "02-devices"]
@@ -31,8 +31,9 @@ def test_lessons_exist_in_reading_order():
 @functools.cache
 def executed(path: Path):
     """Return the lesson as it runs here, outputs included: run once, read by every test of this file (they
-    all run in one worker, `--dist loadfile`)."""
-    return execute_notebook(path, gpu=cuda_present()).notebook
+    all run in one worker, `--dist loadfile`). The run is shared with the book (tests/test_book.py), and
+    reused until the lesson or what it runs with changes (executed_copy)."""
+    return nbformat.read(executed_copy(path, gpu=cuda_present()), as_version=4)
 
 
 @pytest.mark.notebook
@@ -187,6 +188,9 @@ FRONT_PAGES = ("README.md", "docs/students.md")  # read whole, before lesson 00
 READ_LAST = {  # pages that hold the answers on purpose, read from the first notebook cell that names them
     "docs/cheatsheet.md": re.compile(r"cheatsheet\.md|cheat sheet", re.IGNORECASE),  # the course on one page
 }
+# A link from a lesson into a section of a guide ("../docs/facts.md#lesson-07-details"): a student who
+# follows it before the question reads that section.
+LINKED_SECTION = re.compile(r"\]\((?:\.\./)*(?P<page>(?:docs/)?[\w.-]+\.md)#(?P<anchor>[\w-]+)\)")
 LESSON_MAP_ROW = re.compile(r"^\s*(\||[-*] ).*\bnotebooks/\d\d-")  # a table row or list item naming a lesson
 GAP = " ... "
 NOT_READ = {"colab-badge", "colab-setup"}  # tags of generated cells that say nothing about the lesson
@@ -220,6 +224,37 @@ def _reason_runs(prediction) -> list[str]:
     words = _plain(prediction.reason).split()
     runs = (words[i: i + REASON_RUN] for i in range(len(words) - REASON_RUN + 1))
     return [" ".join(run) for run in runs if sum(w.strip(",.:;()") not in FILLER for w in run) >= 3]
+
+
+def _anchor(heading: str) -> str:
+    """Return the anchor GitHub (and the book, myst_heading_anchors) gives a markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lstrip("#").strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _linked_section(page: str, anchor: str) -> str:
+    """Return the section of `page` whose heading has `anchor`, down to the next heading as high (or "")."""
+    path = COURSE_ROOT / (page if page.startswith("docs/") else f"docs/{page}")
+    if not path.is_file():
+        return ""
+    lines, found, level = path.read_text().splitlines(), [], None
+    for line in lines:
+        heading = re.match(r"^(#+)\s", line)
+        if heading and level is not None and len(heading.group(1)) <= level:
+            break
+        if heading and level is None and _anchor(line) == anchor:
+            level = len(heading.group(1))
+        if level is not None:
+            found.append(line)
+    return "\n".join(found)
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_link_into_a_guide_names_a_section_it_has(path):
+    """A link lands where it says (and the check above reads exactly the section a student would)."""
+    cells = nbformat.read(path, as_version=4).cells
+    links = [link for c in cells for link in LINKED_SECTION.finditer(c.source)]
+    assert [link.group(0) for link in links if not _linked_section(link["page"], link["anchor"])] == []
 
 
 def _lesson_module_name(cells) -> str:
@@ -277,6 +312,9 @@ def _notebook_texts(path, upto: int | None = None, outputs: bool = False) -> lis
         texts.append((where, _plain(cell.source)))
         if printed.get(cell.get("id")):
             texts.append((f"{where}'s output", _plain(printed[cell.get("id")])))
+        for link in LINKED_SECTION.finditer(cell.source):
+            if section := _linked_section(link["page"], link["anchor"]):
+                texts.append((f"{link['page']}#{link['anchor']} (linked from {where})", _plain(section)))
         for page, named in READ_LAST.items():
             if named.search(cell.source):
                 texts += [(f"{page} (named in {path.name} cell {index})", _plain(paragraph))
