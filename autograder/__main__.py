@@ -87,7 +87,8 @@ def _grade(args) -> int:
     options = GradeOptions(jobs=args.jobs, timeout=args.timeout, memory_mib=args.memory, sandbox=args.sandbox,
                            force=args.force, progress=not args.quiet,
                            hidden=tuple(Path(p) for p in args.hide), warm=not args.cold_start,
-                           show_hidden_tests=args.show_hidden_tests)
+                           show_hidden_tests=args.show_hidden_tests,
+                           check_solution=not args.no_solution_check)
     try:
         run = grade_class(Path(args.course), args.assignment, Path(args.submissions), options,
                           out=Path(args.out) if args.out else None)
@@ -186,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                        help="feedback pages as nbgrader makes them, the hidden tests printed in full: for "
                             "handing out after the due date (default: each hidden test shows its score and "
                             "your message, never its code)")
+    grade.add_argument("--no-solution-check", action="store_true",
+                       help="grade even when source/ holds no working solution (by default the run first "
+                            "grades the assignment's own solution in its sandbox and refuses unless it earns "
+                            "full marks: a broken grading environment would grade everyone wrong)")
     grade.add_argument("--course", default=str(COURSE_ROOT), help="course root (default: this repository)")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     grade.add_argument("--hide", action="append", default=[], metavar="FOLDER",

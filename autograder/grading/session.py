@@ -107,6 +107,9 @@ class GradeOptions:
     # feedback pages as nbgrader makes them, hidden tests printed in full: only for after the due date.
     # By default each hidden test shows its score and the instructor's message, never its code.
     show_hidden_tests: bool = False
+    # grade the assignment's own solution first and refuse unless it earns full marks (solution_check.py); off
+    # only for a course whose source/ holds no working solution
+    check_solution: bool = True
 
     @property
     def workers(self) -> int:
@@ -457,7 +460,7 @@ class ClassRun:
                         desc=f"grading {self.assignment}", disable=not options.progress)
         pool = Pool(settings, workers, options.memory_mib, self.run_root)
         try:
-            if todo or joining is not None:
+            if options.check_solution and (todo or joining is not None):
                 self.check_solution(pool)
             pool.run(todo, self.seconds_for, self.on_report, more if joining is not None else None)
         finally:

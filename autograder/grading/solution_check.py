@@ -127,4 +127,5 @@ def refuse(assignment: str, why: str) -> BrokenGradingEnvironment:
         f"{assignment}: nothing was graded, because the assignment's own solution (source/{assignment}/), "
         f"graded in this run's sandbox, does not earn full marks: {why}. The students would be graded wrong "
         "the same way. Check that the sandbox can import what the notebooks import (the course's packages "
-        "are installed for this Python) and that the solution passes `nbgrader validate`.")
+        "are installed for this Python) and that the solution passes `nbgrader validate` (a course whose "
+        "source/ holds no working solution grades with --no-solution-check).")
