@@ -46,7 +46,7 @@ def test_each_error_text_is_credited_to_the_torch_that_showed_it():
     """The GPU texts were recorded on an H100 with torch 2.11; the CPU checks run on the installed torch."""
     credit = " ".join(_cell("7a691c8d").split())
     assert "H100 printed with torch 2.11" in credit and "torch 2.14.1 holds the same texts" in credit
-    details = " ".join(_facts_section("### Lesson 04 details").split())
+    details = " ".join(_facts_section("### Lesson 04: where the error texts were seen").split())
     assert "H100 with torch 2.11" in details and "2.14.1" in details
     assert "2.15" not in _cell("28378c42")
     facts = (COURSE_ROOT / "docs" / "facts.md").read_text()

@@ -664,7 +664,6 @@ ANSWERS_HERE = {  # each prediction of lessons 01-03, 06 and 07, answered by run
     "lesson02": {
         "cuda1-label": lambda: "yes" if torch.device("cuda:1").index == 1 else "no",
         "current-accelerator": _current_accelerator,
-        "device-vs-string": lambda: str(torch.zeros(3).device == "cpu"),
     },
     "lesson03": {"same-object": _same_object, "moved-grad": _moved_grad, "numpy-shares": _numpy_shares},
     "lesson06": {"half-peak": _half_peak, "loader-device": _loader_device,

@@ -45,7 +45,7 @@ PREDICTIONS = {
                "dtype, and NumPy's default float is float64."),
     "slice-storage": Prediction(
         question="`small = torch.zeros(1_000_000)[:2]` keeps the first 2 of a million float32 numbers. How "
-                 "many bytes does `small.nbytes` report, and how many does the storage it keeps alive hold?",
+                 "many bytes do `small.nbytes` and `small.untyped_storage().nbytes()` report?",
         choices=("8 and 8", "8 and 4,000,000", "4,000,000 and 4,000,000"),
         answer="8 and 4,000,000",
         giveaways=("whole storage alive", "whole block stays", "stays allocated", "keeps the whole storage",

@@ -52,14 +52,5 @@ PREDICTIONS = {
         reason="Without arguments `current_accelerator()` names the accelerator PyTorch was compiled for, "
                "usable or not: `cuda` here, so the `or` keeps it, and the first tensor made there fails. "
                "`current_accelerator(check_available=True)` gives `None` on that machine."),
-    "device-vs-string": Prediction(
-        question='`c = torch.zeros(3)` is on the CPU on every machine. What does `c.device == "cpu"` give?',
-        choices=("True", "False", "a `TypeError`: a device is not a string"),
-        answer="False",
-        giveaways=("equal only to another", "compared with a string", "never equals a string",
-                   "never takes its branch", "is never equal to a string"),
-        reason="A `torch.device` equals only another `torch.device`; against anything else, a string "
-               'included, `==` answers `False` (and `!=` `True`) without an error. Compare `c.device.type == '
-               '"cpu"`, or `c.device == torch.device("cpu")`.'),
 }
 ask = asker(PREDICTIONS)

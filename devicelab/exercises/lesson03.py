@@ -55,7 +55,7 @@ PREDICTIONS = {
                "`w`, and only leaves keep a `.grad` (PyTorch warns when you read a non-leaf's)."),
     "numpy-shares": Prediction(
         question="`t` is a CPU tensor. Does writing into `b = t.detach().cpu().numpy()` change `t`?",
-        choices=("yes", "no: `.cpu()` made a copy", "it raises an error"),
+        choices=("yes", "no: `.numpy()` made a copy", "it raises an error"),
         answer="yes",
         giveaways=("numpy sharing", "shares memory with the tensor", "numpy() shares",
                    "still shares on a cpu", "shared one when"),
