@@ -191,6 +191,7 @@ READ_LAST = {  # pages that hold the answers on purpose, read from the first not
 # A link from a lesson into a section of a guide ("../docs/facts.md#lesson-07-details"): a student who
 # follows it before the question reads that section.
 LINKED_SECTION = re.compile(r"\]\((?:\.\./)*(?P<page>(?:docs/)?[\w.-]+\.md)#(?P<anchor>[\w-]+)\)")
+SHOWN_SVG = re.compile(r"!\[[^\]]*\]\((?P<src>[^)\s]+\.svg)\)")  # a drawn diagram: its labels are read too
 LESSON_MAP_ROW = re.compile(r"^\s*(\||[-*] ).*\bnotebooks/\d\d-")  # a table row or list item naming a lesson
 GAP = " ... "
 NOT_READ = {"colab-badge", "colab-setup"}  # tags of generated cells that say nothing about the lesson
@@ -312,6 +313,11 @@ def _notebook_texts(path, upto: int | None = None, outputs: bool = False) -> lis
         texts.append((where, _plain(cell.source)))
         if printed.get(cell.get("id")):
             texts.append((f"{where}'s output", _plain(printed[cell.get("id")])))
+        for image in SHOWN_SVG.finditer(cell.source):
+            if (svg := (path.parent / image["src"]).resolve()).is_file():
+                labels = re.findall(r"<text\b[^>]*>(.*?)</text>", svg.read_text(), flags=re.DOTALL)
+                texts.append((f"{image['src']}'s labels (shown in {where})",
+                              _plain(html.unescape(" ".join(re.sub(r"<[^>]+>", "", t) for t in labels)))))
         for link in LINKED_SECTION.finditer(cell.source):
             if section := _linked_section(link["page"], link["anchor"]):
                 texts.append((f"{link['page']}#{link['anchor']} (linked from {where})", _plain(section)))
@@ -380,6 +386,17 @@ def test_the_check_finds_a_giveaway_a_gapped_one_an_answer_and_a_reason_wherever
              ("an innocent cell", _plain("The host refills the buffer."))]
     found = [line.split(" in ")[1].split(":")[0] for line in _found("planted", planted, texts)]
     assert list(dict.fromkeys(found)) == ["an earlier cell", "a lesson-map row", "an earlier reveal"]
+
+
+def test_the_check_reads_the_labels_of_a_diagram_a_lesson_shows(tmp_path):
+    (tmp_path / "d.svg").write_text('<svg><text x="1">copies and kernels</text><g><text>overlap only on '
+                                    '<tspan>two streams</tspan></text></g></svg>')
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("![a diagram of the machine](d.svg)")]
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    read = _notebook_texts(tmp_path / "x.ipynb")
+    shown = [text for where, text in read if where.startswith("d.svg's labels")]
+    assert shown == ["copies and kernels overlap only on two streams"]
 
 
 def test_the_check_reads_printed_outputs_and_a_recorded_answer_left_open_on_screen():

@@ -60,9 +60,9 @@ PREDICTIONS = {
                  "overlap the current step's compute?",
         choices=("yes, fully", "partly", "no"),
         answer="no",
-        giveaways=("runs its work in order", "still waits for step", "not on one stream", "side stream",
-                   "second stream", "second cuda stream", "never overlapping", "one stream runs in order",
-                   "overlap needs"),
+        giveaways=("runs its work in order", "still waits for step", "not on one stream",
+                   "needs a side stream", "on a side stream it", "second stream", "second cuda stream",
+                   "never overlapping", "one stream runs in order", "overlap needs"),
         reason="The host no longer waits, but a stream runs its work in order: the next copy starts only "
                "when the step queued before it has finished. Overlap needs a second stream."),
 }

@@ -1,38 +1,19 @@
 """Draw docs/images/machine.svg: host, host memory, the link, device memory, streams and engines.
 
-Run `.venv/bin/python docs/images/machine_diagram.py` after changing it; lessons 02, 05 and 06 show the SVG.
+`make diagrams` redraws it with the other diagrams (`diagrams.py`); lessons 02, 05 and 06 show the SVG. The
+boxes, arrows and the SVG writer are `drawing.py`'s.
 """
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from drawing import BLUE, VERMILLION, arrow, box, canvas, render
 
 OUT = Path(__file__).with_name("machine.svg")
 
 
-def box(ax, x, y, w, h, text, colour, size=10, weight="normal"):
-    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
-                                facecolor=colour, edgecolor="black", linewidth=1))
-    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size, weight=weight, wrap=True)
-
-
-def arrow(ax, start, end, text="", both=False, colour="black", offset=(0, 0.12)):
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="<|-|>" if both else "-|>", mutation_scale=14,
-                                 color=colour, linewidth=1.5, zorder=5, shrinkA=0, shrinkB=0))
-    if text:
-        ax.text((start[0] + end[0]) / 2 + offset[0], (start[1] + end[1]) / 2 + offset[1], text, ha="center",
-                va="bottom", fontsize=8.5, color=colour)
-
-
-def main() -> None:
-    fig, ax = plt.subplots(figsize=(11, 5.6))
-    ax.set_xlim(0, 11)
-    ax.set_ylim(0, 5.6)
-    ax.axis("off")
+def draw():
+    """The machine: host and device side by side, the PCIe link between them."""
+    fig, ax = canvas(11, 5.6)
 
     # host side
     box(ax, 0.2, 0.2, 4.2, 5.2, "", "#eef3fb")
@@ -46,10 +27,10 @@ def main() -> None:
     arrow(ax, (1.35, 1.95), (1.35, 1.65), colour="#a0522d")
 
     # the link
-    ax.text(5.5, 3.35, "PCIe link\nlimit per direction:\nGen3 x16 15.75 GB/s\nGen4 31.5, Gen5 63", ha="center",
-            fontsize=8.5)
-    arrow(ax, (4.1, 2.65), (6.9, 2.65), "host to device (H2D)", colour="tab:orange")
-    arrow(ax, (6.9, 2.15), (4.1, 2.15), "device to host (D2H)", colour="tab:green", offset=(0, -0.38))
+    ax.text(5.5, 3.35, "PCIe link\nlimit per direction:\nGen3 x16 15.75 GB/s\nGen4 31.5, Gen5 63",
+            ha="center", fontsize=8.5)
+    arrow(ax, (4.1, 2.65), (6.9, 2.65), "host to device (H2D)", colour=VERMILLION)
+    arrow(ax, (6.9, 2.15), (4.1, 2.15), "device to host (D2H)", colour=BLUE, offset=(0, -0.38))
     arrow(ax, (4.1, 1.05), (5.3, 2.6), colour="#a0522d")
     ax.text(5.05, 1.05, "pageable\ncopies go\nthis way", fontsize=8, color="#a0522d", ha="left")
 
@@ -66,10 +47,16 @@ def main() -> None:
     for x in (7.47, 8.7, 9.92):
         arrow(ax, (x, 3.85), (x, 3.55))
         arrow(ax, (x, 2.55), (x, 2.15), both=True)
-    fig.text(0.5, 0.005, "A copy and a kernel run at the same time only on different streams, with a pinned host "
-             "side and a free copy engine.", ha="center", fontsize=9, style="italic")
-    fig.savefig(OUT, bbox_inches="tight", metadata={"Date": None})
-    print("wrote", OUT)
+    fig.text(0.5, 0.005, "Copies go through the copy engines; kernels run on the compute engine (the SMs).",
+             ha="center", fontsize=9, style="italic")
+    return fig
+
+
+def main(out: Path = OUT) -> Path:
+    """Write machine.svg (or `out`)."""
+    render(draw, out, tight=True)
+    print("wrote", out)
+    return out
 
 
 if __name__ == "__main__":
