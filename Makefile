@@ -131,11 +131,16 @@ tidy: $(STAMP)  ## Strip outputs and normalise every notebook in place
 lint: $(STAMP)  ## Lint the Python code
 	$(VENV)/bin/ruff check devicelab autograder tests benchmarks book
 
-book: $(STAMP)  ## Build the course as a website in build/book/html/ (lessons with their recorded GPU outputs, guides)
-	$(PY) -m book build
+book: $(STAMP)  ## Build the course as a website in build/book/html/ (lessons with their CPU and GPU outputs, guides)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m book build
 
 mywork: $(COURSE_STAMP)  ## Copy lessons and assignments into mywork/ (never overwrites your copies; make lab does it)
 	$(PY) -m devicelab workspace "$(MYWORK)"
+
+.PHONY: diagrams
+
+diagrams: $(STAMP)  ## Redraw the lessons' diagrams (docs/images/*.svg) from docs/images/diagrams.py
+	$(PY) docs/images/diagrams.py
 
 clean-venv:  ## Remove the virtual environments
 	rm -rf $(VENV) $(COLAB_VENV)
