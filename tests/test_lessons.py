@@ -86,7 +86,7 @@ def test_lesson_says_how_long_it_takes_and_ends_with_next(path):
                                        "optional")
 
 
-MAX_WORDS = 300  # a markdown cell longer is a wall of text: split it, cut it, or move it to Going further
+MAX_WORDS = 200  # a markdown cell longer is a wall of text: split it, cut it, or move evidence to the docs
 
 
 def words(text: str) -> int:
