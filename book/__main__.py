@@ -1,9 +1,11 @@
-"""`python -m book build [--out DIR] [--jobs N]`: build the course's website (what `make book` runs)."""
+"""`python -m book build [--out DIR] [--jobs N] [--executed DIR]`: build the course's website (make book)."""
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from book.pages import PageError
 from book.site import build
 
 
@@ -13,11 +15,18 @@ def main(argv: list[str] | None = None) -> int:
     build_command = commands.add_parser("build", help="stage the pages and build the HTML site")
     build_command.add_argument("--out", type=Path, help="where to build (default: build/book/)")
     build_command.add_argument("--jobs", default="1", help="Sphinx's parallel jobs (a number, or auto)")
+    build_command.add_argument("--executed", type=Path,
+                               help="the lessons' executed copies, made there when missing (default: "
+                                    "build/executed/, which the lesson tests share)")
     build_command.add_argument("--verbose", action="store_true", help="show Sphinx's progress")
     args = parser.parse_args(argv)
+    # the lessons run in this Python's kernel: Jupyter's python3 kernel is the first `python` on PATH
+    bin_folder = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_folder:
+        os.environ["PATH"] = os.pathsep.join(filter(None, [bin_folder, os.environ.get("PATH")]))
     try:
-        build(out=args.out, jobs=args.jobs, quiet=not args.verbose)
-    except RuntimeError as error:
+        build(out=args.out, jobs=args.jobs, quiet=not args.verbose, executed=args.executed)
+    except (RuntimeError, PageError) as error:
         print(error, file=sys.stderr)
         return 1
     return 0

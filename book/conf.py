@@ -2,8 +2,9 @@
 
 Sphinx with MyST-NB and sphinx-book-theme: the engine of Jupyter Book 1. Jupyter Book 2 (mystmd) renders its
 HTML with a site theme it downloads when it builds, which the project's machines cannot reach (docs/
-instructors.md, *Publishing the course as a book*, says why). Notebooks are never executed: the pages show
-what `book.pages` made of them.
+instructors.md, *Publishing the course as a book*, says why). MyST-NB executes nothing: the pages show what
+`book.pages` made of them, a lesson's outputs taken from its executed copy (`book.site`; the lesson tests
+read the same copy).
 """
 
 import sys
@@ -23,7 +24,7 @@ copyright = "the Device Lab authors"
 extensions = ["myst_nb", "sphinx_design"]
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3  # `[...](#a-heading)` links, as GitHub makes them
-nb_execution_mode = "off"  # the notebooks are shown as they are committed
+nb_execution_mode = "off"  # the staged pages hold their outputs already
 nb_merge_streams = True
 # .md files are MyST markdown; the notebooks are read by MyST-NB
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}

@@ -1,9 +1,16 @@
 """Each page of the book, made from one file of the course: pure functions on text and notebooks.
 
-A lesson page is its notebook with three changes, none of which runs anything:
+A lesson page is its notebook with these changes, none of which runs anything (the book's build runs each
+lesson on a CPU beforehand, `tests.notebook_runner.executed_copy`, and hands the executed copy in):
 
+- every cell that runs without a GPU gets its outputs from that copy, matched by cell id: what it printed
+  (stdout; stderr holds PyTorch's C++ logs of the building machine, and the lessons print what they teach),
+  its tables and figures, and an error's one-line message (cells tagged `raises-exception` fail on purpose).
+  A widget has no state in a static page: it leaves a line saying the notebook shows one, and what its
+  Output widgets displayed when it started (the chart it draws first);
 - the note under a `requires-cuda` cell (written by `make gpu-record`) becomes a block titled with where the
-  output was recorded: the GPU, the torch version and the date;
+  output was recorded: the GPU, the torch version and the date (those cells keep their code only: the copy,
+  run without a GPU, lacks them);
 - an `ask("name")` cell becomes the question, its choices, and the answer and reason folded under them, read
   from the lesson's `PREDICTIONS` (`devicelab/exercises/lessonNN.py`), read without importing it (that would
   import torch);
@@ -33,10 +40,22 @@ COLAB_BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BADGE_FILE = "open-in-colab.svg"  # the book's own badge (book/_static/): the site loads nothing from outside
 LESSON_MODULE = re.compile(r"^from devicelab\.exercises\.(?P<module>\w+) import [^\n]*\bask\b", re.MULTILINE)
 LINK = re.compile(r"(?P<open>\]\()(?P<target>[^)\s]+)(?P<close>\))")
+REQUIRES_CUDA = "requires-cuda"  # a cell that runs only with a GPU (the executed copy lacks it)
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
-OUTPUTS_NOTE = ("*This page shows the lesson as it is, without running it: a cell's output appears only "
-                "where a GPU's output was recorded, labelled with the GPU, the torch version and the date. "
-                "Open the notebook to run every cell.*")
+OUTPUTS_NOTE = ("*This page shows the lesson as it ran on a CPU when the book was built. A cell that needs a "
+                "GPU shows the output a GPU gave, where one was recorded, labelled with the GPU, the torch "
+                "version and the date. Open the notebook to run every cell yourself.*")
+UNRUN_NOTE = ("*This page shows the lesson as it is, without running it: a cell's output appears only "
+              "where a GPU's output was recorded, labelled with the GPU, the torch version and the date. "
+              "Open the notebook to run every cell.*")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+# What a static page can show of a display (MyST-NB picks one): no scripts, no widget view without its state
+SHOWN_DATA = ("text/html", "image/svg+xml", "image/png", "image/jpeg", "text/markdown", "text/latex",
+              "text/plain")
+WIDGET_NOTE = "*In the notebook, this cell shows an interactive widget: open the notebook to use it.*"
+WIDGET_SHOWS_NOTE = ("*In the notebook, this cell shows an interactive widget: open the notebook to use it. "
+                     "What it displays when it starts:*")
 ASSIGNMENT_NOTE = ("*The student version: each exercise's tests show the visible part; the graded copy adds "
                    "hidden tests. Work in your own copy, then hand it in as your course says.*")
 
@@ -240,11 +259,89 @@ def _page(nb, relpath: str, repo: Repository, what: str, note: str, in_book, in_
     return page
 
 
+def widget_models(nb) -> dict:
+    """Return the widget models an executed notebook saved with its outputs (model id -> model), or {}."""
+    return nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+
+
+def _widget_outputs(model_id: str, models: Mapping, seen: set | None = None) -> list:
+    """Return what the Output widgets inside the widget `model_id` held, in the order they are laid out."""
+    seen = set() if seen is None else seen
+    model = models.get(model_id)
+    if model is None or model_id in seen:
+        return []
+    seen.add(model_id)
+    state = model.get("state", {})
+    held = list(state.get("outputs", [])) if model.get("model_name") == "OutputModel" else []
+    for child in state.get("children", []):
+        if isinstance(child, str) and child.startswith("IPY_MODEL_"):
+            held += _widget_outputs(child.removeprefix("IPY_MODEL_"), models, seen)
+    return held
+
+
+def static_outputs(outputs: list, models: Mapping) -> list:
+    """Return the outputs of an executed cell as a static page can show them (the module's docstring says
+    which): stdout, displays without scripts, an error's message, a widget's note and its Output contents."""
+    shown = []
+    for at, output in enumerate(outputs):
+        kind = output.get("output_type")
+        if kind == "stream":
+            if output.get("name") == "stdout" and output.get("text"):
+                if at and _is_stdout(outputs[at - 1]) and shown and shown[-1].get("output_type") == "stream":
+                    shown[-1]["text"] += output["text"]  # one stream, as Jupyter shows it
+                else:
+                    shown.append(nbformat.v4.new_output("stream", name="stdout", text=output["text"]))
+        elif kind == "error":
+            ename, evalue = output.get("ename", "Error"), output.get("evalue", "")
+            shown.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                                traceback=[f"{ename}: {evalue}" if evalue else ename]))
+        elif kind in ("display_data", "execute_result"):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data:
+                inner = static_outputs(_widget_outputs(data[WIDGET_VIEW].get("model_id", ""), models), models)
+                note = WIDGET_SHOWS_NOTE if inner else WIDGET_NOTE
+                shown += [nbformat.v4.new_output("display_data", data={"text/markdown": note}), *inner]
+                continue
+            kept = {mime: value for mime, value in data.items() if mime in SHOWN_DATA}
+            if kept:
+                shown.append(nbformat.v4.new_output("display_data", data=kept,
+                                                    metadata=copy.deepcopy(output.get("metadata", {}))))
+    for output in shown:
+        if output.get("output_type") == "stream":
+            output["text"] = as_terminal_shows(output["text"])
+    return shown
+
+
+def _is_stdout(output) -> bool:
+    return output.get("output_type") == "stream" and output.get("name") == "stdout"
+
+
+def as_terminal_shows(text: str) -> str:
+    """Return printed text as Jupyter shows it: a carriage return (a progress bar's) rewrites its line."""
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.replace("\r\n", "\n").split("\n"))
+
+
+def _outputs_by_cell(executed, relpath: str) -> dict[str, tuple[str, list]]:
+    """Return each executed code cell's source and static outputs, by cell id."""
+    models = widget_models(executed)
+    found = {}
+    for cell in executed.cells:
+        if cell.cell_type == "code":
+            if not cell.get("id"):
+                raise PageError(f"{relpath}: the executed copy has a code cell without an id")
+            found[cell.id] = (cell.source, static_outputs(cell.get("outputs", []), models))
+    return found
+
+
 def lesson_page(nb, relpath: str, repo: Repository, predictions: Mapping[str, Question],
                 figures: list[RecordedFigure], in_book: Callable[[str], bool] = lambda _p: False,
-                in_repository: Callable[[str], bool] = lambda _p: False) -> nbformat.NotebookNode:
-    """Return the book's page of a lesson notebook at `relpath` (see the module's docstring)."""
+                in_repository: Callable[[str], bool] = lambda _p: False,
+                executed=None) -> nbformat.NotebookNode:
+    """Return the book's page of a lesson notebook at `relpath` (see the module's docstring). `executed` is
+    the notebook as it ran on a CPU (its `requires-cuda` cells left out), whose outputs the page shows;
+    without it the page shows the code alone, and says so."""
     unplaced = {f.after_cell: f for f in figures}
+    ran = _outputs_by_cell(executed, relpath) if executed is not None else None
 
     def convert(cell) -> list:
         tags = cell.get("metadata", {}).get("tags", [])
@@ -254,11 +351,19 @@ def lesson_page(nb, relpath: str, repo: Repository, predictions: Mapping[str, Qu
             if name not in predictions:
                 raise PageError(f"{relpath}: ask({name!r}) has no prediction of that name")
             cell = nbformat.v4.new_markdown_cell(question_block(predictions[name]), id=cell.get("id"))
+        elif (cell.cell_type == "code" and ran is not None and REQUIRES_CUDA not in tags
+              and SETUP_TAG not in tags):
+            source, outputs = ran.get(cell.get("id"), (None, []))
+            if source != cell.source:
+                raise PageError(f"{relpath}: cell {cell.get('id')!r} is not in its executed copy as it is in "
+                                "the lesson (the lesson changed while the book was built: build it again)")
+            cell.outputs = outputs
         figure = unplaced.pop(cell.get("id"), None)
         return [cell] + ([nbformat.v4.new_markdown_cell(figure.block(relpath), id=f"{cell.id}-figure")]
                          if figure else [])
 
-    page = _page(nb, relpath, repo, "the notebook", OUTPUTS_NOTE, in_book, in_repository, convert)
+    note = OUTPUTS_NOTE if executed is not None else UNRUN_NOTE
+    page = _page(nb, relpath, repo, "the notebook", note, in_book, in_repository, convert)
     if unplaced:
         raise PageError(f"{relpath}: no cell {sorted(unplaced)} for the recorded figures "
                         "(book/recorded_figures.json is out of date)")

@@ -2,7 +2,10 @@
 
 The staging folder holds the front page (README.md, with the book's tables of contents appended), the
 guides from docs/, the lessons and the released assignments (never source/), each made into its page by
-`book.pages`, and the images they show. Its paths are the repository's, so a page's Colab and download links
+`book.pages`, and the images they show. Each lesson's page shows its outputs from a copy executed on a CPU
+(`tests.notebook_runner.executed_copy`, in build/executed/): the lesson tests read the same copies, so a
+test run executes each lesson once, and a build reuses a copy until the lesson, the course's package or an
+installed version changes. Its paths are the repository's, so a page's Colab and download links
 and every link between pages are the same in the book as on GitHub. Files are rewritten only when their
 content changes, so Sphinx rebuilds only the pages that changed.
 """
@@ -69,8 +72,27 @@ def _toctree(caption: str, pages: list[str]) -> str:
     return f"```{{toctree}}\n:hidden:\n:caption: {caption}\n\n{entries}\n```\n"
 
 
-def stage(root: Path, target: Path) -> list[str]:
-    """Write every page of the book under `target`, laid out as in the repository; return their paths."""
+def executed_lessons(root: Path = COURSE_ROOT, folder: Path | None = None) -> dict[str, Path]:
+    """Return each lesson's executed copy (repository path -> copy), executing those that have none yet: on a
+    CPU, whatever this machine has, so the book is the same wherever it is built."""
+    from nbclient.exceptions import CellExecutionError
+
+    from tests.notebook_runner import EXECUTED, executed_copies
+
+    folder = folder or (EXECUTED if root == COURSE_ROOT else root / "build" / "executed")
+    copies = {}
+    for path in lessons(root):  # one at a time, to name the lesson that fails
+        try:
+            copies.update(executed_copies([path], gpu=False, folder=folder))
+        except CellExecutionError as error:
+            raise RuntimeError(f"{path.name} does not run top to bottom, so its page cannot show its "
+                               f"outputs:\n{error}") from error
+    return {path.relative_to(root).as_posix(): copy for path, copy in copies.items()}
+
+
+def stage(root: Path, target: Path, executed: dict[str, Path] | None = None) -> list[str]:
+    """Write every page of the book under `target`, laid out as in the repository; return their paths. A
+    lesson with an executed copy in `executed` (repository path -> copy) shows its outputs."""
     repo = load_repository(root)
     lesson_pages = [p.relative_to(root).as_posix() for p in lessons(root)]
     assignment_pages = [nb.relative_to(root).as_posix() for a in assignments(root, folder="release")
@@ -104,8 +126,9 @@ def stage(root: Path, target: Path) -> list[str]:
             where = source.relative_to(root).as_posix()
             predictions = predictions_in(source.read_text(encoding="utf-8"), where)
         name = Path(page).stem
+        ran = nbformat.read(executed[page], as_version=4) if page in (executed or {}) else None
         made = lesson_page(nb, page, repo, predictions, [f for f in figures if f.lesson == name], in_book,
-                           in_repository)
+                           in_repository, executed=ran)
         _write(target / page, nbformat.writes(made) + "\n")
     for page in assignment_pages:
         made = assignment_page(nbformat.read(root / page, as_version=4), page, repo, in_book, in_repository)
@@ -122,18 +145,23 @@ def stage(root: Path, target: Path) -> list[str]:
     return pages
 
 
-def build(root: Path = COURSE_ROOT, out: Path | None = None, *, jobs: str = "1", quiet: bool = True) -> Path:
-    """Stage the book and build its HTML with Sphinx (warnings are errors); return the site's folder."""
+def build(root: Path = COURSE_ROOT, out: Path | None = None, *, jobs: str = "1", quiet: bool = True,
+          executed: Path | None = None) -> Path:
+    """Execute the lessons that have no executed copy in `executed` (default build/executed/), stage the book
+    and build its HTML with Sphinx (warnings are errors); return the site's folder."""
     from sphinx.cmd.build import build_main
 
     layout = Layout(out or root / "build" / "book")
     started = time.perf_counter()
-    stage(root, layout.staged)
+    copies = executed_lessons(root, executed)
+    ran = time.perf_counter() - started
+    stage(root, layout.staged, copies)
     arguments = ["-b", "html", "-c", str(BOOK), "-d", str(layout.doctrees), "-W", "--keep-going", "-j", jobs,
                  str(layout.staged), str(layout.html)]
     if quiet:
         arguments.insert(0, "-q")
     if build_main(arguments) != 0:
         raise RuntimeError("Sphinx could not build the book (its messages are above)")
-    print(f"The book is in {layout.html}/index.html ({time.perf_counter() - started:.1f} s)")
+    print(f"The book is in {layout.html}/index.html ({time.perf_counter() - started:.1f} s, of which "
+          f"{ran:.1f} s for the lessons' executed copies)")
     return layout.html

@@ -1,4 +1,7 @@
 """Execute a notebook top to bottom the way the test suite and CI do, skipping GPU-only cells without a GPU.
+
+`executed_copy` keeps each executed lesson in build/executed/, for every process of a run and later runs:
+tests/test_lessons.py and the book's build (book/site.py, tests/test_book.py) read the same execution.
 """
 
 import copy
@@ -79,6 +82,7 @@ def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | N
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTED = ROOT / "build" / "executed"  # git ignores build/
+PACKAGE = ROOT / "devicelab"  # the course's code, which the lessons import
 RUNNER = (Path(__file__), Path(__file__).with_name("warm_kernels.py"))  # how a notebook is run
 STALE_SECONDS = 3600  # another copy of the same notebook older than this is removed when a new one is written
 
@@ -111,18 +115,28 @@ def execution_key(path: Path, *, gpu: bool, skip: Path = EXECUTED) -> str:
     on: its bytes, the files beside it, the course's package (devicelab/), how it is run (this runner and the
     warm kernels), the Python and every installed distribution's version (torch's among them), and `gpu`."""
     import hashlib
-    import importlib.metadata
     import sys
 
     path = Path(path).resolve()
     digest = hashlib.sha256(f"gpu={gpu}\0{sys.version}\0".encode())
     digest.update(path.read_bytes())
     _digest_files(digest, path.parent, _beside(path.parent, skip))
-    _digest_files(digest, ROOT, [*(ROOT / "devicelab").rglob("*.py"), *RUNNER])
-    versions = sorted({f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
-                       if d.metadata["Name"]})
-    digest.update("\n".join(versions).encode())
+    _digest_files(digest, PACKAGE, PACKAGE.rglob("*.py"))
+    _digest_files(digest, ROOT, RUNNER)
+    digest.update("\n".join(_installed()).encode())
     return digest.hexdigest()[:16]
+
+
+@functools.cache
+def _installed() -> tuple[str, ...]:
+    """Return `name==version` of every distribution installed in this Python's environment (read once per
+    process: 0.3 s); not sys.path's, where pytest's also finds setuptools' vendored packages."""
+    import importlib.metadata
+    import sysconfig
+
+    where = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    return tuple(sorted({f"{d.metadata['Name']}=={d.version}"
+                         for d in importlib.metadata.distributions(path=where) if d.metadata["Name"]}))
 
 
 def executed_copy(path: Path, *, gpu: bool | None = None, folder: Path = EXECUTED,

@@ -1,11 +1,15 @@
 """The course as a book (`make book`): each page made from its notebook, the site built, and read in Chromium.
 
-The site is built once for the module (`python -m book build`, as `make book` runs it) into a scratch folder.
+The site is built once for the module (`python -m book build`, as `make book` runs it) into a scratch folder,
+from the lessons' executed copies (tests/notebook_runner.py `executed_copy`, in build/executed/), which
+tests/test_lessons.py reads too: whichever module comes first executes a lesson, the other reuses it.
 """
 
 import contextlib
+import copy
 import functools
 import html
+import html.parser
 import http.server
 import importlib
 import json
@@ -21,12 +25,14 @@ import nbformat
 import pytest
 
 from autograder import COURSE_ROOT
-from autograder.colab_cells import Repository, load_repository
+from autograder.colab_cells import BADGE_TAG, SETUP_TAG, Repository, load_repository
 from autograder.course import assignment_notebooks, assignments, lessons
 from benchmarks.gpu_smoke import OUTPUT_TAG, RECORDED
 from book import pages
 from book.site import FIGURES, GUIDES, REFERENCE
+from tests import notebook_runner
 from tests.browser_support import browser_or_skip, launched_chromium
+from tests.notebook_runner import REQUIRES_CUDA, executed_copies, executed_copy, execution_key
 
 REPO = load_repository(COURSE_ROOT)
 LESSONS = [p.relative_to(COURSE_ROOT).as_posix() for p in lessons()]
@@ -37,6 +43,14 @@ NOTEBOOK_PAGES = LESSONS + RELEASED
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 # The build and the browser checks together stay near a minute on the project's 2-core machine.
 BUILD_SECONDS = 60
+# The first test of the site may execute the ten lessons (4 min on the loaded 2-core machine), or wait for a
+# worker that is executing them, before the build (1 min loaded); pytest-timeout's default is 600 s.
+SITE_SECONDS = 1800
+
+
+def on_the_site(test):
+    """Mark a test that reads the built site: it executes notebooks (the lessons), and may wait for them."""
+    return pytest.mark.notebook(pytest.mark.timeout(SITE_SECONDS)(test))
 
 
 def _html_name(page: str) -> str:
@@ -158,12 +172,211 @@ def test_a_recorded_figure_goes_under_its_widget_and_a_stale_list_stops_the_buil
         pages.lesson_page(nb, page, REPO, _predictions(nb), stale)
 
 
+# --- a lesson's outputs, from its executed copy ----------------------------------------------------------
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def _ran(*cells, models: dict | None = None):
+    """An executed copy: `cells` as (id, source, outputs, tags)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# A lesson", id="title")]
+    for cell_id, source, outputs, tags in cells:
+        cell = nbformat.v4.new_code_cell(source, id=cell_id, metadata={"tags": list(tags)})
+        cell.outputs = [nbformat.from_dict(o) for o in outputs]
+        nb.cells.append(cell)
+    if models:
+        nb.metadata["widgets"] = {pages.WIDGET_STATE: {"state": models, "version_major": 2,
+                                                       "version_minor": 0}}
+    return nb
+
+
+def _display(data: dict) -> dict:
+    return {"output_type": "display_data", "data": data, "metadata": {}}
+
+
+def _stream(name: str, text: str) -> dict:
+    return {"output_type": "stream", "name": name, "text": text}
+
+
+TABLE = "<table><tr><td>1</td></tr></table>"
+TRACEBACK = ["\x1b[31m---------\x1b[0m", "Traceback (most recent call last)",
+             "File /home/me/.venv/lib/x.py:3", "ZeroDivisionError: division by zero"]
+
+
+def test_a_lesson_page_shows_each_cpu_cell_s_outputs_from_its_executed_copy():
+    chart = _display({"image/png": PNG, "text/plain": "<Figure>"})
+    models = {  # a widget: a box holding a label and an Output widget that drew a chart and printed a line
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_label", "IPY_MODEL_out"]}},
+        "label": {"model_name": "HTMLModel", "state": {"value": "<b>a label</b>"}},
+        "out": {"model_name": "OutputModel", "state": {"outputs": [
+            chart, _stream("stdout", "drawn in 2 s\n")]}},
+        "lone": {"model_name": "ButtonModel", "state": {}}}
+    widget = {"model_id": "box", "version_major": 2, "version_minor": 0}
+    cells = [
+        ("printed", "print('hello')", [_stream("stdout", "hello\n"), _stream("stderr", "W1202 a log\n")], ()),
+        ("progress", "bench()", [_stream("stdout", "a table\r\n\rcopies:  0%| 0/2"), _stream(
+            "stdout", "\r     \rrow 1\r\n\rcopies: 50%| 1/2\rcopies: 100%| 2/2\r\n")], ()),
+        ("table", "show()", [{"output_type": "execute_result", "execution_count": 3, "metadata": {},
+                              "data": {"text/html": TABLE, "text/plain": "1"}}], ()),
+        ("script", "js()", [_display({"application/javascript": "alert(1)"})], ()),
+        ("plot", "plot()", [chart], ()),
+        ("widget", "lab()", [_display({pages.WIDGET_VIEW: widget, "text/plain": "VBox(children=...)"})], ()),
+        ("button", "button()", [_display({pages.WIDGET_VIEW: {**widget, "model_id": "lone"},
+                                          "text/plain": "Button()"})], ()),
+        ("fails", "1 / 0", [{"output_type": "error", "ename": "ZeroDivisionError",
+                            "evalue": "division by zero", "traceback": TRACEBACK}], ("raises-exception",)),
+    ]
+    ran = _ran(*cells, models=models)
+    lesson = copy.deepcopy(ran)
+    for cell in lesson.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []  # the lesson as committed
+    lesson.cells.append(nbformat.v4.new_code_cell("torch.cuda.synchronize()", id="on-gpu",
+                                                  metadata={"tags": [REQUIRES_CUDA]}))  # not in the copy
+    made = pages.lesson_page(lesson, "notebooks/99-x.ipynb", REPO, {}, [], executed=ran)
+    out = {c.id: c.get("outputs") for c in made.cells if c.cell_type == "code"}
+    assert [o["text"] for o in out["printed"]] == ["hello\n"], "stdout shown, the C++ log on stderr not"
+    assert [o["text"] for o in out["progress"]] == ["a table\nrow 1\ncopies: 100%| 2/2\n"], (
+        "one stream, each progress bar's line as it was left")
+    assert out["table"][0]["data"] == {"text/html": TABLE, "text/plain": "1"}
+    assert out["script"] == [], "no script runs in the book"
+    assert out["plot"][0]["data"]["image/png"] == PNG
+    note, drawn, printed = out["widget"]
+    assert "interactive widget" in note["data"]["text/markdown"] and "displays when it starts" in (
+        note["data"]["text/markdown"])
+    assert drawn["data"]["image/png"] == PNG and printed["text"] == "drawn in 2 s\n"
+    assert not any(pages.WIDGET_VIEW in o.get("data", {}) for c in made.cells for o in c.get("outputs", []))
+    assert [o["data"]["text/markdown"] for o in out["button"]] == [pages.WIDGET_NOTE]
+    assert [o["traceback"] for o in out["fails"]] == [["ZeroDivisionError: division by zero"]], (
+        "the error's message, not the building machine's traceback")
+    assert out["on-gpu"] == [], "a GPU cell keeps its code alone (its recorded note says what a GPU gave)"
+    assert pages.OUTPUTS_NOTE in made.cells[1].source + made.cells[2].source
+    assert "widgets" not in made.metadata, "no widget state for a page that has no widgets"
+
+
+def test_an_executed_copy_that_is_not_the_lesson_s_stops_the_build():
+    ran = _ran(("a", "x = 1", [], ()))
+    lesson = copy.deepcopy(ran)
+    lesson.cells[1].source = "x = 2"
+    with pytest.raises(pages.PageError, match=r"'a'.*executed copy"):
+        pages.lesson_page(lesson, "notebooks/99-x.ipynb", REPO, {}, [], executed=ran)
+    lesson.cells[1].source = "x = 1"
+    lesson.cells.append(nbformat.v4.new_code_cell("y = 1", id="new"))
+    with pytest.raises(pages.PageError, match="'new'"):
+        pages.lesson_page(lesson, "notebooks/99-x.ipynb", REPO, {}, [], executed=ran)
+
+
+# --- the executed copies the book and the lesson tests share (tests/notebook_runner.py) -----------------
+
+
+def _small_lesson(folder: Path, line: str = "print('ran')") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "99-small.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(line, id="only")]
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def counted(monkeypatch, tmp_path) -> list[Path]:
+    """The notebooks execute_notebook runs from here on (each really runs). The course's package, part of
+    every key, is a scratch one (others may be editing devicelab/ meanwhile)."""
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "helpers.py").write_text("X = 1\n")
+    monkeypatch.setattr(notebook_runner, "PACKAGE", package)
+    runs: list[Path] = []
+    real = notebook_runner.execute_notebook
+
+    def counting(path, **kwargs):
+        runs.append(Path(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(notebook_runner, "execute_notebook", counting)
+    return runs
+
+
+@pytest.mark.notebook
+def test_an_executed_copy_is_made_once_then_reused_until_the_notebook_changes(tmp_path, counted):
+    lesson, cache = _small_lesson(tmp_path / "lesson"), tmp_path / "cache"
+    first = executed_copy(lesson, gpu=False, folder=cache)
+    assert first.parent == cache and first.name.startswith("99-small-") and len(counted) == 1
+    assert nbformat.read(first, as_version=4).cells[0].outputs[0]["text"] == "ran\n"
+    made = first.stat().st_mtime_ns
+    assert executed_copy(lesson, gpu=False, folder=cache) == first and len(counted) == 1, "reused, not rerun"
+    assert first.stat().st_mtime_ns == made
+    assert execution_key(lesson, gpu=True, skip=cache) != execution_key(lesson, gpu=False, skip=cache)
+    _small_lesson(tmp_path / "lesson", "print('changed')")
+    second = executed_copy(lesson, gpu=False, folder=cache)
+    assert second != first and len(counted) == 2, "a changed notebook has a new key, and runs"
+    assert nbformat.read(second, as_version=4).cells[0].outputs[0]["text"] == "changed\n"
+    key = second.name.removesuffix(".ipynb").split("-")[-1]
+    assert execution_key(lesson, gpu=False, skip=cache) == key
+    (tmp_path / "lesson" / "data.txt").write_text("what the lesson reads")
+    assert execution_key(lesson, gpu=False, skip=cache) != key, "a file beside the lesson is part of its key"
+    key = execution_key(lesson, gpu=False, skip=cache)
+    (tmp_path / "package" / "helpers.py").write_text("X = 2\n")
+    assert execution_key(lesson, gpu=False, skip=cache) != key, "so is the course's package"
+
+
+def test_the_book_s_build_files_a_lesson_under_the_key_the_tests_compute():
+    """The build runs in a Python of its own (`python -m book`): it must find the copies the tests made.
+    (Under pytest, sys.path also holds setuptools' vendored packages, once read as installed versions.)"""
+    lesson = COURSE_ROOT / LESSONS[0]
+    here = execution_key(lesson, gpu=False)
+    program = ("import sys; from pathlib import Path; from tests.notebook_runner import execution_key; "
+               "print(execution_key(Path(sys.argv[1]), gpu=False))")
+    there = subprocess.run([sys.executable, "-c", program, str(lesson)], cwd=COURSE_ROOT, capture_output=True,
+                           text=True, check=True, timeout=120).stdout
+    assert there.strip() == here
+
+
+@pytest.mark.notebook
+def test_a_process_that_finds_the_lesson_executing_waits_and_reads_that_copy(tmp_path, counted):
+    from filelock import FileLock
+
+    lesson, cache = _small_lesson(tmp_path / "lesson"), tmp_path / "cache"
+    cache.mkdir()
+    target = cache / f"99-small-{execution_key(lesson, gpu=False, skip=cache)}.ipynb"
+    found: list = []
+    with FileLock(cache / "99-small.lock"):  # another process is executing it
+        assert executed_copy(lesson, gpu=False, folder=cache, wait=False) is None
+        waiting = threading.Thread(target=lambda: found.append(executed_copy(lesson, gpu=False,
+                                                                             folder=cache)))
+        waiting.start()
+        time.sleep(1)
+        assert waiting.is_alive() and not found, "it waits for the lock"
+        nbformat.write(nbformat.v4.new_notebook(), target)  # the other process's copy
+    waiting.join(60)
+    assert found == [target] and counted == [], "it read the other's copy and ran nothing"
+
+
+@pytest.mark.notebook
+def test_a_notebook_that_fails_leaves_no_copy(tmp_path, counted):
+    from nbclient.exceptions import CellExecutionError
+
+    lesson, cache = _small_lesson(tmp_path / "lesson", "1 / 0"), tmp_path / "cache"
+    with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
+        executed_copy(lesson, gpu=False, folder=cache)
+    assert not list(cache.glob("*.ipynb")) and not list(cache.glob(".*"))
+
+
 # --- the built site -------------------------------------------------------------------------------------
+
+
+def executed_lessons() -> dict[str, Path]:
+    """Each lesson's executed copy, as the book's build takes it (repository path -> copy): made here when
+    missing; where a worker is executing one (tests/test_lessons.py), waiting for it."""
+    copies = executed_copies(lessons(), gpu=False)
+    return {path.relative_to(COURSE_ROOT).as_posix(): copy for path, copy in copies.items()}
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The book, built as `make book` builds it, into a scratch folder."""
+    """The book, built as `make book` builds it, into a scratch folder, from the lessons' executed copies."""
+    executed_lessons()
     out = tmp_path_factory.mktemp("book")
     build_book(out)
     return out / "html"
@@ -172,13 +385,15 @@ def site(tmp_path_factory) -> Path:
 def build_book(out: Path) -> None:
     """Build the book as `make book` does, into `out`; fail with its output when it does not build."""
     done = subprocess.run([sys.executable, "-m", "book", "build", "--out", str(out)], cwd=COURSE_ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=SITE_SECONDS // 2, check=False)
     assert done.returncode == 0, f"the book did not build:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
 
 
 @pytest.mark.bench
 def test_bench_the_book_builds_within_its_target(tmp_path):
-    """A benchmark (`pytest -m bench -s`), not a behaviour test: prints the build time against its target."""
+    """A benchmark (`pytest -m bench -s`), not a behaviour test: prints the build time against its target, the
+    lessons' executed copies made first (the test suite's lesson tests make them)."""
+    executed_lessons()
     started = time.perf_counter()
     build_book(tmp_path)
     seconds = time.perf_counter() - started
@@ -186,6 +401,7 @@ def test_bench_the_book_builds_within_its_target(tmp_path):
     assert seconds < BUILD_SECONDS, f"the book took {seconds:.0f} s to build"
 
 
+@on_the_site
 def test_every_lesson_problem_set_and_guide_is_a_page(site):
     for page in ["index.md", *NOTEBOOK_PAGES, *GUIDES, *REFERENCE]:
         assert (site / _html_name(page)).is_file(), f"{page} is missing from the book"
@@ -199,10 +415,14 @@ def _text(path: Path) -> str:
 
 
 def _hidden_lines() -> set[str]:
-    """Lines of source/'s solutions and hidden tests that nothing the book is made of shows."""
+    """Lines of source/'s solutions and hidden tests that nothing the book is made of shows, nor the course's
+    helper package, which every student installs and lessons print from (02 shows `best_device`'s source:
+    three of its lines are lines of ps01's solution). Its exercises' checks and hints are not counted."""
     cells = [cell.source for nb in NOTEBOOK_PAGES
              for cell in nbformat.read(COURSE_ROOT / nb, as_version=4).cells]
-    shown = "\n".join(cells + [(COURSE_ROOT / p).read_text() for p in (*GUIDES, *REFERENCE, "README.md")])
+    helpers = [p.read_text() for p in sorted((COURSE_ROOT / "devicelab").glob("*.py"))]
+    shown = "\n".join(cells + helpers + [(COURSE_ROOT / p).read_text()
+                                         for p in (*GUIDES, *REFERENCE, "README.md")])
     hidden = set()
     for source in SOURCES:
         for cell in nbformat.read(source, as_version=4).cells:
@@ -217,6 +437,7 @@ def _hidden_lines() -> set[str]:
     return hidden
 
 
+@on_the_site
 def test_the_site_holds_no_solution_and_no_hidden_test(site):
     hidden = _hidden_lines()
     assert len(hidden) > 50, "the check found the solutions and hidden tests of source/ to look for"
@@ -229,6 +450,7 @@ def test_the_site_holds_no_solution_and_no_hidden_test(site):
     assert not leaks, "the book shows what only instructors may see:\n" + "\n".join(leaks[:20])
 
 
+@on_the_site
 def test_each_recorded_output_shows_in_its_lesson_labelled(site):
     for page in LESSONS:
         built = (site / _html_name(page)).read_text(encoding="utf-8")
@@ -241,6 +463,131 @@ def test_each_recorded_output_shows_in_its_lesson_labelled(site):
     figure_page = (site / _html_name("notebooks/06-pinned-memory-and-dataloader.ipynb")).read_text()
     assert figure_page.count('class="recorded-figure') == len(_figures(
         "notebooks/06-pinned-memory-and-dataloader.ipynb"))
+
+
+class _BuiltCells(html.parser.HTMLParser):
+    """A page's code cells as MyST-NB built them, in order: each one's output text (None: none) and images."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.cells: list[dict] = []
+        self._depth = 0
+        self._cell: int | None = None  # the depth of the cell's div, while inside one
+        self._output: int | None = None
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag == "img" and self._output is not None:
+            self.cells[-1]["images"] += 1
+        if tag != "div":
+            return
+        self._depth += 1
+        classes = (dict(attrs).get("class") or "").split()
+        if self._cell is None and "cell" in classes:
+            self._cell = self._depth
+            self.cells.append({"output": None, "images": 0})
+        elif self._cell is not None and self._output is None and "cell_output" in classes:
+            self._output = self._depth
+            self.cells[-1]["output"] = ""
+
+    def handle_endtag(self, tag) -> None:
+        if tag != "div":
+            return
+        if self._depth == self._output:
+            self._output = None
+        if self._depth == self._cell:
+            self._cell = None
+        self._depth -= 1
+
+    def handle_data(self, data) -> None:
+        if self._output is not None:
+            self.cells[-1]["output"] += data
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _squeezed(text: str) -> str:
+    return "".join(ANSI.sub("", text).split())
+
+
+def _stdout(output) -> bool:
+    return output.get("output_type") == "stream" and output.get("name") == "stdout"
+
+
+def _shown_by(outputs: list, models: dict) -> tuple[list[str], int, int]:
+    """What an executed cell's outputs put on a page: (texts, images, widgets). Read from the executed copy
+    directly: stdout, displays (their HTML's text, else the plain text), errors' messages, and each widget's
+    Output widgets (its own state: the models it lays out, "IPY_MODEL_<id>" children)."""
+    texts, images, widgets = [], 0, 0
+    merged: list = []  # consecutive stdout as one stream, as Jupyter shows it
+    for output in outputs:
+        if merged and _stdout(output) and _stdout(merged[-1]):
+            merged[-1] = {**merged[-1], "text": merged[-1]["text"] + output["text"]}
+        else:
+            merged.append(output)
+    for output in merged:
+        data = output.get("data", {})
+        if _stdout(output):
+            # each line as a terminal leaves it: a progress bar's \r rewrites its line
+            lines = [line.rsplit("\r", 1)[-1] for line in output["text"].replace("\r\n", "\n").split("\n")]
+            texts += [line for line in lines if line.strip()]
+        elif output.get("output_type") == "error":
+            texts.append(f"{output['ename']}: {output['evalue']}")
+        elif "image/png" in data:
+            images += 1
+        elif pages.WIDGET_VIEW in data:
+            widgets += 1
+            held, todo = [], [data[pages.WIDGET_VIEW]["model_id"]]
+            while todo:
+                model = models[todo.pop(0)]
+                held += model["state"].get("outputs", []) if model["model_name"] == "OutputModel" else []
+                todo += [c.removeprefix("IPY_MODEL_") for c in model["state"].get("children", [])]
+            inner = _shown_by(held, models)
+            texts, images, widgets = texts + inner[0], images + inner[1], widgets + inner[2]
+        elif "text/html" in data:
+            texts.append(html.unescape(re.sub(r"<[^>]+>", "", data["text/html"])))
+        elif "text/plain" in data:
+            texts.append(data["text/plain"])
+    return texts, images, widgets
+
+
+@on_the_site
+def test_every_cpu_cell_shows_what_it_printed_and_drew_on_its_lesson_page(site):
+    """On each lesson's page, every code cell that runs without a GPU shows what it printed or displayed when
+    the lesson was executed (read from the executed copy, not from what the book made of it), each figure as
+    an image; a GPU cell shows no output of its own (its recorded note, tested above, does)."""
+    copies = executed_lessons()
+    figures: dict[str, int] = {}
+    for page in LESSONS:
+        lesson = _lesson(page)
+        ran = nbformat.read(copies[page], as_version=4)
+        models = pages.widget_models(ran)
+        by_id = {c.id: c for c in ran.cells if c.cell_type == "code"}
+        shown = [c for c in lesson.cells if c.cell_type == "code" and c.source.strip() and not pages.asked(c)
+                 and not {SETUP_TAG, BADGE_TAG} & set(c.metadata.get("tags", []))]  # MyST-NB skips empty ones
+        parser = _BuiltCells()
+        parser.feed((site / _html_name(page)).read_text(encoding="utf-8"))
+        assert len(parser.cells) == len(shown), f"{page}: {len(parser.cells)} code cells, not {len(shown)}"
+        printed = 0
+        for cell, built in zip(shown, parser.cells, strict=True):
+            where = f"{page} cell {cell.id}"
+            if REQUIRES_CUDA in cell.metadata.get("tags", []):
+                assert built["output"] is None, f"{where}: a GPU cell shows an output"
+                continue
+            texts, images, widgets = _shown_by(by_id[cell.id].outputs, models)
+            if not (texts or images or widgets):
+                assert built["output"] is None, f"{where}: an output it did not print"
+                continue
+            printed += 1
+            assert built["output"] is not None, f"{where}: it printed or displayed; the page shows nothing"
+            for text in texts:
+                assert _squeezed(text) in _squeezed(built["output"]), f"{where}: missing {text[:80]!r}"
+            assert built["images"] == images, f"{where}: {built['images']} images, {images} figures drawn"
+            assert built["output"].count("interactive widget") == widgets, where
+            figures[page] = figures.get(page, 0) + images
+        assert printed, f"{page}: no cell's output is on the page"
+    assert figures.get("notebooks/05-async-and-timing.ipynb", 0) >= 3, "05's timelines and timing chart"
+    assert sum(figures.values()) >= 10, figures
 
 
 # --- in Chromium ----------------------------------------------------------------------------------------
@@ -294,6 +641,7 @@ def _repository_file(url: str, prefix: str) -> str | None:
 
 
 @pytest.mark.browser
+@on_the_site
 def test_every_page_loads_cleanly_and_every_link_and_image_resolves(site, served):
     browser_or_skip()
     names = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html")
@@ -356,6 +704,7 @@ def test_every_page_loads_cleanly_and_every_link_and_image_resolves(site, served
 
 
 @pytest.mark.browser
+@on_the_site
 @pytest.mark.parametrize("width", [390, 700, 1280])
 def test_the_menu_opens_and_leads_to_a_page_at_phone_tablet_and_desktop_width(site, served, width):
     """The visible menu button works at every width (pydata-sphinx-theme#2451: both themes bound only the
@@ -385,6 +734,7 @@ def test_the_menu_opens_and_leads_to_a_page_at_phone_tablet_and_desktop_width(si
 
 
 @pytest.mark.browser
+@on_the_site
 def test_search_results_quote_the_page_around_the_word(site, served):
     """Every snippet read "...Colab" or "...System Settings Light Dark" (the header's buttons and the Colab
     links were the start of each page's text): now each quotes the lesson's own words."""
@@ -402,6 +752,7 @@ def test_search_results_quote_the_page_around_the_word(site, served):
 
 
 @pytest.mark.browser
+@on_the_site
 def test_no_page_is_wider_than_a_phone(site, served):
     """At 390 px nothing pushes a page sideways: long inline code wraps, wide tables scroll in their own box
     (the cheat sheet's ran off the screen)."""
