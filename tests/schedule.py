@@ -19,6 +19,7 @@ LONGEST_FIRST = (
     "test_hub_autograde",  # CPU 119, wall 195
     "test_grading_nbgrader_compat",  # CPU 121, wall 81
     "test_lessons",  # CPU 48, wall 48
+    "test_book",  # beside test_lessons: the two share one run of each lesson (executed_copy), from both ends
     "test_grading_honest_answers",  # CPU 85, wall 53
     "test_grading_tamper",  # CPU 45, wall 35
     "test_hub_server_limits",  # CPU 21, wall 25
