@@ -753,6 +753,25 @@ def test_search_results_quote_the_page_around_the_word(site, served):
 
 @pytest.mark.browser
 @on_the_site
+@pytest.mark.parametrize("width", [390, 1280])
+def test_the_search_page_shows_one_search_box(site, served, width):
+    """The search page has its own box; the header's and the sidebar's search buttons made two more."""
+    browser_or_skip()
+    with launched_chromium() as chromium:
+        context = chromium.new_context(viewport={"width": width, "height": 900})
+        page = context.new_page()
+        page.goto(served + "search.html?q=pinned", wait_until="load")
+        boxes = page.locator("input[type=search]:visible, .search-button-field:visible").count()
+        elsewhere = context.new_page()
+        elsewhere.goto(served + "notebooks/03-moving-tensors.html", wait_until="load")
+        others = elsewhere.locator(".search-button-field:visible, .search-button:visible").count()
+        context.close()
+    assert boxes == 1, f"{boxes} search boxes on the search page at {width} px"
+    assert others >= 1, "the other pages keep their search button"
+
+
+@pytest.mark.browser
+@on_the_site
 def test_no_page_is_wider_than_a_phone(site, served):
     """At 390 px nothing pushes a page sideways: long inline code wraps, wide tables scroll in their own box
     (the cheat sheet's ran off the screen)."""
