@@ -119,6 +119,42 @@ def test_a_result_that_is_not_one_is_refused(leased) -> None:
     assert recorded(url) == []
 
 
+def test_a_result_with_a_status_or_a_record_the_grader_never_writes_is_refused(leased) -> None:
+    """Issue 61: a worker's token PUT `"status": "passed"`, and the autograde service, reading it back at
+    every restart, crashed before handing anything out. What a worker posts is input: refused with a 400."""
+    url, _ = leased
+    offer = take_work(grader(url))
+    path = f"results/ps01/ann/{urllib.parse.quote(offer.timestamp)}?lease={offer.lease_id}"
+    for posted in (WorkResult("passed", 3.0, 3.0), WorkResult("graded", 3.0, 3.0, graded="{not json"),
+                   WorkResult("graded", 3.0, 3.0, graded='{"student": "ann", "sneaky": 1}'),
+                   WorkResult("graded", 3.0, 3.0, graded='{"student": "ann", "assignment": "ps01", '
+                                                         '"status": "passed", "detail": ""}')):
+        status, body = call(url, "grader-token", "PUT", path, posted.to_json())
+        assert status == 400, (posted, status, body)
+    assert b"not a result" in body and recorded(url) == []
+    assert post_result(grader(url), offer, result(3, "honest")) is True, "the lease still takes a real one"
+
+
+def test_a_stored_result_that_no_longer_reads_is_listed_invalid(leased, tmp_path) -> None:
+    """One posted before results were checked (or a store changed by hand) never stops the service from
+    listing the others: the autograde service would record nobody's."""
+    from autograder.hub.http_exchange.archive import pack_files
+    from autograder.hub.http_exchange.work import RESULT_FILE, RESULT_LIMITS, RESULTS
+
+    url, _ = leased
+    offer = take_work(grader(url))
+    assert call(url, "bob-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+    assert post_result(grader(url), offer, result(3, "honest")) is True
+    bad = WorkResult("passed", 3.0, 3.0).to_json()
+    store = FolderStore(tmp_path / "store")
+    bob = store.children(("submitted", "ps01", "bob"))[0]
+    store.put((RESULTS, "ps01", "bob", bob), io.BytesIO(pack_files({RESULT_FILE: bad})), RESULT_LIMITS, False)
+    listed = {r["student_id"]: r for r in recorded(url)}
+    assert listed["ann"]["status"] == "graded" and listed["ann"]["score"] == 3.0
+    assert listed["bob"]["status"] == "invalid" and listed["bob"]["score"] is None
+    assert "could not be read" in listed["bob"]["detail"]
+
+
 def test_auto_never_means_no_sandbox() -> None:
     with pytest.raises(SandboxRefused):
         choose_sandbox("auto", detect=lambda mode: "none")

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from tornado import web
 
+from autograder.grading.results import Status
 from autograder.hub.exchange import printable
 from autograder.hub.http_exchange.api import (
     FEEDBACK_LIMITS,
@@ -340,10 +341,15 @@ def waiting(store: Store, assignments: list[str]) -> list[SubmissionInfo]:
 
 
 def recorded_result(store: Store, key: tuple[str, str, str]) -> WorkResult:
-    """Return a submission's recorded result, without its pages (they are its feedback)."""
-    with tarfile.open(fileobj=io.BytesIO(store.get((RESULTS, *key)))) as archive:
-        member = archive.extractfile(RESULT_FILE)
-        kept = WorkResult.from_json(member.read() if member else b"")
+    """Return a submission's recorded result, without its pages (they are its feedback); one that does not
+    read as a result (kept before results were checked, or changed by hand) is `invalid`, with why."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(store.get((RESULTS, *key)))) as archive:
+            member = archive.extractfile(RESULT_FILE)
+            kept = WorkResult.from_json(member.read() if member else b"")
+    except (ValueError, OSError, tarfile.TarError, KeyError) as exc:
+        return WorkResult(Status.INVALID.value, None, None, f"the result a worker posted could not be read "
+                          f"({printable(str(exc))[:300]})")
     return replace(kept, pages={})
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
+from autograder.grading.results import Status, StudentResult
 from autograder.hub.http_exchange.api import ServiceClient, ServiceError, SubmissionInfo
 from autograder.safe_copy import Limits
 
@@ -75,6 +76,9 @@ class Lease:
         return {"lease_id": self.lease_id, **asdict(self.handout), "lease_s": round(self.expires - now, 3)}
 
 
+STATUSES = tuple(s.value for s in Status)
+
+
 @dataclass(frozen=True)
 class WorkResult:
     """What a worker posts for a graded submission: the grader's status and score, and the feedback pages."""
@@ -102,6 +106,13 @@ class WorkResult:
             raise ValueError(f"not a result: {exc}") from None
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in result.pages.items()):
             raise ValueError("not a result: pages are notebook names and HTML text")
+        if result.status not in STATUSES:  # a worker's word is input: only what the grader writes
+            raise ValueError(f"not a result: no status {result.status[:40]!r} (one of {', '.join(STATUSES)})")
+        if result.graded:
+            try:
+                StudentResult.from_json(result.graded)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise ValueError(f"not a result: its graded record cannot be read ({exc})"[:300]) from None
         return result
 
 
