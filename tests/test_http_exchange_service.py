@@ -304,3 +304,32 @@ def test_collect_before_the_due_date_takes_the_last_submission_before_it(service
     assert ((got / "timestamp.txt").read_text(), (got / "ps01.ipynb").read_text()) == (stamps[0], "0")
     run(client.HttpCollect, "grader-token", url, tmp_path, course, update=True)
     assert ((got / "timestamp.txt").read_text(), (got / "ps01.ipynb").read_text()) == (stamps[1], "1")
+
+
+def test_a_timestamp_folder_in_a_submission_never_stops_collecting_or_grading(service, tmp_path) -> None:
+    """Issue 61: ann's upload held `timestamp.txt/why`, a folder where the grader writes the service's time.
+    Staging for the autograde batch raised IsADirectoryError (her classmates in the batch ended `failed`), and
+    `hub collect` stopped at her (nobody after her in name order was collected). Whatever a student names
+    `timestamp.txt` is theirs to lose: the service's time replaces it."""
+    from autograder.hub.http_exchange.api import ServiceClient
+    from autograder.hub.http_exchange.staff import take_submission
+
+    url, _ = service
+    course = tmp_path / "course"
+    course.mkdir()
+    released(url)
+    planted = tar_of({"ps01.ipynb": b'{"ann": 1}', "timestamp.txt/why": b"a folder",
+                      "timestamp.txt/x/y": b"z"})
+    status, body = call(url, "ann-token", "POST", "submissions/ps01", planted)
+    assert status == 200, body
+    ann = json.loads(body)["timestamp"]
+    bob = json.loads(call(url, "bob-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[1])
+    run(client.HttpCollect, "grader-token", url, tmp_path, course, update=True)
+    for who, stamp in (("ann", ann), ("bob", bob["timestamp"])):
+        kept = course / "submitted" / who / "ps01" / "timestamp.txt"
+        assert kept.is_file() and kept.read_text() == stamp, who
+    assert (course / "submitted" / "ann" / "ps01" / "ps01.ipynb").read_text() == '{"ann": 1}'
+    taken = tmp_path / "taken"
+    take_submission(ServiceClient(url, "grader-token"), "ann", "ps01", ann, taken)
+    assert (taken / "timestamp.txt").is_file() and (taken / "timestamp.txt").read_text() == ann
+    assert (taken / "ps01.ipynb").read_text() == '{"ann": 1}'

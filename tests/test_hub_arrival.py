@@ -3,7 +3,7 @@
 import datetime
 from pathlib import Path
 
-from autograder.hub.arrival import STAMP_FILE, TOLERANCE, Arrival, arrival, nbgrader_time
+from autograder.hub.arrival import STAMP_FILE, TOLERANCE, Arrival, arrival, nbgrader_time, write_stamp
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, 0)
 
@@ -59,3 +59,22 @@ def test_a_linked_or_undecodable_timestamp_is_no_timestamp(tmp_path: Path) -> No
     (folder / STAMP_FILE).unlink()
     (folder / STAMP_FILE).write_bytes(b"\xff\xfe2026")
     assert arrival(folder).claimed is None and not arrival(folder).trusted
+
+
+def test_the_exchanges_time_replaces_whatever_a_student_named_timestamp_txt(tmp_path: Path):
+    """A file, a link (never followed) or a folder with files in it: each gives way to the exchange's time
+    (issue 61: a folder stopped the autograde batch and `hub collect`)."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the instructor's")
+    planted = {"file": lambda p: p.write_text("1999-01-01 00:00:00"),
+               "link": lambda p: p.symlink_to(outside),
+               "folder": lambda p: (p.mkdir(), (p / "why").write_text("x"), (p / "deeper").mkdir())}
+    for kind, plant in planted.items():
+        folder = tmp_path / kind
+        folder.mkdir()
+        plant(folder / STAMP_FILE)
+        write_stamp(folder, "2026-12-02 01:00:00.000000 UTC")
+        stamp = folder / STAMP_FILE
+        assert stamp.is_file() and not stamp.is_symlink(), kind
+        assert stamp.read_text() == "2026-12-02 01:00:00.000000 UTC", kind
+    assert outside.read_text() == "the instructor's", "the link was replaced, never written through"

@@ -9,14 +9,29 @@ that claims to be older than its files is graded as made when its files were wri
 import contextlib
 import datetime
 import os
+import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.safe_copy import Refusal, read_small
+from autograder.safe_copy import Refusal, read_small, write_new
 
 # nbgrader's submit writes the time first, then copies the files: allow for a slow copy and clock skew
 TOLERANCE = datetime.timedelta(minutes=2)
 STAMP_FILE = "timestamp.txt"
+
+
+def write_stamp(folder: Path, timestamp: str, mode: int = 0o644) -> None:
+    """Write `timestamp` (the exchange's time) as the folder's timestamp.txt, first removing whatever the
+    student's upload put under that name: a file, a link (never followed) or a folder. Only the exchange's
+    time counts, so nothing of theirs there is worth keeping, and nothing there may stop the stamping."""
+    target = folder / STAMP_FILE
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(target.lstat().st_mode):
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    write_new(folder, STAMP_FILE, timestamp.encode(), mode)
 
 
 def parse_utc(text: str) -> datetime.datetime:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder.hub.arrival import STAMP_FILE, Arrival, parse_utc
+from autograder.hub.arrival import STAMP_FILE, Arrival, parse_utc, write_stamp
 from autograder.safe_copy import CopyReport, Limits, Refusal, copy_tree, read_small, write_new
 
 SECRET_FILE = "submission_secret.txt"
@@ -240,7 +240,7 @@ def take(sub: Submission, dest: Path, skip: Callable[[str], bool] = lambda rel: 
     claimed, secret = _text(dest, STAMP_FILE), _text(dest, SECRET_FILE)
     written = datetime.datetime.fromtimestamp(report.newest_change, datetime.timezone.utc)
     when = Arrival(claimed or None, written.replace(tzinfo=None))
-    write_new(dest, STAMP_FILE, when.timestamp.encode(), 0o600)
+    write_stamp(dest, when.timestamp, 0o600)
     return Taken(report, when, secret)
 
 

@@ -29,7 +29,7 @@ from nbgrader.exchange.abc import (
 from nbgrader.utils import parse_utc
 from traitlets import Bool, Float, Unicode, default
 
-from autograder.hub.arrival import STAMP_FILE
+from autograder.hub.arrival import STAMP_FILE, write_stamp
 from autograder.hub.http_exchange.api import (
     FETCHED_FEEDBACK_LIMITS,
     RELEASE_LIMITS,
@@ -336,8 +336,7 @@ class HttpCollect(HttpExchange, ExchangeCollect):
         body = _guard(self, lambda: self.call(
             "GET", f"submissions/{sub.assignment_id}/{sub.student_id}/{sub.timestamp}"))
         scratch = self.unpack_into(body, SUBMISSION_LIMITS, dest)
-        (scratch / STAMP_FILE).unlink(missing_ok=True)
-        (scratch / STAMP_FILE).write_text(sub.timestamp, encoding="utf-8")
+        write_stamp(scratch, sub.timestamp)
         if dest.is_dir():
             shutil.rmtree(dest)
         os.rename(scratch, dest)

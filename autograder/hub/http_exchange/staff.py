@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.hub.arrival import STAMP_FILE
+from autograder.hub.arrival import STAMP_FILE, write_stamp
 from autograder.hub.http_exchange.api import SUBMISSION_LIMITS, ServiceClient
 from autograder.hub.http_exchange.archive import pack_files, unpack
 from autograder.safe_copy import write_new
@@ -62,7 +62,7 @@ def take_submission(service: ServiceClient, student: str, assignment: str, times
             shutil.rmtree(Path(top, name))
         for name in [n for n in names if skip((rel / n).as_posix())]:
             Path(top, name).unlink()
-    write_new(dest, STAMP_FILE, timestamp.encode(), 0o600)
+    write_stamp(dest, timestamp, 0o600)
 
 
 def give_back(service: ServiceClient, course: Path, student: str, assignment: str, timestamp: str,
