@@ -212,3 +212,36 @@ def test_a_submission_the_worker_cannot_grade_is_left_to_its_lease(leased, tmp_p
     assert recorded(url) == [] and take_work(grader(url)) is None
     clock.advance(61)
     assert take_work(grader(url)) is not None  # handed out again, to a worker that may have the assignment
+
+
+def test_a_worker_grades_late_work_as_late_as_hub_grade_would(tmp_path: Path) -> None:
+    """Issue 61: released with a due date two hours past, a right answer got full marks from a worker (its
+    course copy had no due date) and 0 from `hub grade` (the course's late penalty, `zero`). The autograde
+    service hands each submission out with the student's due date; the worker grades with it."""
+    from autograder.grading.sandbox import detect_isolation
+    from autograder.hub.http_exchange.work import Handout, hand_out
+    from tests.hub_support import ROOT, answers, smallest_assignment
+
+    sandbox = detect_isolation("auto").mode
+    if sandbox == "none":
+        pytest.skip("no sandbox works here")
+    assignment = smallest_assignment()
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    config = (ROOT / "nbgrader_config.py").read_text() + '\nc.LateSubmissionPlugin.penalty_method = "zero"\n'
+    (course / "nbgrader_config.py").write_text(config)
+    shutil.copytree(ROOT / "source" / assignment, course / "source" / assignment)
+    right = nbformat.writes(answers(assignment)["right"]).encode()
+    with serving(FolderStore(tmp_path / "store")) as url:
+        release = tar_of({f"{assignment}.ipynb": (ROOT / "release" / assignment / f"{assignment}.ipynb")
+                          .read_bytes()})
+        assert call(url, "ivy-token", "PUT", f"assignments/{assignment}", release)[0] == 200
+        status, body = call(url, "ann-token", "POST", f"submissions/{assignment}",
+                            tar_of({f"{assignment}.ipynb": right}))
+        assert status == 200, body
+        stamp = json.loads(body)["timestamp"]
+        hand_out(grader(url), [Handout(assignment, "ann", stamp, True, None, due="2026-01-01 00:00:00")])
+        Worker(course, grader(url), sandbox).run(until_idle=True)
+        (only,) = recorded(url)
+    assert only["status"] == "graded" and only["max_score"] > 0, only
+    assert only["score"] == 0.0, f"late work got {only['score']} of {only['max_score']}: {only.get('detail')}"

@@ -142,6 +142,21 @@ def test_protected_until_the_students_own_due_date(tmp_path: Path, exchange, mon
     assert offer.protect_hidden_tests is protected
     setting = grading_setting(Worker(tmp_path / "w1", staff, "none"), offer)
     assert setting.hidden_tests == (HiddenTests.PROTECTED if protected else HiddenTests.SHOWN)
+    # the worker is told the due date itself too: it grades lateness by it (issue 61)
+    assert offer.due == (None if dates.due is None else dates.due.isoformat(" "))
+
+
+def test_a_handout_with_a_due_date_that_is_not_one_is_refused() -> None:
+    from autograder.hub.http_exchange.work import Handout
+
+    raw = {"assignment_id": "ps01", "student_id": "ann", "timestamp": "2026-12-02 01:00:00.000000 UTC"}
+    assert Handout.from_json({**raw, "due": "2026-12-01 12:00:00"}).due == "2026-12-01 12:00:00"
+    assert Handout.from_json({**raw, "due": "2026-12-01T12:00:00+00:00"}).due == "2026-12-01 12:00:00"
+    assert Handout.from_json({**raw, "due": "2026-12-01T13:00:00+01:00"}).due == "2026-12-01 12:00:00"
+    assert Handout.from_json(raw).due is None
+    for bad in ("tomorrow", 12, "2026-13-01"):
+        with pytest.raises(ValueError, match="due is a date"):
+            Handout.from_json({**raw, "due": bad})
 
 
 def test_an_offer_that_says_nothing_keeps_the_workers_own_setting(tmp_path: Path, exchange) -> None:

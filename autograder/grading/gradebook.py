@@ -207,6 +207,16 @@ def copy_due_date(source_url: str, target_url: str, course: str, assignment: str
             gb.update_or_create_assignment(assignment, duedate=duedate)
 
 
+def set_due_date(db_url: str, course: str, assignment: str, due: "datetime.datetime | None") -> None:
+    """Give the gradebook's assignment this due date (None: none), so that nbgrader grades lateness by it: a
+    grading worker's own course copy, told each student's due date as it grades them."""
+    from nbgrader.api import Gradebook
+
+    ensure_schema(db_url)
+    with Gradebook(db_url, course) as gb:
+        gb.update_or_create_assignment(assignment, duedate=due)
+
+
 def record(db_url: str, course: str, assignment: str, result: StudentResult) -> None:
     """Write one student's result into the gradebook (creating the student and submission if needed)."""
     from nbgrader.api import Gradebook

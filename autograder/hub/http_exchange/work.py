@@ -10,6 +10,7 @@ stored submission as the one it was handed to next); any later one is refused as
 is lost or counted twice.
 """
 
+import datetime
 import json
 import secrets
 import time
@@ -36,6 +37,7 @@ class Handout:
     timestamp: str
     protect_hidden_tests: bool | None = None  # feedback keeps the hidden tests hidden (before the due date)
     timeout: float | None = None  # seconds per notebook
+    due: str | None = None  # the student's due date, extension included (naive UTC, ISO): late or not
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -47,7 +49,7 @@ class Handout:
         if not isinstance(raw, dict):
             raise TypeError("a submission is an object")
         names = [raw.get(k) for k in ("assignment_id", "student_id", "timestamp")]
-        protect, timeout = raw.get("protect_hidden_tests"), raw.get("timeout")
+        protect, timeout, due = raw.get("protect_hidden_tests"), raw.get("timeout"), raw.get("due")
         if not all(isinstance(n, str) and n for n in names):
             raise ValueError("a submission names its assignment_id, student_id and timestamp")
         if protect is not None and not isinstance(protect, bool):
@@ -55,7 +57,15 @@ class Handout:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
                                     or not 0 < timeout <= 24 * 3600):
             raise ValueError("timeout is a number of seconds or null")
-        return cls(*names, protect, None if timeout is None else float(timeout))
+        if due is not None:
+            try:
+                moment = datetime.datetime.fromisoformat(str(due))
+                if moment.tzinfo is not None:
+                    moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+                due = moment.isoformat(" ")
+            except ValueError:
+                raise ValueError("due is a date and time (ISO, UTC) or null") from None
+        return cls(*names, protect, None if timeout is None else float(timeout), due)
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,7 @@ class Offer:
     lease_s: float
     protect_hidden_tests: bool | None = None  # None: the worker's own setting
     timeout: float | None = None
+    due: str | None = None  # the student's due date (naive UTC); None: none
 
 
 def take_work(service: ServiceClient, assignments: Iterable[str] = ()) -> Offer | None:

@@ -213,15 +213,19 @@ def due_dates(course: Path, assignment: str) -> "DueDates":
 
 def handouts(place: Place, queue: Queue) -> list[Handout]:
     """Return what the workers may grade now (queue.hand_out_ready), each with how: the hidden tests protected
-    until the student's own due date unless the instructor shows them, the assignment's time limit (the
-    gradebook read once per assignment)."""
+    until the student's own due date unless the instructor shows them, the assignment's time limit, and that
+    due date itself, extension included (the gradebook read once per assignment)."""
     moment = naive_utc(place.clock())
     entries = queue.hand_out_ready()
     settings = {a: queue.setting(a) for a in {e.assignment for e in entries}}
     dues = {a: due_dates(place.course, a) for a in settings}
-    return [Handout(e.assignment, e.student, e.timestamp,
-                    settings[e.assignment].protects_hidden_tests(dues[e.assignment].of(e.student), moment),
-                    settings[e.assignment].timeout) for e in entries]
+    handouts = []
+    for e in entries:
+        due = dues[e.assignment].of(e.student)  # the worker grades lateness by it, as `hub grade` would
+        handouts.append(Handout(e.assignment, e.student, e.timestamp,
+                                settings[e.assignment].protects_hidden_tests(due, moment),
+                                settings[e.assignment].timeout, due.isoformat(" ") if due else None))
+    return handouts
 
 
 def record_worker_result(place: Place, queue: Queue, entry: Entry, posted: WorkResult) -> None:

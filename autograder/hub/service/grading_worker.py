@@ -13,6 +13,7 @@ sandbox unless `--sandbox none` is given: `auto` means bubblewrap or unshare, ne
 """
 
 import argparse
+import datetime
 import json
 import logging
 import os
@@ -94,6 +95,7 @@ class Worker:
 
     def grade(self, offer: Offer) -> WorkResult:
         """Take the leased submission, grade it, return the result and the feedback pages to post."""
+        from autograder.grading import gradebook as gbook
         from autograder.grading.session import GradeOptions, grade_class
 
         place, student, assignment = self.place, offer.student_id, offer.assignment_id
@@ -107,6 +109,9 @@ class Worker:
         except ArchiveRefused as exc:
             return WorkResult(str(Status.REFUSED), None, None, str(exc), {}, self.name)
         setting = grading_setting(self, offer)
+        # the student's due date, as the service's gradebook has it: lateness and its penalty are nbgrader's
+        due = datetime.datetime.fromisoformat(offer.due) if offer.due else None
+        gbook.set_due_date(gbook.course_db_url(self.course), gbook.course_id(self.course), assignment, due)
         standby = self.warm((assignment,))
         options = GradeOptions(jobs=1, timeout=setting.timeout, progress=False, show_hidden_tests=True,
                                sandbox=self.sandbox, hidden=self.hidden, standby=standby, force=True)
