@@ -177,8 +177,8 @@ PREDICTIONS = {
         reason=("forward adds torch.randn(x.shape): made without device=, so on the CPU, while x is on the "
                 "GPU. The simulated GPU stops at the same line: run the next cell.")),
     "waits-per-step": Prediction(
-        question=("With the crash fixed, how many times per step does the host wait for the GPU (sync calls "
-                  "or copies that hold the host)? Type a number."),
+        question=("With the crash fixed (the noise made on `x`'s device), how many times per step does the "
+                  "host wait for the GPU (sync calls or copies that hold the host)? Type a number."),
         answer="3", accept=("three",),
         giveaways=("3 per step", "three waits", "3 waits", "150 in 50 steps", "three times per step"),
         reason=("3 per step, 150 in the 50 steps. The summary under the profile cell says which operator "
