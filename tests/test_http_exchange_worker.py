@@ -89,6 +89,24 @@ def test_a_stale_worker_posting_after_its_lease_was_handed_on_is_recorded_once(l
     assert take_work(grader(url)) is None  # a submission with a result is never handed out again
 
 
+def test_a_result_for_a_lease_the_service_never_issued_is_refused(leased) -> None:
+    """Issue 61: a worker's token PUT a result with `?lease=none` for a submission the queue was holding back;
+    it was recorded, and the gradebook showed full marks for a wrong answer nobody graded."""
+    url, _ = leased
+    ann = call(url, "ivy-token", "GET", "submissions?assignment=ps01&student=ann")
+    assert ann[0] == 200, ann
+    stamp = json.loads(ann[1])["submissions"][0]["timestamp"]
+    path = f"results/ps01/ann/{urllib.parse.quote(stamp)}"
+    forged = result(3, "forger").to_json()
+    for lease in ("none", "", "0" * 32):
+        status, body = call(url, "grader-token", "PUT", f"{path}?lease={lease}", forged)
+        assert status == 403 and b"lease" in body, (lease, status, body)
+    assert recorded(url) == []
+    offer = take_work(grader(url))  # handed out now: its lease's result is taken
+    assert post_result(grader(url), offer, result(1, "honest")) is True
+    assert [r["worker"] for r in recorded(url)] == ["honest"]
+
+
 def test_results_are_recorded_once_when_posted_at_once(leased) -> None:
     url, _ = leased
     offer = take_work(grader(url))

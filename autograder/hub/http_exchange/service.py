@@ -303,7 +303,11 @@ class ResultHandler(ApiHandler):
             raise web.HTTPError(404, "no such submission")
         if self.store.children((RESULTS, *key)) or not self.leases.begin_recording(key):
             raise web.HTTPError(409, "already recorded: this submission's result is kept once")
-        live = self.leases.live(key, self.get_argument("lease", ""))
+        lease = self.get_argument("lease", "")
+        if not self.leases.was_issued(key, lease):  # a result is the grading of a lease the service gave
+            self.leases.end_recording(key, False)
+            raise web.HTTPError(403, "no such lease of this submission: lease it first (POST api/work)")
+        live = self.leases.live(key, lease)
         recorded = False
         try:  # the pages first: a recorded result always has its feedback given back
             pages = {f"{name}.html": text.encode() for name, text in result.pages.items()}

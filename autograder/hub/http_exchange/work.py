@@ -143,6 +143,7 @@ class Leases:
         self.handed_out = handed_out  # the assignments whose submissions are leased (None: every one)
         self.named: dict[tuple[str, str, str], Handout] | None = None  # exactly these (None: all handed out)
         self.held: dict[tuple[str, str, str], Lease] = {}
+        self.issued: dict[tuple[str, str, str], set[str]] = {}  # every lease id handed out for a submission
         self.recording: set[tuple[str, str, str]] = set()  # results being written now
 
     def hand_out(self, handouts: Iterable[Handout]) -> None:
@@ -163,8 +164,14 @@ class Leases:
                 continue
             handout = self.named[key] if self.named is not None else Handout(*key)
             self.held[key] = Lease(secrets.token_hex(16), handout, now + self.lease_s)
+            self.issued.setdefault(key, set()).add(self.held[key].lease_id)
             return self.held[key]
         return None
+
+    def was_issued(self, key: tuple[str, str, str], lease_id: str) -> bool:
+        """Return whether the service handed this lease out for this submission (held now, expired, or handed
+        on since: the first result of a real lease is kept, never one for a lease nobody was given)."""
+        return lease_id in self.issued.get(key, ())
 
     def live(self, key: tuple[str, str, str], lease_id: str) -> bool:
         """Return whether this lease is the submission's current one and has not expired."""
@@ -183,6 +190,7 @@ class Leases:
         self.recording.discard(key)
         if recorded:
             self.held.pop(key, None)
+            self.issued.pop(key, None)
 
 
 @dataclass(frozen=True)
