@@ -193,7 +193,9 @@ def test_the_worker_refuses_to_start_without_a_sandbox(tmp_path: Path, monkeypat
     assert code == 2 and "--sandbox none" in capsys.readouterr().err
 
 
-def test_a_worker_grades_a_submission_in_the_sandbox_and_posts_it_back(tmp_path: Path) -> None:
+def _worker_course(tmp_path: Path, config: str = "") -> tuple[str, str, Path, bytes]:
+    """Return (sandbox, assignment, a worker's course copy, a right answer's notebook), or skip without a
+    sandbox; `config` is added to the course's nbgrader_config.py."""
     from autograder.grading.sandbox import detect_isolation
     from tests.hub_support import ROOT, answers, smallest_assignment
 
@@ -203,15 +205,28 @@ def test_a_worker_grades_a_submission_in_the_sandbox_and_posts_it_back(tmp_path:
     assignment = smallest_assignment()
     course = tmp_path / "course"
     (course / "source").mkdir(parents=True)
-    shutil.copyfile(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    (course / "nbgrader_config.py").write_text((ROOT / "nbgrader_config.py").read_text() + config)
     shutil.copytree(ROOT / "source" / assignment, course / "source" / assignment)
-    right = nbformat.writes(answers(assignment)["right"]).encode()
+    return sandbox, assignment, course, nbformat.writes(answers(assignment)["right"]).encode()
+
+
+def _released_and_submitted(url: str, assignment: str, notebook: bytes) -> str:
+    """Release the assignment, submit `notebook` as ann; return her submission's timestamp."""
+    from tests.hub_support import ROOT
+
+    release = tar_of({f"{assignment}.ipynb": (ROOT / "release" / assignment / f"{assignment}.ipynb")
+                      .read_bytes()})
+    assert call(url, "ivy-token", "PUT", f"assignments/{assignment}", release)[0] == 200
+    status, body = call(url, "ann-token", "POST", f"submissions/{assignment}",
+                        tar_of({f"{assignment}.ipynb": notebook}))
+    assert status == 200, body
+    return json.loads(body)["timestamp"]
+
+
+def test_a_worker_grades_a_submission_in_the_sandbox_and_posts_it_back(tmp_path: Path) -> None:
+    sandbox, assignment, course, right = _worker_course(tmp_path)
     with serving(FolderStore(tmp_path / "store")) as url:
-        release = tar_of({f"{assignment}.ipynb": (ROOT / "release" / assignment / f"{assignment}.ipynb")
-                          .read_bytes()})
-        assert call(url, "ivy-token", "PUT", f"assignments/{assignment}", release)[0] == 200
-        assert call(url, "ann-token", "POST", f"submissions/{assignment}",
-                    tar_of({f"{assignment}.ipynb": right}))[0] == 200
+        _released_and_submitted(url, assignment, right)
         Worker(course, grader(url), sandbox).run(until_idle=True)
         (only,) = recorded(url)
         assert only["status"] == "graded" and only["score"] == only["max_score"] > 0, (only.get("detail"),
@@ -236,28 +251,12 @@ def test_a_worker_grades_late_work_as_late_as_hub_grade_would(tmp_path: Path) ->
     """Issue 61: released with a due date two hours past, a right answer got full marks from a worker (its
     course copy had no due date) and 0 from `hub grade` (the course's late penalty, `zero`). The autograde
     service hands each submission out with the student's due date; the worker grades with it."""
-    from autograder.grading.sandbox import detect_isolation
     from autograder.hub.http_exchange.work import Handout, hand_out
-    from tests.hub_support import ROOT, answers, smallest_assignment
 
-    sandbox = detect_isolation("auto").mode
-    if sandbox == "none":
-        pytest.skip("no sandbox works here")
-    assignment = smallest_assignment()
-    course = tmp_path / "course"
-    (course / "source").mkdir(parents=True)
-    config = (ROOT / "nbgrader_config.py").read_text() + '\nc.LateSubmissionPlugin.penalty_method = "zero"\n'
-    (course / "nbgrader_config.py").write_text(config)
-    shutil.copytree(ROOT / "source" / assignment, course / "source" / assignment)
-    right = nbformat.writes(answers(assignment)["right"]).encode()
+    sandbox, assignment, course, right = _worker_course(
+        tmp_path, '\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
     with serving(FolderStore(tmp_path / "store")) as url:
-        release = tar_of({f"{assignment}.ipynb": (ROOT / "release" / assignment / f"{assignment}.ipynb")
-                          .read_bytes()})
-        assert call(url, "ivy-token", "PUT", f"assignments/{assignment}", release)[0] == 200
-        status, body = call(url, "ann-token", "POST", f"submissions/{assignment}",
-                            tar_of({f"{assignment}.ipynb": right}))
-        assert status == 200, body
-        stamp = json.loads(body)["timestamp"]
+        stamp = _released_and_submitted(url, assignment, right)
         hand_out(grader(url), [Handout(assignment, "ann", stamp, True, None, due="2026-01-01 00:00:00")])
         Worker(course, grader(url), sandbox).run(until_idle=True)
         (only,) = recorded(url)
