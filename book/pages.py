@@ -1,7 +1,7 @@
 """Each page of the book, made from one file of the course: pure functions on text and notebooks.
 
 A lesson page is its notebook with these changes, none of which runs anything (the book's build runs each
-lesson on a CPU beforehand, `tests.notebook_runner.executed_copy`, and hands the executed copy in):
+lesson on a CPU beforehand, `book.execution.executed_copy`, and hands the executed copy in):
 
 - every cell that runs without a GPU gets its outputs from that copy, matched by cell id: what it printed
   (stdout; stderr holds PyTorch's C++ logs of the building machine, and the lessons print what they teach),

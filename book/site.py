@@ -3,7 +3,7 @@
 The staging folder holds the front page (README.md, with the book's tables of contents appended), the
 guides from docs/, the lessons and the released assignments (never source/), each made into its page by
 `book.pages`, and the images they show. Each lesson's page shows its outputs from a copy executed on a CPU
-(`tests.notebook_runner.executed_copy`, in build/executed/): the lesson tests read the same copies, so a
+(`book.execution.executed_copy`, in build/executed/): the lesson tests read the same copies, so a
 test run executes each lesson once, and a build reuses a copy until the lesson, the course's package or an
 installed version changes. Its paths are the repository's, so a page's Colab and download links
 and every link between pages are the same in the book as on GitHub. Files are rewritten only when their
@@ -77,7 +77,7 @@ def executed_lessons(root: Path = COURSE_ROOT, folder: Path | None = None) -> di
     CPU, whatever this machine has, so the book is the same wherever it is built."""
     from nbclient.exceptions import CellExecutionError
 
-    from tests.notebook_runner import EXECUTED, executed_copies
+    from book.execution import EXECUTED, executed_copies
 
     folder = folder or (EXECUTED if root == COURSE_ROOT else root / "build" / "executed")
     copies = {}

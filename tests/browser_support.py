@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from autograder import COURSE_ROOT
+from book.warm_kernels import warm_kernels
 from tests.hub_support import free_port, release_port
-from tests.warm_kernels import warm_kernels
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # Flags for a closed network and a root user (containers, CI): nothing downloaded, no sandbox as root.

@@ -18,8 +18,8 @@ def in_one_python(folder: Path, *commands: list[str]) -> list[tuple[int, str]]:
     """Run nbgrader commands in a course folder in one Python, as nbgrader's tests do; return each outcome
     (none asked: no Python started)."""
     from autograder.course import with_venv_on_path
+    from book.warm_kernels import warm_kernels
     from tests.one_python import outcomes
-    from tests.warm_kernels import warm_kernels
 
     if not commands:
         return []

@@ -7,8 +7,8 @@ Each notebook runs in a kernel started anew, as a student's is: the time counts 
 import pytest
 
 from autograder.course import assignment_notebooks, assignments, lessons
-from tests.notebook_runner import cuda_present, execute_notebook
-from tests.warm_kernels import COLD
+from book.execution import cuda_present, execute_notebook
+from book.warm_kernels import COLD
 
 pytestmark = pytest.mark.bench
 

@@ -1,7 +1,7 @@
 """The course as a book (`make book`): each page made from its notebook, the site built, and read in Chromium.
 
 The site is built once for the module (`python -m book build`, as `make book` runs it) into a scratch folder,
-from the lessons' executed copies (tests/notebook_runner.py `executed_copy`, in build/executed/), which
+from the lessons' executed copies (book/execution.py `executed_copy`, in build/executed/), which
 tests/test_lessons.py reads too: whichever module comes first executes a lesson, the other reuses it.
 """
 
@@ -28,11 +28,10 @@ from autograder import COURSE_ROOT
 from autograder.colab_cells import BADGE_TAG, SETUP_TAG, Repository, load_repository
 from autograder.course import assignment_notebooks, assignments, lessons
 from benchmarks.gpu_smoke import OUTPUT_TAG, RECORDED
-from book import pages
+from book import execution, pages
+from book.execution import REQUIRES_CUDA, executed_copies, executed_copy, execution_key
 from book.site import FIGURES, GUIDES, REFERENCE
-from tests import notebook_runner
 from tests.browser_support import browser_or_skip, launched_chromium
-from tests.notebook_runner import REQUIRES_CUDA, executed_copies, executed_copy, execution_key
 
 REPO = load_repository(COURSE_ROOT)
 LESSONS = [p.relative_to(COURSE_ROOT).as_posix() for p in lessons()]
@@ -267,7 +266,7 @@ def test_an_executed_copy_that_is_not_the_lesson_s_stops_the_build():
         pages.lesson_page(lesson, "notebooks/99-x.ipynb", REPO, {}, [], executed=ran)
 
 
-# --- the executed copies the book and the lesson tests share (tests/notebook_runner.py) -----------------
+# --- the executed copies the book and the lesson tests share (book/execution.py) -----------------
 
 
 def _small_lesson(folder: Path, line: str = "print('ran')") -> Path:
@@ -286,15 +285,15 @@ def counted(monkeypatch, tmp_path) -> list[Path]:
     package = tmp_path / "package"
     package.mkdir()
     (package / "helpers.py").write_text("X = 1\n")
-    monkeypatch.setattr(notebook_runner, "PACKAGE", package)
+    monkeypatch.setattr(execution, "PACKAGE", package)
     runs: list[Path] = []
-    real = notebook_runner.execute_notebook
+    real = execution.execute_notebook
 
     def counting(path, **kwargs):
         runs.append(Path(path))
         return real(path, **kwargs)
 
-    monkeypatch.setattr(notebook_runner, "execute_notebook", counting)
+    monkeypatch.setattr(execution, "execute_notebook", counting)
     return runs
 
 
@@ -326,7 +325,7 @@ def test_the_book_s_build_files_a_lesson_under_the_key_the_tests_compute():
     (Under pytest, sys.path also holds setuptools' vendored packages, once read as installed versions.)"""
     lesson = COURSE_ROOT / LESSONS[0]
     here = execution_key(lesson, gpu=False)
-    program = ("import sys; from pathlib import Path; from tests.notebook_runner import execution_key; "
+    program = ("import sys; from pathlib import Path; from book.execution import execution_key; "
                "print(execution_key(Path(sys.argv[1]), gpu=False))")
     there = subprocess.run([sys.executable, "-c", program, str(lesson)], cwd=COURSE_ROOT, capture_output=True,
                            text=True, check=True, timeout=120).stdout

@@ -20,7 +20,7 @@ from autograder.colab_cells import (
 )
 from autograder.course import assignment_notebooks, assignments, lessons
 from autograder.grading.demo import solved
-from tests.notebook_runner import execute_notebook
+from book.execution import execute_notebook
 
 REPO = load_repository(COURSE_ROOT)
 RELEASES = [nb for a in assignments() for nb in assignment_notebooks(a, folder="release")]

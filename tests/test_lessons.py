@@ -15,8 +15,8 @@ import torch
 from autograder import COURSE_ROOT
 from autograder.colab_cells import SETUP_TAG
 from autograder.course import lessons
+from book.execution import REQUIRES_CUDA, cuda_present, executed_copy
 from devicelab.predict import ASK_CELL
-from tests.notebook_runner import REQUIRES_CUDA, cuda_present, executed_copy
 
 LESSONS = lessons()
 EXPECTED = ["00-start-here", "01-tensors", "02-devices"]

@@ -9,8 +9,8 @@ from autograder import COURSE_ROOT
 from autograder.build import build_release
 from autograder.course import assignment_notebooks, assignments
 from autograder.validate import validate_course, validate_notebook
+from book.warm_kernels import warm_kernels
 from tests.factories import tiny_assignment
-from tests.warm_kernels import warm_kernels
 
 pytestmark = pytest.mark.notebook
 

@@ -1,11 +1,12 @@
-"""Warm kernels for the notebook tests: each kernel is forked from a server that imported torch once.
+"""Warm kernels for executing the course's notebooks (the lesson tests, the book's build): each kernel is
+forked from a server that imported torch once.
 
 A cold kernel pays a new Python, IPython, ipykernel, NumPy and torch before its first cell (5 s of CPU on the
 project's 2-core machine); the lessons, the Colab-shaped runs and the validations start about forty. A fork
 server per test process and kernel (the kernel's own Python, started with the kernel's own interpreter options
 and environment) imports them once; each kernel is forked from it before it has run anything, then starts as
 `python -m ipykernel_launcher` does. (The grader's warm start, with its sandbox, is
-autograder/grading/zygote.py; this one is for the course's own notebooks in the tests.)
+autograder/grading/zygote.py; this one is for the course's own notebooks.)
 
 This file plays both parts, standard library only until the server preloads:
 

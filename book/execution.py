@@ -51,7 +51,7 @@ def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | N
 
     Cells tagged raises-exception may fail (nbclient's own rule); cells tagged requires-cuda are
     dropped when `gpu` is False. The kernel is forked from a server that imported torch already
-    (tests/warm_kernels.py), unless DEVICELAB_COLD_KERNELS is set. The client waits for messages in slices
+    (book/warm_kernels.py), unless DEVICELAB_COLD_KERNELS is set. The client waits for messages in slices
     (autograder/grading/channels.py).
     """
     from jupyter_client.kernelspec import KernelSpecManager
@@ -59,7 +59,7 @@ def execute_notebook(path: Path, *, gpu: bool, timeout: int = 120, env: dict | N
     from nbclient import NotebookClient
 
     from autograder.grading.channels import CLIENT_CLASS
-    from tests.warm_kernels import warm_kernels
+    from book.warm_kernels import warm_kernels
 
     nb = nbformat.read(path, as_version=4)
     skipped = 0

@@ -6,8 +6,8 @@ import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
 
-from tests.notebook_runner import execute_notebook, without_gpu_cells
-from tests.warm_kernels import COLD
+from book.execution import execute_notebook, without_gpu_cells
+from book.warm_kernels import COLD
 
 pytestmark = pytest.mark.notebook
 warm_only = pytest.mark.skipif(bool(os.environ.get(COLD)), reason=f"warm kernels switched off ({COLD})")
@@ -48,7 +48,7 @@ def test_without_gpu_cells_leaves_the_original_alone():
     assert dropped == 1 and [c.source for c in copy.cells] == ["b"] and len(nb.cells) == 2
 
 
-# --- warm kernels (tests/warm_kernels.py): forked from a server that imported torch, yet fresh each -------
+# --- warm kernels (book/warm_kernels.py): forked from a server that imported torch, yet fresh each -------
 
 PROBE = ("import os, sys\nwarm = 'torch' in sys.modules\nimport numpy, torch\n"
          "print(os.getpid(), warm, numpy.random.randint(1 << 30), int(torch.randint(1 << 30, (1,))), "
@@ -70,7 +70,7 @@ def _warm_kernel():
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
 
-    from tests.warm_kernels import warm_kernels
+    from book.warm_kernels import warm_kernels
 
     folder = warm_kernels().data_folder("python3")
     specs = KernelSpecManager(kernel_dirs=[f"{folder}/kernels"])
