@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from devicelab.sim_trace import ITEM_OPS, TO_OPS, SimProfiler
 from devicelab.simgpu import H100_PCIE5, T4_PCIE3, GPUProfile, SimStream, SimulatedGPU, describe_profile
@@ -270,34 +270,46 @@ class LoaderPlan:
 class SimLoader:
     """Iterate a DataLoader's dataset in its batches, charging the simulated host what loading them costs.
 
-    Workers: each makes every num_workers-th batch, one pinning thread pins them in turn, and the loop waits
-    for a batch that is not ready. Not modelled: the prefetch limit (`prefetch_factor`), workers slowing each
-    other down, and the first epoch's start of persistent workers (the run is a steady-state epoch).
+    The batches follow the loader's own batch sampler (shuffled or not, `drop_last` or not), and the samples
+    it hands out, in order, are kept in `order`. Workers: each makes every num_workers-th batch, one pinning
+    thread pins them in turn, and the loop waits for a batch that is not ready. Not modelled: the prefetch
+    limit (`prefetch_factor`), workers slowing each other down, and the first epoch's start of persistent
+    workers (the run is a steady-state epoch).
     """
 
     def __init__(self, loader: DataLoader, runtime: "SimCuda", steps: int | None = None) -> None:
         self.plan = LoaderPlan(loader.batch_size or 1, loader.num_workers, bool(loader.pin_memory),
                                bool(getattr(loader, "persistent_workers", False)))
+        self.loader = loader
         self.dataset = loader.dataset
         self.collate = loader.collate_fn
         self.runtime = runtime
         self.steps = steps
         self.handed = 0  # batches handed out so far
+        self.order: list[int] = []  # the samples handed out, as indices into the dataset under any Subset
 
-    def __len__(self) -> int:
-        n = math.ceil(len(self.dataset) / self.plan.batch_size)
+    def __len__(self) -> int:  # DataLoader's own __len__ is this one while the simulation runs
+        sampler = self.loader.batch_sampler if self.loader.batch_sampler is not None else self.loader.sampler
+        n = len(sampler)
         return n if self.steps is None else min(n, self.steps)
+
+    def _indices(self) -> Iterator[list[int]]:
+        """Yield each batch's indices into the loader's dataset, as the loader's batch sampler draws them."""
+        if self.loader.batch_sampler is None:  # batch_size=None: one sample per step
+            yield from ([i] for i in self.loader.sampler)
+        else:
+            yield from self.loader.batch_sampler
 
     def _batches(self) -> Iterator[tuple[Any, int]]:
         """Yield each batch and its number of samples: the first made for real, the rest stand-ins."""
-        first = None
-        for b in range(len(self)):
-            size = min(self.plan.batch_size, len(self.dataset) - b * self.plan.batch_size)
-            with self.runtime.paused():  # the loader's own CPU work, untouched
+        first, drawn = None, self._indices()
+        for _ in range(len(self)):
+            with self.runtime.paused():  # the loader's own CPU work (a shuffle draws on torch), untouched
+                indices = [int(i) for i in next(drawn)]
+                size = len(indices)
+                self.order.extend(_underlying(self.dataset, indices))
                 if first is None or size != first[1]:
-                    items = [self.dataset[i] for i in range(b * self.plan.batch_size,
-                                                            b * self.plan.batch_size + size)]
-                    first = batch = (self.collate(items), size)
+                    first = batch = (self.collate([self.dataset[i] for i in indices]), size)
                 else:
                     batch = (_empty_like(first[0]), size)
             yield batch
@@ -326,6 +338,15 @@ class SimLoader:
                     self.runtime.pinned.add(t)
             self.handed += 1
             yield batch
+
+
+def _underlying(dataset: Dataset, indices: list[int]) -> list[int]:
+    """Return `indices` into `dataset` as indices into the dataset under its `Subset`s (a shuffled Subset is a
+    shuffle too)."""
+    while isinstance(dataset, Subset):
+        indices = [int(dataset.indices[i]) for i in indices]
+        dataset = dataset.dataset
+    return indices
 
 
 def _empty_like(batch: Any) -> Any:
@@ -645,6 +666,12 @@ class ScriptRun:
     races: list[str]
     steps: int = 0  # batches the loader handed out
     machine: str = "H100"
+    order: tuple[int, ...] = ()  # the samples the loaders handed out, in order (indices into the dataset)
+
+    @property
+    def shuffled(self) -> bool:
+        """Whether the samples came in another order than the dataset's (what `shuffle=True` gives)."""
+        return list(self.order) != sorted(self.order)
 
 
 def profile_script(net: Callable[[], nn.Module] = Net, loader_maker: Callable = build_loader,
@@ -694,7 +721,8 @@ def _profile(net: Callable[[], nn.Module], epoch: Callable, dataset: Dataset | N
     loaders = list(runtime.loaders.values())
     plan = loaders[-1].plan if loaders else LoaderPlan(0, 0, False)
     return ScriptRun(prof.trace(), gpu, result, gpu.clock() - start, returned - start, plan, runtime.races,
-                     sum(loader.handed for loader in loaders), chosen.name)
+                     sum(loader.handed for loader in loaders), chosen.name,
+                     tuple(i for loader in loaders for i in loader.order))
 
 
 class _Discard:

@@ -94,7 +94,8 @@ def test_imports_points_and_check_calls():
     code = support.code_cells(NOTEBOOK)
     graded = support.graded_cells(code)
     for line in ("import time", "import torch", "from torch import nn",
-                 "from devicelab.exercises.ps04 import HostCopySpy, Tagger, check, copy_weights, hint"):
+                 ("from devicelab.exercises.ps04 import HostCopySpy, Tagger, check, copy_weights, hint, "
+                 "left_behind")):
         assert line in support.imports_cell(code).source.splitlines()
     assert support.points_by_cell(graded) == {
         "measure-tests-basic": 2, "measure-tests-sync": 2, "measure-tests-warmup": 2,
@@ -526,6 +527,7 @@ def test_step_times_failures_say_what_to_fix(mistake, cell, words):
 # | positions made on the CPU, then .to(x.device) | a tensor can be made anywhere and moved |
 # | constants made nn.Parameter | a parameter is how a tensor moves with the model |
 # | device hard-coded as "cuda" | the model only ever runs on a GPU |
+# | constants kept in a plain list, or a global | model.to() reaches every tensor the model uses |
 # | the maths changed (temperature dropped) | only the devices are checked |
 
 
@@ -560,6 +562,23 @@ CORRECT_TAGGER = {
         positions="torch.arange(x.shape[1], device=self.body.weight.device) / x.shape[1]"),
     "constants-as-python-numbers": tagger_with(temperature="self.temperature = 0.5",
                                                bias='self.register_buffer("bias", torch.zeros(tags))'),
+    "buffers-under-other-names": support.function_cell(HEADS["fixed-tagger"], """
+class FixedTagger(nn.Module):
+    def __init__(self, features=16, groups=2, tags=3):
+        super().__init__()
+        self.body = nn.Linear(features, features)
+        self.heads = nn.ModuleList(nn.Linear(features, tags) for _ in range(groups))
+        self.register_buffer("inverse_temperature", torch.tensor(2.0))
+        self.register_buffer("offset", torch.zeros(tags))
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device) / x.shape[1]
+        hidden = torch.relu(self.body(x)) + positions[None, :, None]
+        scores = torch.stack([head(hidden) for head in self.heads]).mean(dim=0)
+        return scores * self.inverse_temperature + self.offset
+
+return FixedTagger()
+"""),
     "subclass-of-tagger": support.function_cell(HEADS["fixed-tagger"], """
 class FixedTagger(Tagger):
     def __init__(self):
@@ -591,6 +610,11 @@ TAGGER_MISTAKES = {
                                            bias="self.bias = nn.Parameter(torch.zeros(tags))"),
     "device-hard-coded": tagger_with(positions='torch.arange(x.shape[1], device="cuda") / x.shape[1]'),
     "temperature-dropped": tagger_with(result="scores + self.bias"),
+    "constants-in-a-plain-list": tagger_with(
+        temperature="self.constants = [torch.tensor(0.5), torch.zeros(tags)]", bias="",
+        result="scores / self.constants[0] + self.constants[1].to(x.device)"),
+    "bias-a-global": tagger_with(bias="", result="scores / self.temperature + BIAS.to(x.device)").replace(
+        "    class FixedTagger", "    BIAS = torch.zeros(3)\n\n    class FixedTagger"),
 }
 
 
@@ -606,7 +630,8 @@ def test_tagger_mistake_loses_points(source):
 
 @pytest.mark.parametrize(("mistake", "cell", "words"), [
     ("heads-in-a-plain-list", "fixed-tagger-tests-moves", "both heads have 6"),
-    ("bias-a-plain-attribute", "fixed-tagger-tests-moves", "bias should move with model.to()"),
+    ("bias-a-plain-attribute", "fixed-tagger-tests-moves", "model.to('meta') left on the CPU"),
+    ("constants-in-a-plain-list", "fixed-tagger-tests-moves", "model.to('meta') left on the CPU"),
     ("bias-copied-in-forward", "fixed-tagger-tests-forward", "copies 1 tensors from the host"),
     ("constants-as-parameters", "fixed-tagger-tests-moves", "parameters"),
 ])
@@ -616,9 +641,12 @@ def test_tagger_failures_say_what_to_fix(mistake, cell, words):
 
 
 def test_the_culprit_hunt_checks_catch_each_culprit():
-    namespace = _namespace({"tagger": TAGGER_MISTAKES["bias-copied-in-forward"]})
-    namespace["Tagger"] = ps04.Tagger
-    feedback = evaluate(ps04._exercises.exercises["fixed_tagger"], namespace)
-    assert feedback.outcome is Outcome.INCORRECT and "copy (and a wait) per call" in feedback.message
+    for mistake, words in (("positions-moved-in-forward", "copy (and a wait) per call"),
+                           ("bias-copied-in-forward", "left on the CPU ((3,) torch.float32)")):
+        namespace = _namespace({"tagger": TAGGER_MISTAKES[mistake]})
+        namespace["Tagger"] = ps04.Tagger
+        feedback = evaluate(ps04._exercises.exercises["fixed_tagger"], namespace)
+        assert feedback.outcome is Outcome.INCORRECT, mistake
+        assert words in feedback.message, (mistake, feedback.message)
     plain_list = _namespace({"tagger": TAGGER_MISTAKES["heads-in-a-plain-list"]})
     assert evaluate(ps04._exercises.exercises["fixed_tagger"], plain_list).outcome is Outcome.INCORRECT

@@ -166,7 +166,15 @@ def epoch_with(loader="DataLoader(dataset, batch_size=256, shuffle=True, pin_mem
                within="with torch.cuda.stream(side):", wait="torch.cuda.current_stream().wait_stream(side)",
                keep="losses.append(loss.detach())", steps="len(loader)", result="torch.stack(losses)") -> str:
     """Return a fixed_epoch cell: the reference (pinned workers, side-stream prefetch), one piece changed."""
-    return cell("fixed-epoch", f"""
+    return cell("fixed-epoch", epoch_body(loader, copy, side, within, wait, keep, steps, result))
+
+
+def epoch_body(loader, copy="[t.to(device, non_blocking=True) for t in batch]",
+               side="side = torch.cuda.Stream()", within="with torch.cuda.stream(side):",
+               wait="torch.cuda.current_stream().wait_stream(side)",
+               keep="losses.append(loss.detach())", steps="len(loader)", result="torch.stack(losses)") -> str:
+    """Return the body of epoch_with's cell."""
+    return f"""
 loader = {loader}
 {side}
 batches = iter(loader)
@@ -189,7 +197,7 @@ for step in range({steps}):
     optimizer.step()
     {keep}
 return {result}
-""")
+"""
 
 
 PLAIN_EPOCH = """
@@ -585,6 +593,12 @@ return losses
         "    optimizer.step()\n"
         "    losses[step] = loss.detach()\n"
         "return losses.cpu()\n"),
+    "shuffled-by-a-sampler": epoch_body(
+        "DataLoader(dataset, batch_size=256, sampler=torch.utils.data.RandomSampler(dataset), "
+        "pin_memory=True, num_workers=8, persistent_workers=True)"),
+    "shuffled-by-hand": epoch_body(
+        "DataLoader(torch.utils.data.Subset(dataset, torch.randperm(len(dataset)).tolist()), batch_size=256, "
+        "pin_memory=True, num_workers=8, persistent_workers=True)"),
 }
 
 
@@ -835,6 +849,9 @@ return step(copy)
     ("fixed-epoch", "batches-of-512"): epoch_with(
         loader="DataLoader(dataset, batch_size=512, shuffle=True, pin_memory=True, num_workers=8, "
                "persistent_workers=True)"),
+    ("fixed-epoch", "shuffle-dropped"): epoch_with(
+        loader="DataLoader(dataset, batch_size=256, pin_memory=True, num_workers=8, "
+               "persistent_workers=True)"),
 }
 
 
@@ -862,6 +879,7 @@ def test_mistake_loses_points(exercise, source):
     (("fixed-epoch", "one-stream"), "fixed-epoch-tests-overlap", "copy overlap: 0%"),
     (("fixed-epoch", "nobody-waits"), "fixed-epoch-tests-overlap", "before its copy had landed"),
     (("fixed-epoch", "fifty-steps"), "fixed-epoch-tests-results", "StopIteration"),
+    (("fixed-epoch", "shuffle-dropped"), "fixed-epoch-tests-results", "shuffle=True"),
 ])
 def test_failures_say_what_to_fix(mistake, cell_id, words):
     results = results_for({mistake[0]: MISTAKES[mistake]})

@@ -14,6 +14,7 @@ the other correct answers that must still get full marks.
 | largest_batch | no buffers | forgets masks and BatchNorm statistics | `-shared-and-buffers` |
 | largest_batch | sums `state_dict()` | counts tied weights twice | `-shared-and-buffers` |
 | largest_batch | negative, float, rounded up | no batch, a fraction, one sample too many | `-basic` |
+| largest_batch | `<` for `<=` (refuses a total equal to the capacity) | one sample short | `-basic` |
 | resume | loads the optimizer, then moves the model | Adam's averages stay on the CPU | `-device` |
 | resume | `map_location=device`, never `model.to(device)` | the model stays on the CPU | `-device` |
 | resume | no `map_location` | a GPU checkpoint does not load on a CPU machine | `-gpu-checkpoint` |
@@ -237,6 +238,8 @@ MISTAKES = {
         result="max(0, (capacity_bytes - fixed) / activation_bytes_per_sample)"),
     ("largest-batch", "rounds-up"): budget_with(
         result="max(0, -(-(capacity_bytes - fixed) // activation_bytes_per_sample))"),
+    ("largest-batch", "strictly-below"): budget_with(
+        result="max(0, (capacity_bytes - fixed - 1) // activation_bytes_per_sample)"),
     ("largest-batch", "rounds"): budget_with(
         result="max(0, round((capacity_bytes - fixed) / activation_bytes_per_sample))"),
     ("resume", "optimizer-then-move"): resume_with(

@@ -225,6 +225,42 @@ class HostCopySpy(TorchFunctionMode):
         return out
 
 
+def left_behind(model: nn.Module, x: torch.Tensor | None = None) -> list[str]:
+    """Run `model` (moved to `meta`) on a `meta` input; return the tensors it read that `model.to()` left on
+    the CPU (`LeftBehindSpy`), whether or not the call then failed."""
+    spy = LeftBehindSpy()
+    try:
+        with spy:
+            model(torch.randn(2, 5, 16, device="meta") if x is None else x)
+    except RuntimeError:
+        pass  # a CPU tensor beside meta ones: the spy saw it before the operation refused it
+    return spy.tensors
+
+
+class LeftBehindSpy(TorchFunctionMode):
+    """Record every tensor an operation reads on the CPU that the code under the mode did not make itself (a
+    tensor `model.to()` left behind: a plain attribute, a list, a closure's), while the model runs on another
+    device. A 0-dim CPU tensor is left out: operations on any device read it as a number."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tensors: list[str] = []
+        self._made: list[torch.Tensor] = []  # kept alive, so that no other tensor takes one's id
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_leaves
+
+        kwargs = kwargs or {}
+        made = {id(t) for t in self._made}
+        for t in tree_leaves((args, kwargs)):
+            if (isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0 and id(t) not in made
+                    and f"{tuple(t.shape)} {t.dtype}" not in self.tensors):
+                self.tensors.append(f"{tuple(t.shape)} {t.dtype}")
+        out = func(*args, **kwargs)
+        self._made.extend(t for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        return out
+
+
 def copy_weights(model: nn.Module, reference: Tagger) -> None:
     """Give `model` the weights of `reference` (its body and its heads, by position)."""
     with torch.no_grad():
@@ -252,6 +288,9 @@ def _fixed_tagger(fixed_tagger) -> None:
     tensors = [*model.named_parameters(), *model.named_buffers()]
     left = [name for name, t in tensors if t.device.type != "meta"]
     assert not left, f"After model.to('meta') these stayed on the CPU: {left}."
+    behind = left_behind(model)
+    assert not behind, (f"forward reads tensors that model.to('meta') left on the CPU ({', '.join(behind)}): "
+                        "model.to() moves parameters and buffers only (register_buffer).")
     try:
         with HostCopySpy() as spy:
             out = model(torch.randn(2, 5, 16, device="meta"))

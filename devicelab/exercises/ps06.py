@@ -420,6 +420,7 @@ class CapstoneResult:
     extra_uploads: int  # host-to-device copies beyond one x and one y per step
     batch_size: int
     seconds: float  # the simulated epoch
+    shuffled: bool  # the photos came in another order than the dataset's
 
     def shortfalls(self) -> list[str]:
         """Return each measure off the capstone's target, in the trace's words."""
@@ -458,7 +459,7 @@ def capstone_run(fixed_epoch, batches: int = GRADED_BATCHES, extra: int = 0) -> 
     except TypeError:
         losses = None
     result = CapstoneResult(measures, run.steps, losses, tuple(run.races), max(0, uploads - 2 * run.steps),
-                            run.loader.batch_size, run.seconds)
+                            run.loader.batch_size, run.seconds, run.shuffled)
     if key is not None:
         _RUNS[key] = result
     return result
@@ -469,6 +470,8 @@ def _fixed_epoch(fixed_epoch) -> None:
     assert run.losses == run.steps, (f"Return one loss per step ({run.steps}); got "
                                      f"{'no sequence' if run.losses is None else run.losses}.")
     assert run.batch_size == BATCH, f"Keep the script's batches of {BATCH}; yours has {run.batch_size}."
+    assert run.shuffled, ("Keep the script's shuffled batches (shuffle=True): yours reads the photos in the "
+                          "dataset's order, so every epoch sees the same batches.")
     assert not run.races, (f"{len(run.races)} kernels read a batch before its copy had landed: on a GPU they "
                            "may read the memory before the copy arrives.")
     assert not run.extra_uploads, (f"{run.extra_uploads} host-to-device copies beyond each batch's x and y: "
