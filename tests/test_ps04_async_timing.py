@@ -19,7 +19,7 @@ CELLS_OF = {
     "step-times-ms": ("step-times-ms-tests-values", "step-times-ms-tests-one-wait"),
     "fixed-tagger": ("fixed-tagger-tests-same", "fixed-tagger-tests-moves", "fixed-tagger-tests-forward"),
 }
-POINTS_OF = {"measure": 8, "bandwidth-gbps": 2, "step-times-ms": 4, "fixed-tagger": 5}
+POINTS_OF = {"measure": 16, "bandwidth-gbps": 2, "step-times-ms": 4, "fixed-tagger": 10}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "measure": "def measure(fn, *, sync, clock=time.perf_counter, warmup: int = 1, repeats: int = 5)"
@@ -98,10 +98,10 @@ def test_imports_points_and_check_calls():
                  "left_behind")):
         assert line in support.imports_cell(code).source.splitlines()
     assert support.points_by_cell(graded) == {
-        "measure-tests-basic": 2, "measure-tests-sync": 2, "measure-tests-warmup": 2,
-        "measure-tests-median": 2, "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1,
-        "step-times-ms-tests-values": 2, "step-times-ms-tests-one-wait": 2, "fixed-tagger-tests-same": 1,
-        "fixed-tagger-tests-moves": 2, "fixed-tagger-tests-forward": 2}
+        "measure-tests-basic": 4, "measure-tests-sync": 4, "measure-tests-warmup": 4,
+        "measure-tests-median": 4, "bandwidth-gbps-tests-basic": 1, "bandwidth-gbps-tests-errors": 1,
+        "step-times-ms-tests-values": 2, "step-times-ms-tests-one-wait": 2, "fixed-tagger-tests-same": 2,
+        "fixed-tagger-tests-moves": 4, "fixed-tagger-tests-forward": 4}
     checks = [c.source for c in code if c.source.startswith("check(")]
     assert checks == [('check("measure")  # instant feedback; hint("measure") gives a nudge, '
                        'call it again for more'),

@@ -21,7 +21,7 @@ CELLS_OF = {
     "eval-accuracy": ("eval-accuracy-tests-values", "eval-accuracy-tests-no-sync",
                       "eval-accuracy-tests-eval-mode"),
 }
-POINTS_OF = {"make-loader": 4, "train-epoch": 6, "eval-accuracy": 5}
+POINTS_OF = {"make-loader": 4, "train-epoch": 6, "eval-accuracy": 10}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "make-loader": "def make_loader(dataset, device, batch_size: int = 64, num_workers: int = 0)"

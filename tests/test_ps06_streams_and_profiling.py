@@ -29,7 +29,7 @@ CELLS_OF = {
                     "fixed-epoch-tests-busy", "fixed-epoch-tests-overlap"),
 }
 POINTS_OF = {"copy-totals": 3, "overlap-fraction": 4, "sync-ops": 3, "refill-pinned": 4, "copy-then-run": 4,
-             "fixed-epoch": 8}
+             "fixed-epoch": 16}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "copy-totals": 'def copy_totals(trace: dict) -> dict:\n    """Sum the copies."""\n',

@@ -45,7 +45,7 @@ CELLS_OF = {
                "resume-tests-safe"),
     "fit-batch": ("fit-batch-tests-halving", "fit-batch-tests-other-errors", "fit-batch-tests-references"),
 }
-POINTS_OF = {"largest-batch": 5, "resume": 6, "fit-batch": 4}
+POINTS_OF = {"largest-batch": 10, "resume": 12, "fit-batch": 8}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "largest-batch": ("def largest_batch(model: nn.Module, activation_bytes_per_sample: int, "
