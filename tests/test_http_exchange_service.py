@@ -10,8 +10,11 @@ import asyncio
 import contextlib
 import io
 import json
+import os
+import socket
 import tarfile
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,7 +26,6 @@ from jupyterhub.services.auth import check_scopes
 from nbgrader.auth import Authenticator
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.exchange.abc import ExchangeError
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
@@ -60,14 +62,15 @@ class TokenTable:
 
 @contextlib.contextmanager
 def serving(store: FolderStore) -> Iterator[str]:
-    """Run the service's app on a loopback port in a thread for the block; yield its address."""
+    """Run the service's app on a loopback port in a thread for the block, in the HTTP server the service runs
+    in (its timeouts included); yield its address."""
     sockets = bind_sockets(0, "127.0.0.1")
     loop = asyncio.new_event_loop()
     ready = threading.Event()
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        HTTPServer(make_app(store, TokenTable(), PREFIX)).add_sockets(sockets)
+        service_module.http_server(make_app(store, TokenTable(), PREFIX)).add_sockets(sockets)
         ready.set()
         loop.run_forever()
 
@@ -197,6 +200,69 @@ def test_an_upload_without_a_length_is_cut_off_at_the_cap(service) -> None:
         urllib.request.urlopen(request, timeout=60)
     assert store.children((SUBMITTED, "ps01")) == []
     assert call(url, "ann-token", "GET", "assignments")[0] == 200  # and the service goes on
+
+
+def stalled_upload(url: str, token: str, path: str) -> socket.socket:
+    """Start an upload that declares 1 MiB, sends 512 bytes and then nothing (a slow-loris upload)."""
+    where = urllib.parse.urlsplit(url)
+    connection = socket.create_connection((where.hostname, where.port), timeout=30)
+    connection.sendall((f"POST {where.path}api/{path} HTTP/1.1\r\nHost: {where.netloc}\r\n"
+                        f"Authorization: token {token}\r\nContent-Length: {1 << 20}\r\n\r\n").encode()
+                       + b"\0" * 512)
+    return connection
+
+
+def answer_of(connection: socket.socket) -> bytes:
+    """Return what the service says on a connection before it closes it (b"" when it just closes it)."""
+    said = b""
+    with contextlib.suppress(OSError):
+        while chunk := connection.recv(65536):
+            said += chunk
+    return said
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_slow_uploads_neither_starve_a_classmate_nor_keep_their_files(tmp_path, monkeypatch) -> None:
+    """A student opens many uploads that never finish (issue 61: 560 of them filled a service's 1024 files,
+    and a classmate's submit got HTTP 500). Past her share each is refused at once; those within it are cut
+    off when the body timeout passes, and their temporary files closed; a classmate submits meanwhile."""
+    monkeypatch.setattr(service_module, "BODY_TIMEOUT_S", 2.0)
+    store = FolderStore(tmp_path / "store")
+    with serving(store) as url:
+        released(url)
+        before = open_files()
+        stalled = [stalled_upload(url, "ann-token", "submissions/ps01") for _ in range(40)]
+        assert call(url, "bob-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+        answers = [answer_of(c) for c in stalled]  # each ends: refused, or cut off at the body timeout
+        refused = [a for a in answers if a.startswith(b"HTTP/1.1 429")]
+        assert len(refused) == 40 - service_module.UPLOADS_PER_CALLER, [a[:40] for a in answers]
+        assert all(not a or a.startswith((b"HTTP/1.1 429", b"HTTP/1.1 400")) for a in answers)
+        for connection in stalled:
+            connection.close()
+        assert store.children((SUBMITTED, "ps01")) == ["bob"]
+        deadline = time.monotonic() + 30
+        while open_files() > before + 2 and time.monotonic() < deadline:  # the service's side closes
+            time.sleep(0.05)
+        assert open_files() <= before + 2, f"{open_files() - before} files still open after the uploads ended"
+        assert call(url, "ann-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+
+
+def test_the_service_never_holds_more_uploads_than_it_can(tmp_path, monkeypatch) -> None:
+    """Past the service's total of open uploads (colluding students, each within her share), the next is told
+    to come back later (503), before any file is opened for it."""
+    monkeypatch.setattr(service_module, "MAX_OPEN_UPLOADS", 3)
+    store = FolderStore(tmp_path / "store")
+    with serving(store) as url:
+        released(url)
+        held = [stalled_upload(url, token, "submissions/ps01") for token in ("ann-token", "bob-token")
+                for _ in range(service_module.UPLOADS_PER_CALLER)][:3]
+        late = stalled_upload(url, "bob-token", "submissions/ps01")
+        assert answer_of(late).startswith(b"HTTP/1.1 503")
+        for connection in (*held, late):
+            connection.close()
 
 
 def test_a_student_keeps_at_most_so_many_submissions(service, monkeypatch) -> None:

@@ -40,6 +40,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tornado import web
+from tornado.httpserver import HTTPServer
 
 from autograder.grading.results import Status
 from autograder.hub.exchange import printable
@@ -66,6 +67,12 @@ from autograder.hub.http_exchange.work import (
 )
 
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's Exchange.timestamp_format
+# A request's headers and body must arrive within these (tornado's default is an hour each): an upload that
+# stalls is cut off, and its file closed, instead of being held open for whoever sent it.
+IDLE_TIMEOUT_S = 60.0  # for a connection's next request, and for a request's headers
+BODY_TIMEOUT_S = 120.0  # for a whole body: the largest cap's worth at 1 MB/s
+UPLOADS_PER_CALLER = 4  # uploads one user (or service) may have open at once; past it: 429
+MAX_OPEN_UPLOADS = 256  # uploads open at once, everyone's: past it 503, well inside a service's 1024 files
 NAME = r"([^/]+)"
 log = logging.getLogger("devicelab.exchange")
 
@@ -138,22 +145,53 @@ class ApiHandler(web.RequestHandler):
         self.finish(json.dumps({"error": message}))
 
 
+class UploadSlots:
+    """The uploads open now, by caller: one past its caller's share is refused (429), one past everyone's total
+    is told to come back (503), before a file is opened for either. (One event loop: no lock.)"""
+
+    def __init__(self) -> None:
+        self.open: dict[str, int] = {}
+
+    def take(self, caller: str) -> None:
+        if self.open.get(caller, 0) >= UPLOADS_PER_CALLER:
+            raise web.HTTPError(429, f"you have {UPLOADS_PER_CALLER} uploads open already: let one finish")
+        if sum(self.open.values()) >= MAX_OPEN_UPLOADS:
+            raise web.HTTPError(503, "the exchange is busy: try again in a minute")
+        self.open[caller] = self.open.get(caller, 0) + 1
+
+    def give_back(self, caller: str) -> None:
+        left = self.open.get(caller, 0) - 1
+        if left > 0:
+            self.open[caller] = left
+        else:
+            self.open.pop(caller, None)
+
+
 @web.stream_request_body
 class UploadHandler(ApiHandler):
-    """A request whose body is a tar stream, spooled to a temporary file and cut off past the cap."""
+    """A request whose body is a tar stream, spooled to a temporary file and cut off past the cap; it holds
+    one of its caller's upload slots until it ends, however it ends (finished, refused, cut off)."""
 
     limits = SUBMISSION_LIMITS
+    slot: str | None = None
+
+    def initialize(self, store: Store, auth, leases: Leases, uploads: UploadSlots) -> None:
+        super().initialize(store, auth, leases)
+        self.uploads = uploads
 
     async def prepare(self) -> None:
         await super().prepare()
         self.cap = upload_cap(self.limits)
-        if self.request.method in ("PUT", "POST"):
-            self.request.connection.set_max_body_size(self.cap)
-            declared = int(self.request.headers.get("Content-Length", "0") or 0)
-            if declared > self.cap:
-                raise web.HTTPError(413, f"over the exchange's cap of {self.cap} bytes")
         self.received = 0
-        self.body = tempfile.TemporaryFile()  # noqa: SIM115 (closed in on_finish)
+        if self.request.method not in ("PUT", "POST"):
+            return
+        self.request.connection.set_max_body_size(self.cap)
+        declared = int(self.request.headers.get("Content-Length", "0") or 0)
+        if declared > self.cap:
+            raise web.HTTPError(413, f"over the exchange's cap of {self.cap} bytes")
+        self.uploads.take(self.caller.name)
+        self.slot = self.caller.name
+        self.body = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _end)
 
     def data_received(self, chunk: bytes) -> None:
         self.received += len(chunk)
@@ -161,9 +199,20 @@ class UploadHandler(ApiHandler):
             raise web.HTTPError(413, f"over the exchange's cap of {self.cap} bytes")
         self.body.write(chunk)
 
-    def on_finish(self) -> None:
+    def _end(self) -> None:
+        """Close the upload's file and give its slot back (once, whichever end comes first)."""
         if hasattr(self, "body"):
             self.body.close()
+        if self.slot is not None:
+            self.uploads.give_back(self.slot)
+            self.slot = None
+
+    def on_finish(self) -> None:
+        self._end()
+
+    def on_connection_close(self) -> None:  # the sender went away, or the body timeout cut it off
+        self._end()
+        super().on_connection_close()
 
     async def put_tree(self, key: tuple[str, ...], replace: bool) -> dict:
         """Unpack the upload as the tree at key, in a thread (other requests go on meanwhile)."""
@@ -368,18 +417,26 @@ def make_app(store: Store, auth, prefix: str = "/", leases: Leases | None = None
     """Return the service's tornado application, its routes under the service's prefix."""
     api = prefix.rstrip("/") + "/api"
     args = {"store": store, "auth": auth, "leases": leases or Leases()}
+    uploads = {**args, "uploads": UploadSlots()}
     return web.Application([
         (f"{api}/assignments", AssignmentsHandler, args),
-        (f"{api}/assignments/{NAME}", ReleasedHandler, args),
+        (f"{api}/assignments/{NAME}", ReleasedHandler, uploads),
         (f"{api}/submissions", SubmissionsHandler, args),
-        (f"{api}/submissions/{NAME}", SubmitHandler, args),
+        (f"{api}/submissions/{NAME}", SubmitHandler, uploads),
         (f"{api}/submissions/{NAME}/{NAME}/{NAME}", SubmissionHandler, args),
         (f"{api}/feedback/{NAME}", OwnFeedbackHandler, args),
-        (f"{api}/feedback/{NAME}/{NAME}/{NAME}", FeedbackHandler, args),
+        (f"{api}/feedback/{NAME}/{NAME}/{NAME}", FeedbackHandler, uploads),
         (f"{api}/work", WorkHandler, args),
         (f"{api}/results", ResultsHandler, args),
         (f"{api}/results/{NAME}/{NAME}/{NAME}", ResultHandler, args),
     ])
+
+
+def http_server(app: web.Application) -> HTTPServer:
+    """Return the HTTP server the service runs its app in: bodies up to the largest cap (each route cuts its
+    own lower), and no request, or upload, left open past its timeout."""
+    return HTTPServer(app, max_body_size=upload_cap(RELEASE_LIMITS), idle_connection_timeout=IDLE_TIMEOUT_S,
+                      body_timeout=BODY_TIMEOUT_S)
 
 
 async def serve(store: Store, leases: Leases) -> None:
@@ -389,7 +446,7 @@ async def serve(store: Store, leases: Leases) -> None:
     url = urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
     app = make_app(store, HubAuth(cache_max_age=60), os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/"),
                    leases)
-    app.listen(url.port or 80, url.hostname or "127.0.0.1", max_body_size=upload_cap(RELEASE_LIMITS))
+    http_server(app).listen(url.port or 80, url.hostname or "127.0.0.1")
     log.info("exchange service on %s, store %s", url.geturl(), getattr(store, "root", store))
     await asyncio.Event().wait()
 
