@@ -146,8 +146,8 @@ class ApiHandler(web.RequestHandler):
 
 
 class UploadSlots:
-    """The uploads open now, by caller: one past its caller's share is refused (429), one past everyone's total
-    is told to come back (503), before a file is opened for either. (One event loop: no lock.)"""
+    """The uploads open now, by caller: one past its caller's share is refused (429), one past everyone's
+    total is told to come back (503), before a file is opened for either. (One event loop: no lock.)"""
 
     def __init__(self) -> None:
         self.open: dict[str, int] = {}
