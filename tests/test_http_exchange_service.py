@@ -274,6 +274,34 @@ def test_a_student_keeps_at_most_so_many_submissions(service, monkeypatch) -> No
     assert call(url, "bob-token", "POST", "submissions/ps01", tar_of({"a": b""}))[0] == 200
 
 
+def test_uploads_that_finish_together_cannot_pass_the_cap_together(service, monkeypatch) -> None:
+    """Issue 61: 150 uploads sent at once kept 66 to 125 submissions with a cap of 50: each passed the check
+    before any was kept. Here unpacking is slowed so that every upload is past the check before the first is
+    kept, as on a loaded service."""
+    url, store = service
+    released(url)
+    monkeypatch.setattr(service_module, "MAX_SUBMISSIONS", 2)
+    real_put = FolderStore.put
+    all_in = threading.Barrier(service_module.UPLOADS_PER_CALLER, timeout=5)
+
+    def slow_put(self, *args, **kwargs):
+        with contextlib.suppress(threading.BrokenBarrierError):
+            all_in.wait()  # those let through all unpack at once (with the cap held, only 2 get here)
+        return real_put(self, *args, **kwargs)
+
+    monkeypatch.setattr(FolderStore, "put", slow_put)
+    codes: list[int] = []
+    senders = [threading.Thread(target=lambda: codes.append(
+        call(url, "ann-token", "POST", "submissions/ps01", tar_of({"a": b""}))[0]))
+        for _ in range(service_module.UPLOADS_PER_CALLER)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(30)
+    assert sorted(codes) == [200, 200] + [429] * (service_module.UPLOADS_PER_CALLER - 2), codes
+    assert len(store.children((SUBMITTED, "ps01", "ann"))) == 2
+
+
 def test_the_graders_pages_are_staged_with_their_submissions_time(tmp_path: Path) -> None:
     course = tmp_path / "course"
     for student in ("ann", "bob"):

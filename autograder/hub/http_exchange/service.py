@@ -27,6 +27,7 @@ archive.py's refusals.
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import io
 import json
@@ -35,6 +36,7 @@ import os
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -258,17 +260,41 @@ class SubmissionsHandler(ApiHandler):
         self.send_json({"submissions": [asdict(s) for s in submissions(self.store, assignment, student)]})
 
 
+class Filing:
+    """The submissions being unpacked now, by (assignment, student): they count against the cap with those
+    kept, so uploads that finish together cannot all pass it. (One event loop: no lock.)"""
+
+    def __init__(self) -> None:
+        self.now: dict[tuple[str, str], int] = {}
+
+    @contextlib.contextmanager
+    def one(self, key: tuple[str, str]) -> Iterator[None]:
+        self.now[key] = self.now.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            self.now[key] -= 1
+            if not self.now[key]:
+                del self.now[key]
+
+
 class SubmitHandler(UploadHandler):
+    def initialize(self, filing: Filing, **rest) -> None:
+        super().initialize(**rest)
+        self.filing = filing
+
     async def post(self, assignment: str) -> None:
         if self.caller.kind != "user":
             raise web.HTTPError(403, "only a user submits (a service's token has no student)")
         if not self.store.children((RELEASED, _part(assignment))):
             raise web.HTTPError(404, f"{assignment} is not released")
-        if len(self.store.children((SUBMITTED, assignment, _part(self.caller.name)))) >= MAX_SUBMISSIONS:
+        key = (assignment, _part(self.caller.name))
+        if len(self.store.children((SUBMITTED, *key))) + self.filing.now.get(key, 0) >= MAX_SUBMISSIONS:
             raise web.HTTPError(429, f"{MAX_SUBMISSIONS} submissions of {assignment} are kept already: ask "
                                      "the course's staff")
         stamp = now_stamp()
-        done = await self.put_tree((SUBMITTED, assignment, _part(self.caller.name), stamp), replace=False)
+        with self.filing.one(key):  # counted from the check on, until it is kept or refused
+            done = await self.put_tree((SUBMITTED, *key, stamp), replace=False)
         log.info("%s submitted %s at %s: %d files", printable(self.caller.name), printable(assignment), stamp,
                  len(done["files"]))
         self.send_json({"student_id": self.caller.name, "assignment_id": assignment, "timestamp": stamp,
@@ -422,7 +448,7 @@ def make_app(store: Store, auth, prefix: str = "/", leases: Leases | None = None
         (f"{api}/assignments", AssignmentsHandler, args),
         (f"{api}/assignments/{NAME}", ReleasedHandler, uploads),
         (f"{api}/submissions", SubmissionsHandler, args),
-        (f"{api}/submissions/{NAME}", SubmitHandler, uploads),
+        (f"{api}/submissions/{NAME}", SubmitHandler, {**uploads, "filing": Filing()}),
         (f"{api}/submissions/{NAME}/{NAME}/{NAME}", SubmissionHandler, args),
         (f"{api}/feedback/{NAME}", OwnFeedbackHandler, args),
         (f"{api}/feedback/{NAME}/{NAME}/{NAME}", FeedbackHandler, uploads),
