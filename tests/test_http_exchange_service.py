@@ -36,6 +36,7 @@ from autograder.hub.http_exchange.archive import upload_cap
 from autograder.hub.http_exchange.service import SUBMISSION_LIMITS, make_app
 from autograder.hub.http_exchange.staff import stage_feedback
 from autograder.hub.http_exchange.store import SUBMITTED, FolderStore
+from autograder.hub.http_exchange.work import Leases, Offer, keep_leased
 
 ACCESS = "access:services!service=course-exchange"
 PREFIX = "/services/course-exchange/"
@@ -61,7 +62,7 @@ class TokenTable:
 
 
 @contextlib.contextmanager
-def serving(store: FolderStore) -> Iterator[str]:
+def serving(store: FolderStore, leases: Leases | None = None) -> Iterator[str]:
     """Run the service's app on a loopback port in a thread for the block, in the HTTP server the service runs
     in (its timeouts included); yield its address."""
     sockets = bind_sockets(0, "127.0.0.1")
@@ -70,7 +71,7 @@ def serving(store: FolderStore) -> Iterator[str]:
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        service_module.http_server(make_app(store, TokenTable(), PREFIX)).add_sockets(sockets)
+        service_module.http_server(make_app(store, TokenTable(), PREFIX, leases)).add_sockets(sockets)
         ready.set()
         loop.run_forever()
 
@@ -300,6 +301,65 @@ def test_uploads_that_finish_together_cannot_pass_the_cap_together(service, monk
         sender.join(30)
     assert sorted(codes) == [200, 200] + [429] * (service_module.UPLOADS_PER_CALLER - 2), codes
     assert len(store.children((SUBMITTED, "ps01", "ann"))) == 2
+
+
+def test_a_worker_keeps_its_lease_for_as_long_as_it_grades(tmp_path: Path) -> None:
+    """Issue 61: a lease covered one grading attempt, the grader makes up to three, so a second worker was
+    handed the same submission and one post was refused. A worker that renews its lease keeps it past the
+    first expiry; only the lease held now can be renewed, and only by staff."""
+    now = [0.0]
+    store = FolderStore(tmp_path / "store")
+    with serving(store, Leases(lease_s=60, clock=lambda: now[0])) as url:
+        released(url)
+        status, body = call(url, "ann-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))
+        stamp = json.loads(body)["timestamp"]
+        lease = json.loads(call(url, "ivy-token", "POST", "work")[1])
+        renew = f"work/ps01/ann/{urllib.parse.quote(stamp)}?lease="
+        now[0] = 50.0
+        status, body = call(url, "ivy-token", "POST", renew + lease["lease_id"])
+        assert status == 200 and json.loads(body)["lease_s"] == 60, body
+        now[0] = 100.0  # past the first expiry, inside the renewed one
+        assert call(url, "ivy-token", "POST", "work")[0] == 204, "a renewed lease is not handed out again"
+        assert call(url, "ann-token", "POST", renew + lease["lease_id"])[0] == 403
+        assert call(url, "ivy-token", "POST", renew + "made-up")[0] == 409
+        now[0] = 200.0  # expired: another worker takes it, and the first can no longer renew
+        second = json.loads(call(url, "ivy-token", "POST", "work")[1])
+        assert second["lease_id"] != lease["lease_id"]
+        assert call(url, "ivy-token", "POST", renew + lease["lease_id"])[0] == 409
+
+
+class RenewalsSeen:
+    """Stands in for the service: notes each renewal, refuses them from the `refuse_after`-th on (409)."""
+
+    def __init__(self, enough: int, refuse_after: int | None = None) -> None:
+        self.calls: list[tuple[str, str, dict]] = []
+        self.enough, self.refuse_after = threading.Event(), refuse_after
+        self.wanted = enough
+
+    def call(self, method: str, path: str, body: bytes | None = None, **query: str) -> bytes:
+        from autograder.hub.http_exchange.api import ServiceError
+
+        self.calls.append((method, path, query))
+        if len(self.calls) >= self.wanted:
+            self.enough.set()
+        if self.refuse_after is not None and len(self.calls) >= self.refuse_after:
+            raise ServiceError(409, "the lease has ended")
+        return b'{"lease_s": 0.03}'
+
+
+def test_keep_leased_renews_until_the_grading_ends_and_stops_when_refused() -> None:
+    offer = Offer("L1", "ann", "ps01", "2026-12-02 10:00:00.000000 UTC", lease_s=0.03)
+    seen = RenewalsSeen(enough=3)
+    with keep_leased(seen, offer) as kept:
+        assert seen.enough.wait(30), f"renewed {len(seen.calls)} times while grading"
+    assert not kept.thread.is_alive(), "it renews after the grading ended"
+    assert seen.calls[0] == ("POST", "work/ps01/ann/2026-12-02 10:00:00.000000 UTC", {"lease": "L1"})
+    assert not kept.lost.is_set()
+    refused = RenewalsSeen(enough=1, refuse_after=1)
+    with keep_leased(refused, offer) as kept:
+        assert refused.enough.wait(30)
+        assert kept.lost.wait(30), "a refused renewal says the lease is lost"
+    assert len(refused.calls) == 1, "no renewal after the service said the lease has ended"
 
 
 def test_the_graders_pages_are_staged_with_their_submissions_time(tmp_path: Path) -> None:

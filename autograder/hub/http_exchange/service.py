@@ -19,6 +19,7 @@ archive.py's refusals.
     PUT  api/feedback/A/S/T                       give a submission's feedback pages back (staff)
     GET  api/feedback/A                           your own feedback pages, TIMESTAMP/NOTEBOOK.html
     POST api/work[?assignment=A,B]                lease the oldest ungraded submission (staff; 204: none)
+    POST api/work/A/S/T?lease=L                   renew that lease while it is graded (staff; 409: ended)
     PUT  api/work {"submissions": [{...}, ...]}   hand out exactly these submissions, each with how (staff)
     PUT  api/work {"assignments": [A, ...]}       hand out only these assignments' submissions (staff)
     PUT  api/results/A/S/T?lease=L                a worker's result and feedback pages, recorded once (staff)
@@ -364,6 +365,16 @@ class WorkHandler(ApiHandler):
         self.send_json({"assignments": sorted(self.leases.handed_out)})
 
 
+class LeaseHandler(ApiHandler):
+    def post(self, assignment: str, student: str, stamp: str) -> None:
+        """Renew a lease while its worker grades (work.keep_leased)."""
+        self.require_staff()
+        renewed = self.leases.renew((assignment, student, stamp), self.get_argument("lease", ""))
+        if renewed is None:
+            raise web.HTTPError(409, "that lease has ended: the submission may be another worker's now")
+        self.send_json({"lease_s": renewed})
+
+
 class ResultHandler(ApiHandler):
     async def put(self, assignment: str, student: str, stamp: str) -> None:
         self.require_staff()
@@ -453,6 +464,7 @@ def make_app(store: Store, auth, prefix: str = "/", leases: Leases | None = None
         (f"{api}/feedback/{NAME}", OwnFeedbackHandler, args),
         (f"{api}/feedback/{NAME}/{NAME}/{NAME}", FeedbackHandler, uploads),
         (f"{api}/work", WorkHandler, args),
+        (f"{api}/work/{NAME}/{NAME}/{NAME}", LeaseHandler, args),
         (f"{api}/results", ResultsHandler, args),
         (f"{api}/results/{NAME}/{NAME}/{NAME}", ResultHandler, args),
     ])

@@ -10,12 +10,14 @@ stored submission as the one it was handed to next); any later one is refused as
 is lost or counted twice.
 """
 
+import contextlib
 import datetime
 import json
 import secrets
+import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 
 from autograder.grading.results import Status, StudentResult
 from autograder.hub.http_exchange.api import ServiceClient, ServiceError, SubmissionInfo
@@ -178,6 +180,14 @@ class Leases:
         held = self.held.get(key)
         return held is not None and held.lease_id == lease_id and held.expires > self.clock()
 
+    def renew(self, key: tuple[str, str, str], lease_id: str) -> float | None:
+        """Extend the submission's lease, if it is this one and live, by a full lease from now; return its
+        length (None: it is not held by this lease any more, and may be another worker's)."""
+        if not self.live(key, lease_id):
+            return None
+        self.held[key] = replace(self.held[key], expires=self.clock() + self.lease_s)
+        return self.lease_s
+
     def begin_recording(self, key: tuple[str, str, str]) -> bool:
         """Claim the right to write a submission's result (False: another post is writing it now)."""
         if key in self.recording:
@@ -238,6 +248,41 @@ def hand_out(service: ServiceClient, handouts: Iterable[Handout]) -> None:
     """Tell the service exactly which submissions to hand to workers, and how each is graded (`PUT api/work`,
     staff)."""
     service.call("PUT", "work", json.dumps({"submissions": [asdict(h) for h in handouts]}).encode())
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """A lease being renewed while its submission is graded (`keep_leased`)."""
+
+    lost: threading.Event  # set when the service said the lease is no longer this worker's
+    thread: threading.Thread
+
+
+@contextlib.contextmanager
+def keep_leased(service: ServiceClient, offer: Offer) -> Iterator[Renewal]:
+    """Renew the offer's lease every third of its length while the block runs, so that no other worker is
+    handed the submission while this one grades it (a grading of several attempts outlasts one lease); stop
+    at the block's end, or for good when the service says the lease has ended (`lost`). A renewal that does
+    not reach the service is tried again at the next third."""
+    done, lost = threading.Event(), threading.Event()
+    path = f"work/{offer.assignment_id}/{offer.student_id}/{offer.timestamp}"
+
+    def renew() -> None:
+        while not done.wait(offer.lease_s / 3):
+            try:
+                service.call("POST", path, lease=offer.lease_id)
+            except ServiceError as exc:
+                if exc.status in (403, 404, 409):
+                    lost.set()
+                    return
+
+    thread = threading.Thread(target=renew, name=f"lease {offer.lease_id[:8]}", daemon=True)
+    thread.start()
+    try:
+        yield Renewal(lost, thread)
+    finally:
+        done.set()
+        thread.join()
 
 
 def post_result(service: ServiceClient, offer: Offer, result: WorkResult) -> bool:

@@ -32,7 +32,7 @@ from autograder.hub.exchange import printable
 from autograder.hub.http_exchange.api import ServiceClient, ServiceError
 from autograder.hub.http_exchange.archive import ArchiveRefused
 from autograder.hub.http_exchange.staff import take_submission
-from autograder.hub.http_exchange.work import Offer, WorkResult, post_result, take_work
+from autograder.hub.http_exchange.work import Offer, WorkResult, keep_leased, post_result, take_work
 from autograder.hub.service.autograde import Place, Waiting, result_pages
 from autograder.hub.service.autograde_queue import AutogradeSetting, HiddenTests
 
@@ -146,7 +146,8 @@ class Worker:
         from autograder.grading.errors import GradingError
 
         try:
-            result = self.grade(offer)
+            with keep_leased(self.service, offer):  # no other worker is handed it while this one grades
+                result = self.grade(offer)
         except GradingError as exc:  # not graded: its lease runs out and it is handed out again
             logger.info(printable(f"{offer.student_id} {offer.assignment_id} {offer.timestamp}: not graded: "
                                   f"{exc}"))
