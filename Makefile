@@ -59,7 +59,7 @@ STUDENT_JUPYTER := $(CURDIR)/etc/jupyter/student
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv colab-env lab lab-instructor test test-fast compile build tidy validate lint mywork book clean-venv
+.PHONY: help venv colab-env lab lab-instructor test test-fast compile build tidy validate lint mywork book screenshots clean-venv
 
 help:  ## List the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -141,6 +141,9 @@ mywork: $(COURSE_STAMP)  ## Copy lessons and assignments into mywork/ (never ove
 
 diagrams: $(STAMP)  ## Redraw the lessons' diagrams (docs/images/*.svg) from docs/images/diagrams.py
 	$(PY) docs/images/diagrams.py
+
+screenshots: $(STAMP)  ## Retake the README's screenshots (docs/images/*.png) from a student's JupyterLab
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) docs/images/screenshots.py
 
 clean-venv:  ## Remove the virtual environments
 	rm -rf $(VENV) $(COLAB_VENV)
