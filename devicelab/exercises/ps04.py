@@ -207,21 +207,46 @@ class Tagger(nn.Module):
         return scores / self.temperature + self.bias
 
 
+_MADE_FROM_HOST_DATA = ("tensor", "as_tensor", "asarray", "new_tensor")  # on a device: the data is copied
+_INDEXING = ("__getitem__", "__setitem__", "index_put", "index_put_")
+
+
+def _described(t: torch.Tensor) -> str:
+    return f"{tuple(t.shape)} {t.dtype}"
+
+
 class HostCopySpy(TorchFunctionMode):
-    """Record every tensor copied from the CPU to another device while the mode is on (.to, .cuda, copy_)."""
+    """Record every tensor copied from the CPU to another device while the mode is on: by `.to`, `.cuda`
+    or `copy_`; made on a device from host data (`torch.tensor(..., device=...)`, `torch.as_tensor`,
+    `torch.asarray`, `t.new_tensor`: the data starts on the host); and a CPU index tensor or value in
+    indexing a tensor on another device (`t[idx]`, `t[idx] = v`, `index_put_`), which PyTorch copies there.
+    A 0-dim CPU index (PyTorch reads it as a number) or value is left out."""
 
     def __init__(self) -> None:
         super().__init__()
         self.copies: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_leaves
+
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         out = func(*args, **kwargs)
-        source = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
-        if name in ("to", "cuda", "copy_") and isinstance(source, torch.Tensor) and isinstance(
-                out, torch.Tensor) and source.device.type == "cpu" and out.device.type != "cpu":
-            self.copies.append(f"{tuple(source.shape)} {source.dtype}")
+        if name in ("to", "cuda", "copy_"):
+            source = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
+            if isinstance(source, torch.Tensor) and isinstance(out, torch.Tensor) and (
+                    source.device.type == "cpu" and out.device.type != "cpu"):
+                self.copies.append(_described(source))
+        elif name in _MADE_FROM_HOST_DATA and isinstance(out, torch.Tensor) and out.device.type != "cpu":
+            data = args[1] if name == "new_tensor" and len(args) > 1 else (
+                args[0] if name != "new_tensor" and args else kwargs.get("data"))
+            if not (isinstance(data, torch.Tensor) and data.device.type != "cpu"):
+                self.copies.append(_described(out))
+        elif name in _INDEXING and isinstance(args[0] if args else None, torch.Tensor) and (
+                args[0].device.type != "cpu"):
+            for t in tree_leaves((args[1:], kwargs)):
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0:
+                    self.copies.append(_described(t))
         return out
 
 

@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the course's packages and its test helpers
 
-from tests.browser_support import (  # noqa: E402
+from tests.browser_support import (
     launched_chromium,
     open_notebook,
     run_all,
