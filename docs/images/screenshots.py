@@ -94,6 +94,9 @@ def transfer_lab(page, lab, target: Path) -> None:
                                             "height": plot["y"] + plot["height"] + 8 - top["y"]})
 
 
+SHOTS = {"assignment-check.png": assignment_check, "transfer-lab.png": transfer_lab}
+
+
 def main(argv: list[str]) -> int:
     folder = Path(argv[0]) if argv else HERE
     folder.mkdir(parents=True, exist_ok=True)
@@ -101,7 +104,7 @@ def main(argv: list[str]) -> int:
         root = scratch_course(Path(scratch) / "course")
         (root / ".jupyter-config" / "labconfig" / "page_config.json").write_text(NBGRADER_OFF)
         with running_lab(root, Path(scratch) / "lab.log") as lab, launched_chromium() as browser:
-            for name, take in (("assignment-check.png", assignment_check), ("transfer-lab.png", transfer_lab)):
+            for name, take in SHOTS.items():
                 context = browser.new_context(viewport=VIEWPORT, device_scale_factor=SCALE)
                 try:
                     take(context.new_page(), lab, folder / name)
