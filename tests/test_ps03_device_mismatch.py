@@ -5,6 +5,7 @@ points.
 from functools import partial
 
 import pytest
+import torch
 
 from autograder import COURSE_ROOT
 from tests import assignment_support as support
@@ -17,8 +18,9 @@ CELLS_OF = {
     "off-device": ("off-device-tests", "off-device-tests-buffers"),
     "check-same-device": ("check-same-device-tests", "check-same-device-tests-scalars",
                           "check-same-device-tests-errors"),
+    "fixed-step": ("fixed-step-tests-same", "fixed-step-tests-any-device", "fixed-step-tests-no-copies"),
 }
-POINTS_OF = {"forward-on-model-device": 4, "off-device": 3, "check-same-device": 4}
+POINTS_OF = {"forward-on-model-device": 4, "off-device": 3, "check-same-device": 4, "fixed-step": 16}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "forward-on-model-device": "def forward_on_model_device(model: nn.Module, x: torch.Tensor) -> "
@@ -28,6 +30,9 @@ HEADS = {
                   '    """Name what is elsewhere."""\n',
     "check-same-device": "def check_same_device(*tensors: torch.Tensor) -> torch.device:\n"
                          '    """Return the shared device."""\n',
+    "fixed-step": "def fixed_step(model: nn.Module, batch: tuple, optimizer: torch.optim.Optimizer, "
+                  "device) -> torch.Tensor:\n"
+                  '    """Train one step on any device."""\n',
 }
 
 
@@ -450,3 +455,279 @@ def test_the_prompt_says_a_gpu_operation_takes_at_most_one_cpu_scalar():
     prompt = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
                   if c.get("id") == "check-same-device-prompt")
     assert "at most one such scalar" in prompt and "devices only" in prompt
+
+
+# ----------------------------------------------------------------------------------------------------------
+# fixed_step, a training step that crashes on a GPU. The mistakes came first, from how people fix a step that
+# crashes with "Expected all tensors to be on the same device" (caught by: the fixed-step-tests-... cell):
+#
+# | mistake | what the student believed | caught by |
+# | --- | --- | --- |
+# | only the traceback's line fixed (the arange) | the traceback names the only culprit | any-device |
+# | weights fixed, `CLASS_FREQ` left on the CPU | a tensor made once, outside the step, is fine | any-device |
+# | every constant moved with `.to(device)` each call | moving a tensor where it is used is free | no-copies |
+# | weights by `torch.tensor(..., device=)` each call | made with device=, it skips the host | no-copies |
+# | the arange moved with `.to(device)` each call | a small tensor is free to move | no-copies |
+# | one-hot made on the CPU (`eye(3)[y.cpu()]`), moved | one copy of the whole target is cheap | no-copies |
+# | one-hot scattered with a CPU `arange(len(y))` index | PyTorch moves a CPU index for free | no-copies |
+# | loss computed on the CPU, returned `.to(device)` | where the loss is computed is free | no-copies |
+# | a cache made inside the call (`{}` in the body) | a dict in the function outlives the call | no-copies |
+# | one cache, filled on the first call, any device | a program trains on one device only | any-device |
+# | the device hard-coded as `"cuda"` | the step only ever runs on a GPU | same |
+# | the smoothing made uniform (`0.1 / 3`) | `CLASS_FREQ` was the crash, so it can go | same |
+# | `label_smoothing=0.1` on the class labels | the built-in smoothing computes the same | same |
+# | the class weights dropped | the weights were a crash, not the maths | same |
+# | the loss returned with its graph (`return loss`) | detaching does not matter | same |
+# | the loss returned as a number (`loss.item()`) | the caller wants a number to log | same |
+
+STEP_CONSTANTS = """
+on_device = fixed_step.__dict__.setdefault("constants", {})
+key = torch.device(device)
+if key not in on_device:
+    on_device[key] = (CLASS_FREQ.to(key), torch.tensor([1.0, 2.0, 5.0]).to(key))
+class_freq, weight = on_device[key]
+"""
+STEP_ONE_HOT = "one_hot = (y[:, None] == torch.arange(3, device=device)).float()"
+
+
+STEP_LOSS = "F.cross_entropy(logits, target, weight=weight)"
+
+
+def step_with(constants: str = STEP_CONSTANTS, one_hot: str = STEP_ONE_HOT,
+              target: str = "0.9 * one_hot + 0.1 * class_freq", loss: str = STEP_LOSS,
+              result: str = "loss.detach()") -> str:
+    """Return a fixed_step cell: the reference fix, one piece changed."""
+    return answer("fixed-step", f"""
+x, y = batch
+{constants.strip()}
+logits = model(x)
+{one_hot.strip()}
+target = {target}
+loss = {loss}
+optimizer.zero_grad()
+loss.backward()
+optimizer.step()
+return {result}
+""")
+
+
+CORRECT_STEP = {
+    "buffers-registered-on-the-model": step_with(constants="""
+if not hasattr(model, "class_weight"):
+    model.register_buffer("class_weight", torch.tensor([1.0, 2.0, 5.0]).to(device))
+    model.register_buffer("class_freq", CLASS_FREQ.to(device))
+class_freq, weight = model.class_freq, model.class_weight
+""", one_hot="one_hot = F.one_hot(y, 3).float()"),
+    "everything-made-on-the-device": step_with(constants="""
+weight = torch.ones(3, device=device)
+weight[1], weight[2] = 2.0, 5.0
+class_freq = torch.full((3,), 0.1, device=device)  # CLASS_FREQ, made where it is used
+class_freq[0], class_freq[1] = 0.6, 0.3
+""", one_hot="one_hot = torch.eye(3, device=device)[y]"),
+    "a-cached-helper-after-the-function": step_with(
+        constants="class_freq, weight = _constants(torch.device(device))") + """
+
+import functools
+
+
+@functools.cache
+def _constants(device):
+    return CLASS_FREQ.to(device), torch.tensor([1.0, 2.0, 5.0], device=device)
+""",
+    "own-cross-entropy-on-the-inputs-device": answer("fixed-step", """
+x, y = batch
+kept = globals().setdefault("_STEP_CONSTANTS", {})
+if x.device not in kept:
+    kept[x.device] = torch.stack([CLASS_FREQ, torch.tensor([1.0, 2.0, 5.0])]).to(x.device)
+class_freq, weight = kept[x.device]
+target = 0.9 * F.one_hot(y, num_classes=3).to(x.dtype) + 0.1 * class_freq
+log_p = model(x).log_softmax(dim=1)
+loss = -(target * weight * log_p).sum() / len(y)
+optimizer.zero_grad()
+loss.backward()
+optimizer.step()
+return loss.detach()
+"""),
+    "logs-the-loss": step_with(result='loss.detach()\nprint(f"loss {loss.item():.4f}")').replace(
+        '    return loss.detach()\n    print(f"loss {loss.item():.4f}")',
+        '    print(f"loss {loss.item():.4f}", float(loss.detach()), loss.detach().cpu().tolist())\n'
+        '    return loss.detach()'),
+}
+STEP_MISTAKES = {
+    ("only-the-tracebacks-line", "fixed-step-tests-any-device"): step_with(
+        constants="class_freq, weight = CLASS_FREQ, torch.tensor([1.0, 2.0, 5.0])"),
+    ("class-freq-left-on-the-cpu", "fixed-step-tests-any-device"): step_with(constants="""
+weights = fixed_step.__dict__.setdefault("weights", {})
+if device not in weights:
+    weights[device] = torch.tensor([1.0, 2.0, 5.0]).to(device)
+class_freq, weight = CLASS_FREQ, weights[device]
+"""),
+    ("moved-on-every-call", "fixed-step-tests-no-copies"): step_with(
+        constants="class_freq, weight = CLASS_FREQ.to(device), torch.tensor([1.0, 2.0, 5.0]).to(device)"),
+    ("weights-made-on-the-device-on-every-call", "fixed-step-tests-no-copies"): step_with(
+        constants=STEP_CONSTANTS + "weight = torch.tensor([1.0, 2.0, 5.0], device=device)"),
+    ("arange-moved-on-every-call", "fixed-step-tests-no-copies"): step_with(
+        one_hot="one_hot = (y[:, None] == torch.arange(3).to(device)).float()"),
+    ("one-hot-built-on-the-cpu-then-moved", "fixed-step-tests-no-copies"): step_with(
+        one_hot="one_hot = torch.eye(3)[y.cpu()].to(device)"),
+    ("one-hot-scattered-with-a-cpu-index", "fixed-step-tests-no-copies"): step_with(one_hot="""
+one_hot = torch.zeros(len(y), 3, device=device)
+one_hot[torch.arange(len(y)), y] = 1.0
+"""),
+    ("loss-computed-on-the-cpu", "fixed-step-tests-no-copies"): step_with(
+        constants="class_freq, weight = CLASS_FREQ, torch.tensor([1.0, 2.0, 5.0])",
+        one_hot="one_hot = F.one_hot(y.cpu(), 3).float()",
+        loss="F.cross_entropy(logits.cpu(), target, weight=weight)", result="loss.detach().to(device)"),
+    ("cache-made-inside-the-call", "fixed-step-tests-no-copies"): step_with(
+        constants=STEP_CONSTANTS.replace('fixed_step.__dict__.setdefault("constants", {})', "{}")),
+    ("one-cache-for-the-first-device", "fixed-step-tests-any-device"): step_with(constants="""
+if not hasattr(fixed_step, "constants"):
+    fixed_step.constants = (CLASS_FREQ.to(device), torch.tensor([1.0, 2.0, 5.0]).to(device))
+class_freq, weight = fixed_step.constants
+"""),
+    ("device-hard-coded", "fixed-step-tests-same"): step_with(
+        one_hot='one_hot = (y[:, None] == torch.arange(3, device="cuda")).float()'),
+    ("smoothing-made-uniform", "fixed-step-tests-same"): step_with(target="0.9 * one_hot + 0.1 / 3"),
+    ("built-in-label-smoothing", "fixed-step-tests-same"): step_with(
+        loss="F.cross_entropy(logits, y, weight=weight, label_smoothing=0.1)"),
+    ("class-weights-dropped", "fixed-step-tests-same"): step_with(loss="F.cross_entropy(logits, target)"),
+    ("loss-returned-with-its-graph", "fixed-step-tests-same"): step_with(result="loss"),
+    ("loss-returned-as-a-number", "fixed-step-tests-same"): step_with(result="loss.item()"),
+}
+
+
+def test_step_builder_gives_the_reference_fix():
+    solution = support.solution_sources(support.code_cells(NOTEBOOK))["fixed-step"]
+    code = [line for line in solution.split("### BEGIN SOLUTION")[1].splitlines()
+            if line.strip() and not line.strip().startswith("#") and "END SOLUTION" not in line]
+    built = [line for line in step_with().splitlines()[2:] if line.strip()]
+    assert [line.split("  #")[0].rstrip() for line in code] == built
+
+
+@pytest.mark.parametrize("source", CORRECT_STEP.values(), ids=CORRECT_STEP.keys())
+def test_other_correct_steps_get_full_marks(source):
+    support.assert_all_pass(results_for({"fixed-step": source}))
+
+
+@pytest.mark.parametrize(("source", "cell"), [pytest.param(source, cell, id=name)
+                                              for (name, cell), source in STEP_MISTAKES.items()])
+def test_step_mistake_loses_points(source, cell):
+    support.assert_mistake_loses_points(NOTEBOOK, "fixed-step", source, CELLS_OF, TOTAL, caught_by=cell)
+
+
+@pytest.mark.parametrize(("mistake", "cell", "words"), [
+    ("only-the-tracebacks-line", "fixed-step-tests-any-device", "the step uses is on another device"),
+    ("one-cache-for-the-first-device", "fixed-step-tests-any-device", "whichever device an earlier call"),
+    ("moved-on-every-call", "fixed-step-tests-no-copies", "copied 2 tensors from the host"),
+    ("weights-made-on-the-device-on-every-call", "fixed-step-tests-no-copies", "(3,) torch.float32"),
+    ("one-hot-scattered-with-a-cpu-index", "fixed-step-tests-no-copies", "torch.int64"),
+    ("smoothing-made-uniform", "fixed-step-tests-same", "not the maths"),
+    ("loss-returned-with-its-graph", "fixed-step-tests-same", "loss.detach()"),
+    ("loss-returned-as-a-number", "fixed-step-tests-same", "return the loss as train_step does"),
+])
+def test_step_failures_say_what_to_fix(mistake, cell, words):
+    source = next(s for (name, _), s in STEP_MISTAKES.items() if name == mistake)
+    results = results_for({"fixed-step": source})
+    assert not results[cell].passed and words in results[cell].error, support.report(results)
+
+
+def _step_namespace(source: str) -> dict:
+    namespace: dict = {"__name__": "__main__"}
+    exec(support.imports_cell(support.code_cells(NOTEBOOK)).source, namespace)
+    exec(compile(source, "<fixed_step>", "exec"), namespace)
+    return namespace
+
+
+def test_the_fixed_step_check_agrees_with_the_grading(monkeypatch):
+    from devicelab.exercises import ps03
+    from devicelab.feedback import Outcome, evaluate
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    exercise = ps03._exercises.exercises["fixed_step"]
+    solution = support.solution_sources(support.code_cells(NOTEBOOK))["fixed-step"]
+    assert evaluate(exercise, _step_namespace(solution)).outcome is Outcome.CORRECT
+    stub = support.student_stubs(NOTEBOOK)["fixed-step"]
+    assert evaluate(exercise, _step_namespace(stub)).outcome is Outcome.NOT_ATTEMPTED
+    for mistake, words in (("only-the-tracebacks-line", "the step uses is on another device"),
+                           ("moved-on-every-call", "copied 2 tensors from the host"),
+                           ("built-in-label-smoothing", "not the maths")):
+        source = next(s for (name, _), s in STEP_MISTAKES.items() if name == mistake)
+        feedback = evaluate(exercise, _step_namespace(source))
+        assert feedback.outcome is Outcome.INCORRECT, (mistake, feedback.message)
+        assert words in feedback.message, (mistake, feedback.message)
+
+
+def test_the_prompt_shows_the_step_the_traceback_and_the_gpu_message():
+    """The prompt's code is train_step's; its traceback ends with TensorIterator's message as a GPU prints it
+    (aten/src/ATen/TensorIterator.cpp, compute_types: the common device is the first non-CPU one)."""
+    import inspect
+
+    import nbformat
+
+    from devicelab.exercises import ps03
+
+    prompt = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells
+                  if c.get("id") == "fixed-step-prompt")
+    body = inspect.getsource(ps03.train_step).split('"""')[2].strip("\n")
+    assert body in prompt
+    assert ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+            "cuda:0 and cpu!") in prompt
+    with pytest.raises(RuntimeError, match="Tensor on device cpu is not on the expected device meta!"):
+        ps03.train_step(ps03.classifier().to("meta"), ps03.meta_batch(2), torch.optim.SGD([torch.ones(1)]))
+    assert "Tensor on device cpu is not on the expected device meta!" in prompt
+
+
+# ----------------------------------------------------------------------------------------------------------
+# HostCopySpy (ps04's, shared with fixed_step) sees every way a tensor comes from the host, and nothing else
+
+
+def _copies(fn) -> list[str]:
+    from devicelab.exercises.ps04 import HostCopySpy
+
+    with HostCopySpy() as spy:
+        fn()
+    return spy.copies
+
+
+def test_host_copy_spy_sees_every_way_a_tensor_comes_from_the_host():
+    import numpy as np
+
+    meta = torch.zeros(4, 3, device="meta")
+    y = torch.tensor([0, 2, 1, 0], device="meta")
+    on_meta = {"device": "meta"}
+    for what, fn, seen in [
+        (".to", lambda: torch.ones(3).to("meta"), "(3,) torch.float32"),
+        ("copy_", lambda: meta.copy_(torch.ones(4, 3)), "(4, 3) torch.float32"),
+        ("torch.tensor(device=)", lambda: torch.tensor([1.0, 2.0, 5.0], **on_meta), "(3,) torch.float32"),
+        ("a 0-dim torch.tensor(..., device=)", lambda: torch.tensor(0.5, **on_meta), "() torch.float32"),
+        ("of a CPU tensor", lambda: torch.as_tensor(torch.ones(2), **on_meta), "(2,) torch.float32"),
+        ("torch.as_tensor", lambda: torch.as_tensor([1, 2], **on_meta), "(2,) torch.int64"),
+        ("torch.as_tensor of NumPy", lambda: torch.as_tensor(np.ones(2), **on_meta), "(2,) torch.float64"),
+        ("torch.asarray", lambda: torch.asarray([1.0], **on_meta), "(1,) torch.float32"),
+        ("new_tensor", lambda: meta.new_tensor([1.0, 2.0]), "(2,) torch.float32"),
+        ("a CPU index", lambda: meta[torch.arange(4), y], "(4,) torch.int64"),
+        ("a CPU mask", lambda: meta[torch.ones(4, dtype=torch.bool)], "(4,) torch.bool"),
+        ("setting at a CPU index", lambda: meta.__setitem__((torch.arange(4), y), 1.0), "(4,) torch.int64"),
+        ("CPU values", lambda: meta.__setitem__(slice(None), torch.ones(4, 3)), "(4, 3) torch.float32"),
+        ("index_put_", lambda: meta.index_put_((torch.tensor([1]),), torch.ones(3)), "(1,) torch.int64"),
+    ]:
+        assert seen in _copies(fn), what
+
+
+def test_host_copy_spy_leaves_out_what_is_made_on_the_device():
+    meta = torch.zeros(4, 3, device="meta")
+    y = torch.tensor([0, 2, 1, 0], device="meta")
+    for what, fn in [
+        ("arange on the device", lambda: torch.arange(3, device="meta")),
+        ("full, eye, one_hot", lambda: (torch.full((3,), 2.0, device="meta"), torch.eye(3, device="meta")[y],
+                                        torch.nn.functional.one_hot(y, 3))),
+        ("a 0-dim CPU scalar in arithmetic", lambda: meta * torch.tensor(0.5)),
+        ("as_tensor of a device tensor", lambda: torch.as_tensor(meta, device="meta")),
+        ("asarray of a device tensor", lambda: torch.asarray(meta, device="meta")),
+        ("a Python number set", lambda: meta.__setitem__((1, 2), 5.0)),
+        ("a device index", lambda: meta[y]),
+        ("a 0-dim CPU index", lambda: meta[torch.tensor(1)]),
+        ("made on the CPU", lambda: (torch.tensor([1.0]), torch.ones(3).to("cpu"), torch.ones(2)[[0]])),
+        ("a dtype change on the device", lambda: meta.to(torch.float64)),
+    ]:
+        assert _copies(fn) == [], what

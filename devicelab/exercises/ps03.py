@@ -205,7 +205,7 @@ _AS_NUMBER = {"__float__": float, "__int__": int, "__index__": int, "__bool__": 
 class MetaReads(TorchFunctionMode):
     """Let a step read the values of meta tensors (`.item()`, `float()`, `.tolist()`, `.cpu()`, an f-string):
     on a GPU such reads work (the host waits, which part 4 does not grade), on `meta` they would raise. Here
-    a read gives zeros."""
+    a read gives zeros (a copy to the CPU: zeros that require grad when the tensor does, off its graph)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -222,47 +222,51 @@ class MetaReads(TorchFunctionMode):
         if name == "tolist":
             return zeros.tolist()
         if name == "cpu":
-            return zeros
+            return zeros.requires_grad_(t.requires_grad)
         if name == "to":
             device, dtype = torch._C._nn._parse_to(*args[1:], **kwargs)[:2]
             if device is not None and device.type == "cpu":
-                return zeros if dtype is None else zeros.to(dtype)
+                return (zeros if dtype is None else zeros.to(dtype)).requires_grad_(t.requires_grad)
         return func(*args, **kwargs)
 
 
-def step_on_meta(fixed_step, model: nn.Module, batch, optimizer: torch.optim.Optimizer,
-                 device="meta") -> torch.Tensor:
-    """Return `fixed_step(model, batch, optimizer, device)` for a model and batch on `meta`, turning a device
-    error into what to fix, and check that the loss is a 0-dim tensor on meta that does not require grad.
-    Reading a value (`.item()`) gives 0 here: value reads are not graded.
+def run_step(fixed_step, model: nn.Module, batch, optimizer: torch.optim.Optimizer, device="meta"):
+    """Return `fixed_step(model, batch, optimizer, device)`, turning a device error into what to fix.
+    Reading a value of a meta tensor (`.item()`) gives 0 here: value reads are not graded.
 
     The graded test cells use it."""
     try:
         with MetaReads():
-            loss = fixed_step(model, batch, optimizer, device)
+            return fixed_step(model, batch, optimizer, device)
     except RuntimeError as exc:
         if "device" not in str(exc):
             raise
         raise AssertionError(
-            f"On meta, fixed_step raised {exc!r}: a tensor the step uses is still on the CPU. On a GPU this "
-            "is the traceback's crash, or the next one: every tensor an operation combines must be on the "
-            "batch's device (a 0-dim CPU tensor excepted), whichever device an earlier call used.") from exc
+            f"On {device}, fixed_step raised {exc!r}: a tensor the step uses is on another device. On a "
+            "GPU this is the traceback's crash, or the next one: every tensor an operation combines must be "
+            "on the batch's device (a 0-dim CPU tensor excepted), whichever device an earlier call used."
+        ) from exc
+
+
+def expect_loss_on(loss, device) -> None:
+    """Check that `loss` is a 0-dim tensor on `device` (its type: `cuda` for `cuda:0`).
+
+    The graded test cells use it."""
+    where = torch.device(device).type
     assert isinstance(loss, torch.Tensor), f"fixed_step returned {type(loss).__name__}: {_RETURN_LOSS}."
-    assert loss.device.type == "meta" and loss.shape == (), (
-        f"On meta the loss should be a 0-dim tensor on meta, not shape {tuple(loss.shape)} on "
+    assert loss.device.type == where and loss.shape == (), (
+        f"On {where} the loss should be a 0-dim tensor on {where}, not shape {tuple(loss.shape)} on "
         f"{loss.device}: compute it where the batch is.")
-    assert not loss.requires_grad, "Return loss.detach(), as train_step does."
-    return loss
 
 
 def _fixed_step(fixed_step) -> None:
     expect_same_training(fixed_step, seed=0, sizes=(8, 1))
     model = classifier(0).to("meta")
     optimizer = optimizer_for(model)
-    step_on_meta(fixed_step, model, meta_batch(8), optimizer)
+    expect_loss_on(run_step(fixed_step, model, meta_batch(8), optimizer), "meta")
     assert all(p.device.type == "meta" for p in model.parameters()), "The model should stay on meta."
     with HostCopySpy() as spy:
-        step_on_meta(fixed_step, model, meta_batch(5), optimizer)
+        run_step(fixed_step, model, meta_batch(5), optimizer)
     assert not spy.copies, (
         f"A second call copied {len(spy.copies)} tensors from the host ({', '.join(spy.copies)}): on a GPU "
         "each is a copy (and a wait) on every step.")
