@@ -73,7 +73,7 @@ TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's Exchange.timestamp_fo
 # A request's headers and body must arrive within these (tornado's default is an hour each): an upload that
 # stalls is cut off, and its file closed, instead of being held open for whoever sent it.
 IDLE_TIMEOUT_S = 60.0  # for a connection's next request, and for a request's headers
-BODY_TIMEOUT_S = 120.0  # for a whole body: the largest cap's worth at 1 MB/s
+BODY_TIMEOUT_S = 120.0  # for a whole body: the largest cap, on a hub's own network, with room to spare
 UPLOADS_PER_CALLER = 4  # uploads one user (or service) may have open at once; past it: 429
 MAX_OPEN_UPLOADS = 256  # uploads open at once, everyone's: past it 503, well inside a service's 1024 files
 NAME = r"([^/]+)"
