@@ -17,8 +17,9 @@ CELLS_OF = {
     "to-is-noop": ("to-is-noop-tests",),
     "make-leaf": ("make-leaf-tests", "make-leaf-tests-values"),
     "as-numpy": ("as-numpy-tests", "as-numpy-tests-grad", "as-numpy-tests-devices"),
+    "fixed-fit": ("fixed-fit-tests-trains", "fixed-fit-tests-leaves", "fixed-fit-tests-cpu"),
 }
-POINTS_OF = {"to-device": 5, "to-is-noop": 2, "make-leaf": 3, "as-numpy": 4}
+POINTS_OF = {"to-device": 5, "to-is-noop": 2, "make-leaf": 3, "as-numpy": 4, "fixed-fit": 16}
 TOTAL = sum(POINTS_OF.values())
 HEADS = {
     "to-device": 'def to_device(obj, device, non_blocking: bool = False):\n'
@@ -27,6 +28,8 @@ HEADS = {
                   '    """Would t.to() return t?"""\n',
     "make-leaf": 'def make_leaf(shape, device) -> torch.Tensor:\n    """Make a leaf."""\n',
     "as-numpy": 'def as_numpy(t: torch.Tensor) -> np.ndarray:\n    """Copy t into NumPy."""\n',
+    "fixed-fit": "def fixed_fit(x: torch.Tensor, y: torch.Tensor, device, steps: int = 100, "
+                 'lr: float = 0.1):\n    """Fit on device."""\n',
 }
 
 # torch's own Tensor.__array__ makes NumPy 2 warn whenever np.array() is given a tensor; not the student's
@@ -469,3 +472,332 @@ def test_the_prompts_claim_no_overlap_from_non_blocking_alone_and_no_tensor_that
     assert "overlap" not in _prompt("to-device-prompt")
     title = _prompt("title")
     assert "only when you move it" not in title and "lesson 04" in title
+
+
+
+# ----------------------------------------------------------------------------------------------------------
+# fixed_fit, the fit that trains nothing on a GPU. The mistakes came first, from how people "fix" a
+# script whose loss never moves after `.to(device)`. Graded under `ps02.like_a_gpu()`, where `.to("cuda")`
+# copies as on a GPU. "Caught by" names every cell that fails (trains, leaves, cpu; "all": the three), as
+# `test_fit_mistake_loses_points` checks; "after it" is after the optimizer was built.
+#
+# | mistake | what the student believed | caught by |
+# | --- | --- | --- |
+# | the script unchanged (`w, b = w.to(device), ...` after it) | `.to` moves in place | trains, leaves |
+# | `w = w.to(device).requires_grad_()` after it | a copy that requires grad gets trained | trains, leaves |
+# | `w = w.detach().to(device).requires_grad_()` after it | a leaf on the device is all it takes | all |
+# | `with torch.no_grad(): w = w.to(device)` after it | the move stays out of the graph | trains, leaves |
+# | `w = w.data.to(device)` after it | `.data` moves the values and keeps the parameter | all |
+# | the optimizer built again over the moved copies | the optimizer must follow the move | trains, leaves |
+# | `torch.zeros(n, requires_grad=True).to(device)` | where a tensor is made is no matter | trains, leaves |
+# | the copies' grads retained, an optimizer over them | retain_grad fixes "a non-leaf Tensor" | leaves |
+# | the optimizer's own tensors returned after the loop | they are what was learned | trains, leaves |
+# | the device ignored: all made and left on the CPU | the data may stay where it is | trains, leaves |
+# | x and y not moved | only the parameters move | trains, leaves |
+# | the fit made on the CPU, the result moved at the end | only where it ends counts | trains, leaves |
+# | the fit made on the CPU, fresh leaves on the device at the end | a leaf there is what is asked | trains |
+# | a 0-dim bias made on the CPU | a 0-dim tensor may live anywhere (read there: yes; trained: no) | leaves |
+# | the device hard-coded as "cuda" | the script only ever runs on a GPU | cpu |
+# | `.cuda()` instead of `.to(device)` | `.cuda()` is how a tensor moves | cpu |
+# | an `nn.Linear`'s `nn.Parameter(p.to(device))` after it | a new Parameter there is the same one | all |
+# | an `nn.Linear`'s (m, 1) output against y of m values | the shapes line up | trains, cpu |
+# | a random start (`torch.randn`) | the start does not matter | trains, cpu |
+# | Adam instead of SGD | any optimizer will do | trains, cpu |
+# | no `zero_grad` | gradients start afresh every step | trains, cpu |
+# | steps and lr hard-coded | the defaults are the only values | trains, cpu |
+#
+# Not mistakes, and traps: an optimizer built before `model.to(device)` trains, since `Module.to` keeps each
+# parameter (it sets `param.data`, as between CPU and CUDA, both dense tensors); so does `w.data =
+# w.data.to(device)` after the optimizer. Neither needs "fixing" (CORRECT_FIT).
+
+SCRIPT = """
+w = torch.zeros(x.shape[1], requires_grad=True)
+b = torch.zeros(1, requires_grad=True)
+optimizer = torch.optim.SGD([w, b], lr=lr)
+w, b = w.to(device), b.to(device)
+x, y = x.to(device), y.to(device)
+for step in range(steps):
+    loss = ((x @ w + b - y) ** 2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if step % 20 == 0:
+        print(f"step {step:2d}: loss {loss.item():.4f}")
+return w, b
+"""
+MOVE = "w, b = w.to(device), b.to(device)"
+FIXED = """
+w = torch.zeros(x.shape[1], device=device, requires_grad=True)
+b = torch.zeros(1, device=device, requires_grad=True)
+optimizer = torch.optim.SGD([w, b], lr=lr)
+x, y = x.to(device), y.to(device)
+for _ in range(steps):
+    loss = ((x @ w + b - y) ** 2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+return w, b
+"""
+LAYER = """
+model = torch.nn.Linear(x.shape[1], 1)
+torch.nn.init.zeros_(model.weight)
+torch.nn.init.zeros_(model.bias)
+optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+model.to(device)
+x, y = x.to(device), y.to(device)
+for _ in range(steps):
+    loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+return model.weight, model.bias
+"""
+ON_THE_CPU = FIXED.replace(", device=device", "").replace("x, y = x.to(device), y.to(device)",
+                                                         "x, y = x.cpu(), y.cpu()")
+
+
+def fit_cell(body: str) -> str:
+    """Return a fixed_fit cell whose body is `body` (written flush left)."""
+    return answer("fixed-fit", body)
+
+
+TRAINS, LEAVES, CPU = "trains", "leaves", "cpu"
+FIT_MISTAKES = {  # (name, the cells that fail): body
+    ("script-unchanged", (TRAINS, LEAVES)): SCRIPT,
+    ("requires-grad-after-the-move", (TRAINS, LEAVES)): SCRIPT.replace(
+        MOVE, "w, b = w.to(device).requires_grad_(), b.to(device).requires_grad_()"),
+    ("new-leaves-after-the-optimizer", "all"): SCRIPT.replace(
+        MOVE, "w, b = w.detach().to(device).requires_grad_(), b.detach().to(device).requires_grad_()"),
+    ("moved-under-no-grad", (TRAINS, LEAVES)): SCRIPT.replace(MOVE, f"with torch.no_grad():\n    {MOVE}"),
+    ("moves-the-data-attribute", "all"): SCRIPT.replace(
+        MOVE, "w, b = w.data.to(device), b.data.to(device)"),
+    ("optimizer-rebuilt-over-the-copies", (TRAINS, LEAVES)): SCRIPT.replace(
+        MOVE, f"{MOVE}\noptimizer = torch.optim.SGD([w, b], lr=lr)"),
+    ("made-with-grad-then-moved", (TRAINS, LEAVES)): FIXED.replace(
+        "torch.zeros(x.shape[1], device=device, requires_grad=True)",
+        "torch.zeros(x.shape[1], requires_grad=True).to(device)").replace(
+        "torch.zeros(1, device=device, requires_grad=True)", "torch.zeros(1, requires_grad=True).to(device)"),
+    ("copies-retain-grad", (LEAVES,)): SCRIPT.replace(
+        MOVE, f"{MOVE}\nw.retain_grad()\nb.retain_grad()\noptimizer = torch.optim.SGD([w, b], lr=lr)"),
+    ("returns-the-optimizers-tensors", (TRAINS, LEAVES)): SCRIPT.replace(
+        "return w, b", 'return tuple(optimizer.param_groups[0]["params"])'),
+    ("ignores-the-device", (TRAINS, LEAVES)): FIXED.replace(", device=device", "").replace(
+        "x, y = x.to(device), y.to(device)\n", ""),
+    ("data-left-behind", (TRAINS, LEAVES)): FIXED.replace("x, y = x.to(device), y.to(device)\n", ""),
+    ("fit-on-the-cpu-result-moved", (TRAINS, LEAVES)): ON_THE_CPU.replace(
+        "return w, b", "return w.to(device), b.to(device)"),
+    ("fit-on-the-cpu-fresh-leaves-at-the-end", (TRAINS,)): ON_THE_CPU.replace(
+        "return w, b",
+        "return w.detach().to(device).requires_grad_(), b.detach().to(device).requires_grad_()"),
+    ("bias-a-0-dim-cpu-tensor", (LEAVES,)): FIXED.replace(
+        "torch.zeros(1, device=device, requires_grad=True)", "torch.zeros((), requires_grad=True)"),
+    ("device-hard-coded", (CPU,)): FIXED.replace("device=device", 'device="cuda"').replace(
+        "x.to(device), y.to(device)", 'x.to("cuda"), y.to("cuda")'),
+    ("cuda-method", (CPU,)): FIXED.replace(
+        "torch.zeros(x.shape[1], device=device, requires_grad=True)",
+        "torch.zeros(x.shape[1]).cuda().requires_grad_()").replace(
+        "torch.zeros(1, device=device, requires_grad=True)",
+        "torch.zeros(1).cuda().requires_grad_()").replace("x.to(device), y.to(device)", "x.cuda(), y.cuda()"),
+    ("layer-parameters-rewrapped", "all"): LAYER.replace(
+        "model.to(device)", "model.weight = torch.nn.Parameter(model.weight.to(device))\n"
+        "model.bias = torch.nn.Parameter(model.bias.to(device))"),
+    ("layer-output-broadcast", (TRAINS, CPU)): LAYER.replace("model(x).squeeze(1)", "model(x)"),
+    ("random-start", (TRAINS, CPU)): FIXED.replace("torch.zeros(x.shape[1]", "torch.randn(x.shape[1]"),
+    ("adam", (TRAINS, CPU)): FIXED.replace("torch.optim.SGD", "torch.optim.Adam"),
+    ("no-zero-grad", (TRAINS, CPU)): FIXED.replace("    optimizer.zero_grad()\n", ""),
+    ("steps-and-lr-hard-coded", (TRAINS, CPU)): FIXED.replace("lr=lr", "lr=0.1").replace(
+        "range(steps)", "range(100)"),
+}
+CORRECT_FIT = {
+    "moved-then-made-a-leaf": FIXED.replace(
+        "torch.zeros(x.shape[1], device=device, requires_grad=True)",
+        "torch.zeros(x.shape[1]).to(device).requires_grad_()").replace(
+        "torch.zeros(1, device=device, requires_grad=True)", "torch.zeros(1).to(device).requires_grad_()"),
+    "layer-moved-after-its-optimizer": LAYER,
+    "layer-made-on-the-device": """
+model = torch.nn.Linear(x.shape[1], 1, device=device)
+with torch.no_grad():
+    model.weight.zero_()
+    model.bias.zero_()
+optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+for _ in range(steps):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x.to(device)).flatten(), y.to(device))
+    loss.backward()
+    optimizer.step()
+return model.weight, model.bias
+""",
+    "data-moved-under-the-optimizer": SCRIPT.replace(
+        MOVE, "w.data = w.data.to(device)\nb.data = b.data.to(device)"),
+    "leaves-moved-before-the-optimizer": SCRIPT.replace(f"{MOVE}\n", "").replace(
+        "optimizer = torch.optim.SGD([w, b], lr=lr)",
+        "w, b = w.detach().to(device).requires_grad_(), b.detach().to(device).requires_grad_()\n"
+        "optimizer = torch.optim.SGD([w, b], lr=lr)"),
+    "gradient-descent-by-hand": """
+x, y = x.to(device), y.to(device)
+w = torch.zeros(x.shape[1], device=x.device, requires_grad=True)
+b = torch.zeros((), device=x.device, requires_grad=True)
+for _ in range(steps):
+    loss = (x @ w + b - y).pow(2).mean()
+    gw, gb = torch.autograd.grad(loss, [w, b])
+    with torch.no_grad():
+        w -= lr * gw
+        b -= lr * gb
+return w, b
+""",
+    "parameters-a-column-and-step-before-zero-grad": """
+device = torch.device(device)
+w = torch.nn.Parameter(torch.zeros(x.shape[1], 1, device=device))
+b = torch.nn.Parameter(torch.zeros(1, device=device))
+optimizer = torch.optim.SGD([w, b], lr=lr, momentum=0.0)
+x, y = x.to(device), y.to(device).unsqueeze(1)
+for _ in range(steps):
+    torch.nn.functional.mse_loss(x @ w + b, y).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+return w, b
+""",
+}
+
+
+@pytest.mark.parametrize("body", CORRECT_FIT.values(), ids=CORRECT_FIT.keys())
+def test_other_correct_fits_get_full_marks(body):
+    support.assert_all_pass(results_for({"fixed-fit": fit_cell(body)}))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(("body", "cells"), [(body, cells) for (_, cells), body in FIT_MISTAKES.items()],
+                         ids=[name for name, _ in FIT_MISTAKES])
+def test_fit_mistake_loses_points(body, cells):
+    source = fit_cell(body)
+    results = results_for({"fixed-fit": source})
+    support.assert_runs(source, results)
+    failed = tuple(g.removeprefix("fixed-fit-tests-") for g in CELLS_OF["fixed-fit"] if not results[g].passed)
+    assert failed == (cells if cells != "all" else (TRAINS, LEAVES, CPU)), support.report(results)
+    others = support.cells_outside(CELLS_OF, "fixed-fit")
+    assert all(results[g].passed for g in others), support.report(results)
+
+
+def _fit_mistake(name: str) -> str:
+    return next(body for (mistake, _), body in FIT_MISTAKES.items() if mistake == name)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(("mistake", "cell", "words"), [
+    ("script-unchanged", "trains", "it learned nothing; check what the optimizer updates"),
+    ("script-unchanged", "leaves", "leaves that require grad (w: is_leaf=False"),
+    ("ignores-the-device", "trains", "no backward pass ran on the stand-in GPU"),
+    ("data-left-behind", "trains", "Expected all tensors to be on the same device"),
+    ("bias-a-0-dim-cpu-tensor", "leaves", "should be on the device given (cuda), not on cuda:0 and cpu"),
+    ("device-hard-coded", "cpu", "use the device you are given, not a fixed GPU"),
+    ("steps-and-lr-hard-coded", "trains", "`steps` plain SGD steps of rate `lr`"),
+    ("adam", "trains", "keep the script's maths"),
+])
+def test_fit_failures_say_what_to_fix(mistake, cell, words):
+    results = results_for({"fixed-fit": fit_cell(_fit_mistake(mistake))})
+    result = results[f"fixed-fit-tests-{cell}"]
+    assert not result.passed and words in result.error, support.report(results)
+
+
+# ----- the stand-in GPU, and what the prompt says the script prints
+
+
+def test_under_the_stand_in_a_move_is_a_copy_that_autograd_records():
+    import torch
+
+    from devicelab.exercises.ps02 import like_a_gpu
+
+    t = torch.randn(3, requires_grad=True)
+    assert t.to("cpu") is t and t.to(torch.device("cpu")) is t  # on the CPU the bug hides: no copy at all
+    with like_a_gpu() as gpu:
+        for moved in (t.to("cuda"), t.to(torch.device("cuda", 0)), t.cuda()):
+            assert moved is not t and not moved.is_leaf and type(moved.grad_fn).__name__ == "ToCopyBackward0"
+            assert gpu.on_gpu(moved) and moved.device == torch.device("cuda", 0) and moved.is_cuda
+            assert moved.to("cuda") is moved and not gpu.on_gpu(t) and t.device.type == "cpu"
+        back = moved.cpu()
+        assert back is not moved and not gpu.on_gpu(back) and back.device.type == "cpu"
+        made = torch.zeros(2, device="cuda", requires_grad=True)
+        assert gpu.on_gpu(made) and made.is_leaf and gpu.on_gpu(made * 2) and gpu.on_gpu(made.detach())
+        with pytest.raises(RuntimeError, match="same device"):
+            made + torch.ones(2)
+        assert gpu.on_gpu(made + torch.tensor(1.0))  # a 0-dim CPU tensor is read as a number, as on a GPU
+        with pytest.raises(TypeError, match="cuda:0"):
+            made.detach().numpy()
+        layer = torch.nn.Linear(3, 1)
+        weight = layer.weight
+        layer.to("cuda")  # as from CPU to CUDA, Module.to keeps each parameter and moves its data
+        assert layer.weight is weight and weight.is_leaf and gpu.on_gpu(weight)
+        model = torch.nn.Linear(3, 1)
+        model.weight = torch.nn.Parameter(model.weight.to("cuda"))
+        assert model.weight is not weight and gpu.on_gpu(model.weight)
+    assert torch.overrides._get_current_function_mode_stack() == []  # nothing left on after the block
+
+
+def test_the_scripts_bug_reproduces_under_the_stand_in_and_the_prompt_prints_what_it_prints(capsys):
+    import inspect
+
+    import torch
+
+    from devicelab.exercises import ps02
+    from devicelab.exercises.ps02 import fit, fit_loss, like_a_gpu, points, reference_loss
+
+    x, y = points()
+    w, b = fit(x, y, "cpu")
+    on_cpu = capsys.readouterr().out
+    assert abs(fit_loss(x, y, (w, b)) - reference_loss(x, y)) < 1e-9 and w.is_leaf  # it trains on the CPU
+    with like_a_gpu() as gpu:
+        w, b = fit(x, y, "cuda")
+        assert gpu.on_gpu(w) and not w.is_leaf
+    on_gpu = capsys.readouterr().out
+    losses = [line.split("loss ")[1] for line in on_gpu.splitlines()]
+    assert losses == ["11.7055"] * 5, on_gpu  # the same number every step: the loss never moves
+    assert fit_loss(x, y, (w, b)) == fit_loss(x, y, (torch.zeros(3), torch.zeros(1)))
+    prompt = _prompt("fixed-fit-prompt")
+    cpu_losses = [line.split("loss ")[1] for line in on_cpu.splitlines()]
+    assert f"falls from {cpu_losses[0]} to {cpu_losses[-1]} by step 80" in prompt
+    assert "`loss 11.7055` five times" in prompt
+    script = prompt.split("```python\n")[1].split("```")[0]
+    body = inspect.getsource(ps02.fit).split('"""\n', 1)[1]
+    assert script == "def fit(x, y, device, steps=100, lr=0.1):\n" + body  # the prompt shows the script
+
+
+# ----- instant feedback for fixed_fit
+
+
+def _namespace(source: str) -> dict:
+    namespace: dict = {"__name__": "__main__"}
+    exec("import torch\n" + source, namespace)
+    return namespace
+
+
+def test_fixed_fit_feedback_agrees_with_the_grading(monkeypatch):
+    from devicelab.exercises import ps02
+    from devicelab.feedback import Outcome, evaluate
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    exercise = ps02._exercises.exercises["fixed_fit"]
+    solution = support.solution_sources(support.code_cells(NOTEBOOK))["fixed-fit"]
+    assert evaluate(exercise, _namespace(solution)).outcome is Outcome.CORRECT
+    assert evaluate(exercise, _namespace(support.student_stubs(NOTEBOOK)["fixed-fit"])).outcome is (
+        Outcome.NOT_ATTEMPTED)
+    for body in CORRECT_FIT.values():
+        assert evaluate(exercise, _namespace(fit_cell(body))).outcome is Outcome.CORRECT, body
+    for mistake, words in [("script-unchanged", "ends where it started"),
+                           ("copies-retain-grad", "leaves that require grad"),
+                           ("fit-on-the-cpu-fresh-leaves-at-the-end", "No backward pass ran on the stand-in"),
+                           ("bias-a-0-dim-cpu-tensor", "on the device you were given"),
+                           ("device-hard-coded", "NVIDIA"), ("adam", "Keep the script's maths")]:
+        feedback = evaluate(exercise, _namespace(fit_cell(_fit_mistake(mistake))))
+        assert feedback.outcome is Outcome.INCORRECT, (mistake, feedback.message)
+        assert words in feedback.message, (mistake, feedback.message)
+
+
+def test_fixed_fit_hints_come_in_levels(capsys, monkeypatch):
+    from devicelab.exercises import ps02
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setattr(ps02._exercises, "hints_given", {})
+    for _ in range(3):
+        ps02.hint("fixed_fit")
+    out = capsys.readouterr().out
+    assert "Hint 1 of 3 for fixed_fit" in out and "Hint 3 of 3 for fixed_fit" in out and "like_a_gpu" in out

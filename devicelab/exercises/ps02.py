@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves
 
 from devicelab.fakes import _to_arguments, fake_machine, on_device
 from devicelab.feedback import Exercise, checker
@@ -149,8 +148,20 @@ def reference_loss(x: torch.Tensor, y: torch.Tensor, steps: int = 100, lr: float
 _GPU = torch.device("cuda", 0)
 # Operations that read two tensors without combining their values, so that PyTorch lets their devices differ
 # (a copy, indexing, setting .data, backward's own gradient) or that ask a question about them.
-_CROSS_DEVICE = {"copy_", "__get__", "__set__", "__getitem__", "__setitem__", "backward",
+_CROSS_DEVICE = {"copy_", "__get__", "__set__", "__getitem__", "__setitem__", "backward", "grad",
                  "_has_compatible_shallow_copy_type"}
+_BACKWARD = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+
+
+def _tensors(*objs) -> Iterator[torch.Tensor]:
+    """Yield the tensors in `objs`, inside lists, tuples and dicts too (as optimizers pass them)."""
+    for obj in objs:
+        if isinstance(obj, torch.Tensor):
+            yield obj
+        elif isinstance(obj, (list, tuple)):
+            yield from _tensors(*obj)
+        elif isinstance(obj, dict):
+            yield from _tensors(*obj.values())
 
 
 class CopyingCuda(TorchFunctionMode):
@@ -163,10 +174,12 @@ class CopyingCuda(TorchFunctionMode):
     such a tensor reports `device(type='cuda', index=0)` and `is_cuda`, refuses `.numpy()`, and an operation
     that combines it with a CPU tensor of one or more dimensions raises as on a GPU (a 0-dim CPU tensor is
     read as a number). `torch.cuda` itself still says there is no GPU: code is given the device.
+    `backward_passes` counts the backward passes (`backward()`, `torch.autograd.grad`) from a tensor there.
     """
 
     def __init__(self) -> None:
         super().__init__()
+        self.backward_passes = 0
         # by address, each storage kept alive: no CPU tensor made later can take the address of one
         self._storages: dict[int, torch.UntypedStorage] = {}
 
@@ -182,8 +195,8 @@ class CopyingCuda(TorchFunctionMode):
         return address != 0 and address in self._storages
 
     def _mark(self, out):
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.untyped_storage().data_ptr():
+        for t in _tensors(out):
+            if t.device.type == "cpu" and t.untyped_storage().data_ptr():
                 self._storages[t.untyped_storage().data_ptr()] = t.untyped_storage()
         return out
 
@@ -246,14 +259,16 @@ class CopyingCuda(TorchFunctionMode):
         if "device" in kwargs and self._is_gpu(kwargs["device"]):  # a factory: made on the CPU, marked
             kwargs["device"] = "cpu"
             return self._mark(func(*args, **kwargs))
-        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tensors = list(_tensors(args, kwargs))
         there = any(self._on_gpu(t) for t in tensors)
+        if func in _BACKWARD and any(self._on_gpu(t) for t in _tensors(first)):
+            self.backward_passes += 1
         if there and name not in _CROSS_DEVICE and any(
                 t.device.type == "cpu" and t.dim() > 0 and not self._on_gpu(t) for t in tensors):
             raise RuntimeError("Expected all tensors to be on the same device, but found at least two "
                                f"devices, cuda:0 and cpu! ({name})")
         out = func(*args, **kwargs)
-        if there and "device" not in kwargs and name != "copy_":  # what a GPU op makes is on the GPU
+        if there and kwargs.get("device") is None and name != "copy_":  # what a GPU op makes is there
             self._mark(out)
         return out
 
@@ -274,6 +289,7 @@ def _fixed_fit(fixed_fit) -> None:
     start, expected = fit_loss(x, y, (torch.zeros(3), torch.zeros(1))), reference_loss(x, y, 30, 0.1)
     with like_a_gpu() as gpu:
         fitted = fixed_fit(x, y, "cuda", 30, 0.1)
+        passes = gpu.backward_passes
         loss = fit_loss(x, y, fitted)
         w, b = fitted
         where = [t.device for t in (w, b)]
@@ -282,6 +298,7 @@ def _fixed_fit(fixed_fit) -> None:
         raise AssertionError(
             f"On the stand-in GPU the fit ends where it started (loss {loss:.4f}): the tensors you return "
             "never changed. Compare the tensors the optimizer updates with the ones the loop computes with.")
+    assert passes, "No backward pass ran on the stand-in GPU: fit on the device you were given, not the CPU."
     assert _close(loss, expected), (
         f"30 steps of lr=0.1 on the stand-in GPU should end at loss {expected:.4f} (the reference fit's); "
         f"yours ends at {loss:.4f}. Keep the script's maths: w = 0 and b = 0, plain SGD, the mean squared "
