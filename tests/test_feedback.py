@@ -18,7 +18,7 @@ from devicelab.feedback import Exercise, Outcome, checker, evaluate
 LESSON_MODULES = sorted(p.stem for p in (COURSE_ROOT / "devicelab" / "exercises").glob("lesson*.py"))
 # Lessons whose practice needs more than torch (simulated GPUs, loaders) test it in their own file, the same
 # way: named here, since most lessons also have a test file of their own for what their text claims.
-OWN_TEST_FILE = {"lesson07", "lesson08", "lesson09"} & set(LESSON_MODULES)
+OWN_TEST_FILE = {"lesson07", "lesson08", "lesson09", "lesson10"} & set(LESSON_MODULES)
 
 # A realistic wrong answer for each practice exercise.
 WRONG = {
