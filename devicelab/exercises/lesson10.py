@@ -93,8 +93,9 @@ PREDICTIONS = {
         reason=("Building a DDP module sends rank 0's parameters and buffers to every other rank "
                 "(`_sync_module_states` in `torch/nn/parallel/distributed.py`): all replicas start equal.")),
     "ddp-step": Prediction(
-        question=("Both ranks now hold equal weights. Each takes one optimizer step (the same SGD, the same "
-                  "learning rate) on a different batch of its own. How do the weights compare afterwards?"),
+        question=("Whatever the wrap did to the weights, say both ranks start a step from the same ones. Each "
+                  "takes one optimizer step (the same SGD, the same learning rate) on a different batch of its "
+                  "own. How do the weights compare afterwards?"),
         choices=("exactly equal, bit for bit",
                  "close, but not bit for bit: each rank rounded its own step",
                  "different: each rank moved towards its own batch"),
@@ -107,7 +108,7 @@ PREDICTIONS = {
         question=("A `DistributedSampler(data, num_replicas=2, rank=0, shuffle=True)` is iterated once per "
                   "epoch for three epochs, and nothing else is called on it. What order does rank 0 get?"),
         choices=("a new shuffle every epoch", "the same shuffled order every epoch",
-                 "the indices in order, 0, 2, 4, ..., every epoch"),
+                 "a new shuffle every epoch, but one that differs from rank to rank only by chance"),
         answer="the same shuffled order every epoch",
         giveaways=("same order every epoch", "seed + epoch", "seed plus the epoch", "same ordering",
                    "until set_epoch", "without set_epoch"),
