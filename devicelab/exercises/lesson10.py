@@ -93,9 +93,9 @@ PREDICTIONS = {
         reason=("Building a DDP module sends rank 0's parameters and buffers to every other rank "
                 "(`_sync_module_states` in `torch/nn/parallel/distributed.py`): all replicas start equal.")),
     "ddp-step": Prediction(
-        question=("Whatever the wrap did to the weights, say both ranks start a step from the same ones. Each "
-                  "takes one optimizer step (the same SGD, the same learning rate) on a different batch of its "
-                  "own. How do the weights compare afterwards?"),
+        question=("Whatever the wrap did to the weights, say both ranks start a step from the same ones. "
+                  "Each takes one optimizer step (the same SGD, the same learning rate) on a different batch "
+                  "of its own. How do the weights compare afterwards?"),
         choices=("exactly equal, bit for bit",
                  "close, but not bit for bit: each rank rounded its own step",
                  "different: each rank moved towards its own batch"),
