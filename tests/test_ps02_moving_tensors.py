@@ -2,11 +2,14 @@
 points.
 """
 
+import inspect
+import textwrap
 from functools import partial
 
 import pytest
 
 from autograder import COURSE_ROOT
+from devicelab.exercises import ps02
 from tests import assignment_support as support
 from tests.harness import run_graded_cells
 
@@ -510,21 +513,8 @@ def test_the_prompts_claim_no_overlap_from_non_blocking_alone_and_no_tensor_that
 # parameter (it sets `param.data`, as between CPU and CUDA, both dense tensors); so does `w.data =
 # w.data.to(device)` after the optimizer. Neither needs "fixing" (CORRECT_FIT).
 
-SCRIPT = """
-w = torch.zeros(x.shape[1], requires_grad=True)
-b = torch.zeros(1, requires_grad=True)
-optimizer = torch.optim.SGD([w, b], lr=lr)
-w, b = w.to(device), b.to(device)
-x, y = x.to(device), y.to(device)
-for step in range(steps):
-    loss = ((x @ w + b - y) ** 2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    if step % 20 == 0:
-        print(f"step {step:2d}: loss {loss.item():.4f}")
-return w, b
-"""
+# The script of the prompt, ps02.fit, as a body: each mistake below is that script with one line changed.
+SCRIPT = "\n" + textwrap.dedent(inspect.getsource(ps02.fit).split('"""\n', 1)[1])
 MOVE = "w, b = w.to(device), b.to(device)"
 FIXED = """
 w = torch.zeros(x.shape[1], device=device, requires_grad=True)
