@@ -270,19 +270,18 @@ class LeftBehindSpy(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.tensors: list[str] = []
-        self._made: list[torch.Tensor] = []  # kept alive, so that no other tensor takes one's id
+        self._made: dict[int, torch.Tensor] = {}  # by id, kept alive so that no other tensor takes one's id
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         from torch.utils._pytree import tree_leaves
 
         kwargs = kwargs or {}
-        made = {id(t) for t in self._made}
         for t in tree_leaves((args, kwargs)):
-            if (isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0 and id(t) not in made
-                    and f"{tuple(t.shape)} {t.dtype}" not in self.tensors):
+            left = isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0
+            if left and id(t) not in self._made and f"{tuple(t.shape)} {t.dtype}" not in self.tensors:
                 self.tensors.append(f"{tuple(t.shape)} {t.dtype}")
         out = func(*args, **kwargs)
-        self._made.extend(t for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        self._made.update((id(t), t) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
         return out
 
 
