@@ -168,7 +168,8 @@ class HostProfile:
     collate_Bps: float  # the DataLoader stacking a batch's images (a host copy)
     pin_Bps: float  # pinning a batch (a host copy into page-locked memory)
     worker_handoff_s: float  # receiving a batch from a worker process
-    worker_start_s: float  # starting the workers: every epoch, unless persistent_workers=True
+    worker_start_s: float  # starting workers: a loader's first epoch, then every epoch unless persistent
+    cores: int  # CPU cores: the loop's process keeps one, the workers share the rest
     sources: tuple[tuple[str, str], ...]  # (field, where its figure comes from)
 
 
@@ -208,9 +209,11 @@ _DECODE_SOURCE = ("ASSUMPTION: 90 us, what Photos.__getitem__ took per image (25
 MACHINES = {
     "H100": Machine("H100", H100_PCIE5, HostProfile(
         name="the course's H100 host", decode_s_per_image=90e-6, collate_Bps=10.9e9, pin_Bps=43e9,
-        worker_handoff_s=50e-6, worker_start_s=0.10,
+        worker_handoff_s=50e-6, worker_start_s=0.10, cores=16,
         sources=(("decode_s_per_image", _DECODE_SOURCE),
                  ("collate_Bps", "ASSUMPTION: the 10.9 GB/s host copy measured on the course's CPU machine"),
+                 ("cores", ("ASSUMPTION: 16, what the GPU machines lent to the course have; the H100's host "
+                            "was not counted")),
                  ("pin_Bps", ("derived from two medians recorded on an H100's host (lesson 06): a 64 MiB "
                              "upload took 2.83 ms with x.pin_memory() before it and 1.28 ms from memory "
                              "already pinned, so pinning took about 1.55 ms")),
@@ -219,9 +222,11 @@ MACHINES = {
                                     "first batch (benchmarks/capstone_gpu.py, 2026-11-27)"))))),
     "T4": Machine("T4", T4_PCIE3, HostProfile(
         name="a Colab-like T4 host", decode_s_per_image=90e-6, collate_Bps=10.9e9, pin_Bps=10.9e9,
-        worker_handoff_s=50e-6, worker_start_s=0.10,
+        worker_handoff_s=50e-6, worker_start_s=0.10, cores=2,
         sources=(("decode_s_per_image", _DECODE_SOURCE),
                  ("collate_Bps", "ASSUMPTION: the 10.9 GB/s host copy measured on the course's CPU machine"),
+                 ("cores", ("ASSUMPTION: 2, the vCPUs a free Colab T4 session reports (os.cpu_count()); "
+                            "not counted by the course")),
                  ("pin_Bps", "ASSUMPTION: a host copy at the same 10.9 GB/s"),
                  ("worker_handoff_s", "ASSUMPTION: a round figure for passing a batch between processes"),
                  ("worker_start_s", "ASSUMPTION: the H100 host's recorded 97-170 ms, rounded")))),
@@ -239,8 +244,14 @@ MODELLING = (
      ("ASSUMPTION: memory-bound: three times its output's bytes (two reads, a write) at the memory "
       "bandwidth, twice the device-to-device copy rate")),
     ("DataLoader workers",
-     ("ASSUMPTION: n workers make batches n times as fast (none slows another), one thread pins them; "
-      "no prefetch limit; persistent workers start for free")),
+     ("ASSUMPTION: n workers make batches n times as fast while each has a core of its own (the loop's "
+      "process keeps one core, the workers share the rest evenly, with no cost for switching between them); "
+      "one thread pins their batches, on no core of its own")),
+    ("prefetching", ("ASSUMPTION: as PyTorch's loader: batch b is handed to a worker once batch "
+                     "b - num_workers x prefetch_factor has reached the loop; workers take batches in turn")),
+    ("starting workers", ("ASSUMPTION: worker_start_s for any number of workers, at a loader's first epoch, "
+                          "persistent or not, and again every epoch unless persistent_workers=True. "
+                          "profile_script's epoch is a later one of a loader made once")),
 )
 
 
@@ -265,21 +276,26 @@ class LoaderPlan:
     num_workers: int
     pin_memory: bool
     persistent_workers: bool = False
+    prefetch_factor: int = 2  # batches each worker may have ready ahead (PyTorch's default with workers)
 
 
 class SimLoader:
     """Iterate a DataLoader's dataset in its batches, charging the simulated host what loading them costs.
 
     The batches follow the loader's own batch sampler (shuffled or not, `drop_last` or not), and the samples
-    it hands out, in order, are kept in `order`. Workers: each makes every num_workers-th batch, one pinning
-    thread pins them in turn, and the loop waits for a batch that is not ready. Not modelled: the prefetch
-    limit (`prefetch_factor`), workers slowing each other down, and the first epoch's start of persistent
-    workers (the run is a steady-state epoch).
+    it hands out, in order, are kept in `order`. Workers (as `_MultiProcessingDataLoaderIter` hands out
+    work): each makes every num_workers-th batch, at most num_workers x prefetch_factor batches are asked for
+    ahead of the loop, the workers share the host's cores but the one the loop's process keeps, one pinning
+    thread pins their batches in turn, and the loop waits for a batch that is not ready. The workers start at
+    the loader's first epoch, and again every epoch unless `persistent_workers=True` (MODELLING).
     """
 
-    def __init__(self, loader: DataLoader, runtime: "SimCuda", steps: int | None = None) -> None:
+    def __init__(self, loader: DataLoader, runtime: "SimCuda", steps: int | None = None,
+                 started: bool = False) -> None:
         self.plan = LoaderPlan(loader.batch_size or 1, loader.num_workers, bool(loader.pin_memory),
-                               bool(getattr(loader, "persistent_workers", False)))
+                               bool(getattr(loader, "persistent_workers", False)),
+                               getattr(loader, "prefetch_factor", None) or 2)
+        self.started = started  # whether this loader has run an epoch before (its workers were started)
         self.loader = loader
         self.dataset = loader.dataset
         self.collate = loader.collate_fn
@@ -316,19 +332,27 @@ class SimLoader:
 
     def __iter__(self) -> Iterator[Any]:
         gpu, plan, host = self.runtime.gpu, self.plan, self.runtime.host
-        if plan.num_workers and not plan.persistent_workers:
+        workers = plan.num_workers
+        if workers and (not self.started or not plan.persistent_workers):
             gpu.host_work(host.worker_start_s, "DataLoader: start the workers")
+        self.started = True
         start = pinned_until = gpu.clock()
+        # n workers share the cores the loop's process leaves (at least one): each at that share of a core
+        slowdown = workers / min(workers, max(1, host.cores - 1)) if workers else 1.0
+        ahead = workers * plan.prefetch_factor  # batches asked for before the loop has taken any
+        free_at = [start] * workers  # when each worker has finished its last batch
+        handed_at: list[float] = []  # when each batch reached the loop
         for b, (batch, size) in enumerate(self._batches()):
             nbytes = sum(t.nbytes for t in _tensors(batch))
             make = size * host.decode_s_per_image + nbytes / host.collate_Bps
             pin = nbytes / host.pin_Bps if plan.pin_memory else 0.0
-            if plan.num_workers == 0:
+            if workers == 0:
                 gpu.host_work(make, "DataLoader: make the batch (main thread)")
                 if pin:
                     gpu.host_work(pin, "DataLoader: pin the batch (main thread)")
             else:
-                ready = start + (b // plan.num_workers + 1) * make
+                asked = start if b < ahead else handed_at[b - ahead]  # sent to a worker when one came back
+                ready = free_at[b % workers] = max(free_at[b % workers], asked) + make * slowdown
                 pinned_until = max(ready, pinned_until) + pin  # one pinning thread, batch after batch
                 if pinned_until > gpu.clock():  # the loop's thread waits for the worker (not a CUDA call)
                     gpu.host_work(pinned_until - gpu.clock(), "DataLoader: wait for a worker's batch")
@@ -337,6 +361,7 @@ class SimLoader:
                 for t in _tensors(batch):
                     self.runtime.pinned.add(t)
             self.handed += 1
+            handed_at.append(gpu.clock())
             yield batch
 
 
@@ -679,14 +704,16 @@ def profile_script(net: Callable[[], nn.Module] = Net, loader_maker: Callable = 
                    machine: "str | Machine" = "H100", quiet: bool = True) -> ScriptRun:
     """Run one epoch of the script (your `Net`, `build_loader`, `run_epoch`) on a simulated machine; trace it.
 
-    Errors a GPU would raise (a tensor left on the CPU) are raised here too. `seconds` is the epoch's
-    simulated time, from the first batch until the GPU has finished (a sync is added after your loop).
+    The epoch is one after the first, as a profile of a training run would be: the script makes its loader
+    once, so persistent workers are already running and others start again. Errors a GPU would raise (a
+    tensor left on the CPU) are raised here too. `seconds` is the epoch's simulated time, from the first batch
+    until the GPU has finished (a sync is added after your loop).
     """
     def epoch(model, data, optimizer, device, runtime):
         with warnings.catch_warnings():  # the simulated host has the cores for them; this machine may not
             warnings.filterwarnings("ignore", message="This DataLoader will create")
             loader = loader_maker(data, device)
-        runtime.loaders[id(loader)] = SimLoader(loader, runtime, steps)
+        runtime.loaders[id(loader)] = SimLoader(loader, runtime, steps, started=True)
         return train(model, runtime.loaders[id(loader)], optimizer, device)
 
     return _profile(net, epoch, dataset, machine, quiet)
@@ -695,7 +722,8 @@ def profile_script(net: Callable[[], nn.Module] = Net, loader_maker: Callable = 
 def profile_training(net: Callable[[], nn.Module], train: Callable, *, dataset: Dataset | None = None,
                      machine: "str | Machine" = "H100", quiet: bool = True) -> ScriptRun:
     """Run `train(model, dataset, optimizer, device)`, which makes its own DataLoader and trains one epoch,
-    on a simulated machine; trace it (ps06 grades the capstone's fixed script this way)."""
+    on a simulated machine; trace it (ps06 grades the capstone's fixed script this way). A loader made in the
+    call is new: its workers start, persistent or not, as they would in a real run."""
     def epoch(model, data, optimizer, device, runtime):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="This DataLoader will create")

@@ -133,13 +133,13 @@ class SimProfiler:
             self._keep.append(self.gpu.timeline[-1])
 
     def _memcpy_call(self, start: float, launch: TimelineRecord, copy: TimelineRecord,
-                     after: list[TimelineRecord], inside: set[int]) -> list[dict]:
+                     after: list[TimelineRecord], inside: set[int], correlation: int) -> list[dict]:
         """Return the host's cudaMemcpyAsync for `copy` (and the stream sync a blocking copy adds after it).
 
         A copy from or into pageable memory holds the host inside cudaMemcpyAsync (staging through the
         driver's pinned buffer; a copy into pageable memory returns only when it is done), so that wait
         lengthens the call and the cudaStreamSynchronize that PyTorch calls after a blocking copy then returns
-        at once.
+        at once. The call and its copy share `correlation`, as in a real trace.
         """
         meta = self._copies.get(id(copy), {})
         wait = after[0] if after and after[0].kind == "wait" else None
@@ -147,7 +147,8 @@ class SimProfiler:
         if wait is not None and not meta.get("pinned") and wait.name.startswith("wait: pageable"):
             inside.add(id(wait))
             end = wait.end
-        calls = [_complete("cuda_runtime", "cudaMemcpyAsync", start, end, HOST_PID, HOST_TID, {})]
+        calls = [_complete("cuda_runtime", "cudaMemcpyAsync", start, end, HOST_PID, HOST_TID,
+                           {"correlation": correlation})]
         if copy.kind != "d2d" and not meta.get("non_blocking",
                                                False) and (wait is None or id(wait) in inside):
             calls.append(_complete("cuda_runtime", "cudaStreamSynchronize", end, end, HOST_PID, HOST_TID, {}))
@@ -171,7 +172,7 @@ class SimProfiler:
                     pending_wait = None
                     if following is not None and following.engine == "copy":
                         events += self._memcpy_call(start, record, following, records[index + 2:index + 3],
-                                                    inside_memcpy)
+                                                    inside_memcpy, correlation=index + 1)
                     else:
                         call = "cudaGraphLaunch" if record.name.startswith(
                             "graph launch") else "cudaLaunchKernel"
@@ -194,7 +195,7 @@ class SimProfiler:
             elif record.engine == "copy":
                 meta = self._copies.get(id(record), {})
                 tid = stream_tid(record.stream)
-                args = {"device": 0, "stream": tid}
+                args = {"device": 0, "stream": tid, "correlation": index}
                 if "bytes" in meta:
                     args["bytes"] = meta["bytes"]
                 name = MEMCPY_NAMES[(record.kind, meta.get("pinned", False))]

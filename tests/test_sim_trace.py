@@ -101,6 +101,25 @@ def test_pinned_copies_on_a_side_stream_overlap_kernels():
                                              "cudaDeviceSynchronize"]
 
 
+def test_a_pinned_copy_held_by_a_full_launch_queue_is_linked_to_its_copy_and_is_no_host_wait():
+    """As in a real trace, each cudaMemcpyAsync and its gpu_memcpy share args.correlation: a pinned copy's
+    call that a full launch queue held (the GPU sets the pace) is not a wait for a sync."""
+    from devicelab import trace_measures
+    from devicelab.simgpu import T4_PCIE3
+
+    gpu = SimulatedGPU(T4_PCIE3, initialized=True)
+    with sim_trace.SimProfiler(gpu) as prof:
+        for _ in range(2000):
+            gpu.launch(0.001, name="compute")
+        gpu.copy(8 * MiB, "h2d", pinned=True, non_blocking=True)
+    trace = prof.trace()
+    [call] = [e for e in complete(trace, "cuda_runtime") if e["name"] == "cudaMemcpyAsync"]
+    [copy] = complete(trace, "gpu_memcpy")
+    assert call["args"]["correlation"] == copy["args"]["correlation"]
+    assert call["dur"] > 100, "the queue was full: the call held the host"
+    assert trace_measures.host_waits(trace) == 0
+
+
 def test_item_copies_into_pinned_memory_and_waits_inside_its_operator_in_microseconds():
     gpu = SimulatedGPU(initialized=True)
     with sim_trace.SimProfiler(gpu) as prof:

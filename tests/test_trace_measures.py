@@ -24,10 +24,22 @@ def test_the_same_loop_measures_the_same_on_a_gpu_and_in_the_simulator(recorded)
     assert 2 <= got.waits_per_step <= 2.5, "a blocking copy and an .item() each step, one more at the end"
 
 
-def test_busy_share_counts_the_union_of_kernels_and_copies_over_the_span():
-    events = trace(kernel(0, 100), memcpy("h2d", 50, 100), op("aten::mm", 0, 400))
-    assert trace_measures.gpu_busy_share(events) == pytest.approx(150 / 400)
+def test_busy_share_counts_the_union_of_kernels_and_copies_from_the_first_upload():
+    events = trace(kernel(100, 100), memcpy("h2d", 50, 100), kernel(120, 30), op("aten::mm", 0, 400))
+    assert trace_measures.gpu_busy_share(events) == pytest.approx(150 / 350)
+    alone = trace(kernel(0, 100), op("aten::mm", 0, 400))
+    assert trace_measures.gpu_busy_share(alone) == pytest.approx(0.25), "no upload: from the GPU's first work"
     assert trace_measures.gpu_busy_share(trace()) == 0.0
+
+
+def test_what_comes_before_the_first_batch_reaches_the_gpu_is_not_idle_time():
+    """Starting the loader's workers and making the first batch leave the GPU nothing to do yet: a kernel
+    before that (a tensor of zeros for the losses) does not make that wait count."""
+    events = trace(kernel(0, 10), op("DataLoader: start the workers", 10, 990), memcpy("h2d", 1000, 100),
+                   kernel(1100, 900))
+    assert trace_measures.gpu_busy_share(events) == pytest.approx(1.0)
+    summary = trace_measures.summarize(events)
+    assert summary.span_s == pytest.approx(2000e-6) and summary.gpu_span_s == pytest.approx(1000e-6)
 
 
 def test_copy_overlap_is_the_share_of_upload_time_under_a_kernel():
