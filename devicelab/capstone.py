@@ -197,7 +197,9 @@ class Machine:
 
 
 def _shown(field: str, value: float) -> str:
-    """A host figure in the units a person reads: GB/s for a rate, us or ms for a time."""
+    """A host figure in the units a person reads: GB/s for a rate, us or ms for a time, a count as it is."""
+    if isinstance(value, int):
+        return str(value)
     if field.endswith("_Bps"):
         return f"{value / 1e9:.1f} GB/s"
     return f"{value * 1e6:.0f} us" if value < 1e-3 else f"{value * 1e3:.0f} ms"

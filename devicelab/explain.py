@@ -34,7 +34,7 @@ _DEVICE = re.compile(r"(?<![\w.])(cpu|meta|(?:cuda|mps|xpu|hpu|privateuseone)(?:
 
 @dataclass(frozen=True)
 class Explanation:
-    """A device or dtype error, said in plain words, with the fix as one line of code."""
+    """A device or dtype error, said in plain words, with the fix as a line or two of code."""
 
     kind: str | None  # one of the constants above; None when not recognised
     title: str
@@ -53,7 +53,7 @@ class Explanation:
     def __str__(self) -> str:
         lines = [self.title, f"What went wrong: {self.what}", f"Fix: {self.fix}"]
         if self.code:
-            lines.append(f"    {self.code}")
+            lines += [f"    {line}" for line in self.code.splitlines()]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -75,7 +75,14 @@ def _unique(items) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _device_mismatch(message: str, devices: tuple[str, ...], detail: str = "") -> Explanation:
+# The fix as code: for a model's input, move it to the model's device; for any other tensor, find it first.
+_MOVE_INPUT = "x = x.to(next(model.parameters()).device)"
+_FIND_IT = ("tensor_table(model)  # or tensor_table(globals()): which tensor is on the other device?\n"
+            "culprit = culprit.to(device)  # move that one (a module's plain attribute: make it a buffer)")
+
+
+def _device_mismatch(message: str, devices: tuple[str, ...], detail: str = "", code: str = _FIND_IT
+                     ) -> Explanation:
     shown = " and ".join(devices) if devices else "two different devices"
     meta = "meta" in devices
     what = (f"One operation got tensors on {shown}. Every tensor in an operation must be on the same device; "
@@ -93,7 +100,7 @@ def _device_mismatch(message: str, devices: tuple[str, ...], detail: str = "") -
         "Move the tensor that is in the wrong place to the device of the others (for a model input: the "
         "model's device), or move the whole model with model.to(device). tensor_table(model) shows where "
         "everything is.",
-        "x = x.to(next(model.parameters()).device)",
+        code,
         devices,
         (),
         message,
@@ -111,14 +118,15 @@ def _match_device(message: str) -> Explanation | None:
             detail += f" (in {method.split('_')[-1]}, the kernel PyTorch ran)"
         if argument == "mat1":
             detail += "; for nn.Linear, `mat1` is the input you passed in"
-        return _device_mismatch(message, _unique((others, device)), detail + ".")
+        return _device_mismatch(message, _unique((others, device)), detail + ".",
+                                _MOVE_INPUT if argument in ("mat1", "input") else _FIND_IT)
     if m := re.search(r"Tensor on device (\S+?) is not on the expected device (\S+?)!", message):
         device, expected = m.groups()
         detail = f" It expected every tensor on {expected} and found one on {device}."
         return _device_mismatch(message, _unique((device, expected)), detail)
     if m := re.search(r"found input tensor at (\S+) and parameter tensor at (\S+)", message):
         return _device_mismatch(message, _unique(m.groups()),
-                                " The input and the module's parameters differ.")
+                                " The input and the module's parameters differ.", _MOVE_INPUT)
     if m := re.search(r"Input type \((.+?)\) and (?:weight|bias) type \((.+?)\) should be the same", message):
         on_gpu = ["cuda" if ".cuda." in side else "cpu" for side in m.groups()]
         if "Tensor" in m.group(1) and on_gpu[0] != on_gpu[1]:

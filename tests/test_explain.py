@@ -217,8 +217,20 @@ def test_an_explanation_prints_title_cause_fix_and_code():
     assert lines[0] == explanation.title
     assert lines[1].startswith("What went wrong:")
     assert lines[2].startswith("Fix:")
-    assert lines[3].strip() == explanation.code
+    code = explanation.code.splitlines()
+    assert [line.strip() for line in lines[3:3 + len(code)]] == code
     assert "<b>" in explanation._repr_html_()
+
+
+def test_the_fix_moves_the_input_only_when_the_input_is_the_culprit():
+    """mat1 of nn.Linear is the input: move it to the model's device. Any other tensor (a module's plain
+    attribute, a tensor made in forward) has to be found first: moving the input would not help."""
+    into_linear = explain(RuntimeError(
+        "Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors "
+        "on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"))
+    elementwise = explain(raised(lambda: torch.ones(2, device="meta") * torch.ones(2)))
+    assert into_linear.code == "x = x.to(next(model.parameters()).device)", into_linear.code
+    assert "tensor_table" in elementwise.code and "x = x.to" not in elementwise.code
 
 
 # explain_errors()

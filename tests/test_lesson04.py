@@ -50,7 +50,8 @@ def test_each_error_text_is_credited_to_the_torch_that_showed_it():
     assert "H100 with torch 2.11" in details and "2.14.1" in details
     assert "2.15" not in _cell("28378c42")
     facts = (COURSE_ROOT / "docs" / "facts.md").read_text()
-    assert "2.15" not in facts and "torch 2.11" in facts
+    assert "2.15" not in details and "2.15" not in _facts_section("### Lesson 04 details")
+    assert "torch 2.11" in facts
 
 
 def test_a_convolution_with_meta_weights_and_a_cpu_input_raises_nothing():

@@ -10,6 +10,7 @@ measure off target, and `check` says so in the trace's terms, never naming the c
 import dataclasses
 import itertools
 import math
+import re
 import sys
 import warnings
 
@@ -269,6 +270,7 @@ def test_every_simulated_machine_names_the_source_of_each_figure():
         host_fields = {f.name for f in dataclasses.fields(machine.host)} - {"name", "sources"}
         assert set(dict(machine.host.sources)) == host_fields, machine.name
         assert "SIMULATED" in machine.describe()
+        assert re.search(rf"cores +{machine.host.cores} +ASSUMPTION", machine.describe()), "a count, not ms"
     h100 = dict(capstone.MACHINES["H100"].gpu.sources)
     assert {"launch_s", "h2d_pinned_Bps", "h2d_pageable_Bps", "context_init_s"} <= set(h100)
     assert all(source.startswith(("recorded", "ASSUMPTION", "NVIDIA", "PCIe")) for source in h100.values())

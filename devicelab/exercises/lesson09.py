@@ -82,6 +82,7 @@ PREDICTIONS = {
         choices=("both bfloat16", "weight float32, output bfloat16", "both float32"),
         answer="weight float32, output bfloat16",
         giveaways=("weights stay float32", "parameters stay float32", "casts the inputs",
+                   "casts ops, not weights",
                    "copy of each weight", "changes no parameter", "chosen operations run"),
         reason=("Autocast leaves parameters alone: it casts an op's inputs as the op runs (the linear's "
                 "matmul in bfloat16), so the output is bfloat16 and the weight stays float32.")),
