@@ -16,7 +16,7 @@ cell tagged `gpu-output` (id `<cell id>-gpu-output`) that shows either the outpu
 device, the torch version and the date, or says that no GPU has run the cell yet. `CLAIMS` lists what a
 recorded output must still show for the lesson's text to stay true; an output that breaks its claim is
 reported and not written, and so is an output that ends in an exception the cell did not catch.
-`STAND_INS` are cells replaced while recording (the capstone's section 7 profiles a fixed copy of the
+`STAND_INS` are cells replaced while recording (the capstone's Going further profiles a fixed copy of the
 script, so the recording runs the course's reference fix there, and the notes say so); `KEPT` are files
 a lesson's GPU cells write that the recording keeps for readers without a GPU (a real profiler trace).
 Without a GPU, `record` says so and changes nothing.
@@ -109,7 +109,7 @@ def _cache_keeps_freed_memory(output: str) -> bool:
 
 
 def _capstone_trace_clean(output: str) -> bool:
-    """Lesson 08, section 7: the fixed copy's trace: no host wait inside an operator; pinned uploads."""
+    """Lesson 08, Going further: the fixed copy's trace: no host wait inside an operator; pinned uploads."""
     waits = re.search(r"^host waits .*inside \{(.*)\}$", output, flags=re.MULTILINE)
     inside = re.findall(r"'([^']+)': \d+", waits.group(1)) if waits else ["(no summary)"]
     return all(op == "(no operator)" for op in inside) and "Pinned -> Device" in output and \
@@ -117,7 +117,7 @@ def _capstone_trace_clean(output: str) -> bool:
 
 
 def _capstone_timed_alternately(output: str) -> bool:
-    """Lesson 08, section 7: the script and the fixed copy timed in turns, 7 runs or more each, with min,
+    """Lesson 08, Going further: the script and the fixed copy timed in turns, 7 runs or more each, with min,
     median and max (the lesson states the 3x target as a goal, so the ratio itself is not a claim)."""
     timed = r"^.* (?:before|after) +min .* median .* max .*\((\d+) runs\)$"
     runs = [int(n) for n in re.findall(timed, output, flags=re.MULTILINE)]
