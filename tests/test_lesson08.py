@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from autograder import COURSE_ROOT
-from devicelab import capstone, trace_measures
+from devicelab import capstone, sim_cuda, sim_machines, trace_measures
 from devicelab.exercises import lesson08
 from devicelab.feedback import Outcome, evaluate
 from devicelab.simgpu import SimulatedGPU
@@ -481,7 +481,7 @@ def _simulated(machine="H100"):
 
     chosen = capstone.MACHINES[machine] if isinstance(machine, str) else machine
     gpu = SimulatedGPU(chosen.gpu, initialized=True)
-    return gpu, capstone.simulated_cuda(gpu, SimProfiler(gpu), chosen.host)
+    return gpu, sim_cuda.simulated_cuda(gpu, SimProfiler(gpu), chosen.host)
 
 
 def _loading(workers: int, machine="H100", batches=32, epochs=1, **options) -> list[float]:
@@ -526,7 +526,7 @@ def test_prefetch_factor_bounds_how_far_the_workers_run_ahead():
 
     def ready_waits(prefetch_factor: int) -> int:
         gpu = SimulatedGPU(capstone.MACHINES["H100"].gpu, initialized=True)
-        with capstone.simulated_cuda(gpu, SimProfiler(gpu), capstone.MACHINES["H100"].host), \
+        with sim_cuda.simulated_cuda(gpu, SimProfiler(gpu), capstone.MACHINES["H100"].host), \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")
             loader = DataLoader(TensorDataset(torch.zeros(256 * 12, 3, 64, 64)), batch_size=256,
@@ -579,9 +579,9 @@ def test_describe_lists_every_choice_of_the_model_and_each_is_what_the_simulator
     """Lesson 08 prints MACHINES["H100"].describe(): beside every figure, the model's own choices. Each is
     checked here against what the simulated GPU and loader do."""
     text = capstone.MACHINES["H100"].describe()
-    for what, how in capstone.MODELLING:
+    for what, how in sim_machines.MODELLING:
         assert what in text and how in text and how.startswith("ASSUMPTION")
-    for words in ("FP32 peak", "2 x the FLOPs of the forward", f"{capstone.KERNEL_MIN_S * 1e6:.0f} us",
+    for words in ("FP32 peak", "2 x the FLOPs of the forward", f"{sim_machines.KERNEL_MIN_S * 1e6:.0f} us",
                   "memory-bound", "n times as fast", "the loop's process keeps one core", "prefetch_factor",
                   "persistent_workers=True"):
         assert words in text, words
@@ -597,7 +597,7 @@ def test_describe_lists_every_choice_of_the_model_and_each_is_what_the_simulator
     flops = 2 * 2048 * 4096 * 4096
     assert kernels["matmul"] == pytest.approx(flops / peak)
     assert kernels["mul"] == pytest.approx(3 * y.nbytes / (2 * d2d))
-    assert kernels["add"] == pytest.approx(capstone.KERNEL_MIN_S)
+    assert kernels["add"] == pytest.approx(sim_machines.KERNEL_MIN_S)
     assert kernels["backward kernels"] == pytest.approx(2 * flops / peak)
     one, two, four = (_steady(n, persistent_workers=True) for n in (1, 2, 4))
     assert two < 0.55 * one and four < 0.55 * two, "each worker more makes batches as fast again"
