@@ -620,3 +620,19 @@ def test_the_lesson_prints_the_machine_s_description_and_tags_its_summary_simula
     mine = cells["profile-mine"]
     assert mine.index("SIMULATED on the") < mine.index("show_summary(") < mine.index("show_measures(")
 
+
+
+def test_the_machine_the_lesson_describes_before_the_predictions_is_the_simulated_one():
+    """Section 3 gives the figures a student reasons from (a step's kernels, the host's cores, decoding a
+    photo): each is the simulated H100's."""
+    import nbformat
+
+    cells = {c.get("id"): c.source for c in nbformat.read(
+        COURSE_ROOT / "notebooks" / "08-capstone-fix-a-slow-training-script.ipynb", as_version=4).cells}
+    text = " ".join(cells["c7169608"].split())
+    host = capstone.MACHINES["H100"].host
+    assert f"{host.cores} CPU cores" in text and f"about {host.decode_s_per_image * 1e6:.0f} us" in text
+    final = STAGES[-1]
+    run = capstone.profile_script(final.net, final.build_loader, final.run_epoch)
+    per_step_ms = capstone.summarize(run.trace).kernel_s / run.steps * 1e3
+    assert f"about {round(per_step_ms)} ms" in text, per_step_ms
