@@ -24,6 +24,7 @@ from tests import test_ps04_async_timing as ps04
 from tests import test_ps05_pinned_memory as ps05
 from tests import test_ps06_streams_and_profiling as ps06
 from tests import test_ps07_devices_in_real_code as ps07
+from tests import test_ps08_several_devices as ps08
 from tests.assignment_support import correct_cases
 from tests.grade_commands import in_one_python
 from tests.once_per_run import once_per_run
@@ -48,6 +49,7 @@ ALTERNATIVES = {
     "ps05-pinned-memory": {"make-loader": ps05.CORRECT_MAKE_LOADER, "train-epoch": ps05.CORRECT_TRAIN_EPOCH},
     "ps06-streams-and-profiling": _by_exercise(correct_cases(ps06.CORRECT, ps06.HEADS)),
     "ps07-devices-in-real-code": ps07.CORRECT,
+    "ps08-several-devices": ps08.CORRECT,
 }
 
 
