@@ -9,7 +9,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from tests.factories import tiny_assignment
-from tests.schedule import longest_first
+from tests.schedule import longest_first, module_of
 
 
 def share_cores_between_workers() -> None:
@@ -47,7 +47,11 @@ def scratch_course(tmp_path: Path) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the longest modules first, so that the parallel run starts them first (tests/schedule.py)."""
+    """Mark the hub's tests `hub` (`make hub-test` selects them), and put the longest modules first, so that the
+    parallel run starts them first (tests/schedule.py)."""
+    for item in items:
+        if module_of(item.nodeid).startswith("test_hub_"):
+            item.add_marker(pytest.mark.hub)
     items[:] = [items[i] for i in longest_first([item.nodeid for item in items])]
 
 
