@@ -47,8 +47,8 @@ def scratch_course(tmp_path: Path) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the hub's tests `hub` (`make hub-test` selects them), and put the longest modules first, so that the
-    parallel run starts them first (tests/schedule.py)."""
+    """Mark the hub's tests `hub` (`make hub-test` selects them), and put the longest modules first, so that
+    the parallel run starts them first (tests/schedule.py)."""
     for item in items:
         if module_of(item.nodeid).startswith("test_hub_"):
             item.add_marker(pytest.mark.hub)

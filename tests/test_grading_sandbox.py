@@ -115,6 +115,17 @@ def test_sandboxed_code_has_no_network(tmp_path, mode):
     assert _run(isolation, work, code).stdout.startswith("blocked")
 
 
+@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+def test_sandboxed_code_has_a_loopback_of_its_own(tmp_path, mode):
+    """A DDP job of two gloo ranks (ps08) talks over 127.0.0.1: both sandboxes give it a loopback that is up,
+    in a network namespace of its own (nothing outside it is reachable, as above)."""
+    isolation, _, work = _sandboxed(mode, tmp_path)
+    code = ("import socket\nserver = socket.create_server(('127.0.0.1', 0))\n"
+            "socket.create_connection(server.getsockname(), timeout=5)\nprint('connected')")
+    out = _run(isolation, work, code)
+    assert out.stdout.strip() == "connected", out.stderr
+
+
 def test_bubblewrap_shows_nothing_of_hidden_folders_and_allows_writing_only_its_own(tmp_path):
     isolation, hidden, work = _sandboxed("bwrap", tmp_path)
     code = (f"import os\nprint(os.path.exists({str(hidden / 'secret.txt')!r}))\n"

@@ -8,7 +8,8 @@ refuses when neither does: student code runs unsandboxed only when asked for wit
   its packages; nothing another account can write (/tmp, /run/lock, homes, the exchange) is there, and the
   course, the submissions and the output folder are hidden. Only its own scratch folder is writable (its /tmp
   too). It cannot see or signal any process outside.
-- `unshare`: new PID and network namespaces (no network; cannot see or signal the grader's processes),
+- `unshare`: new PID and network namespaces (no network but a loopback of its own, as bwrap gives; cannot see
+  or signal the grader's processes),
   but the file system is shared: student code can read and write whatever the grading user can.
 - `none`: an ordinary process in its own session, with the limits below and nothing else.
 
@@ -24,6 +25,7 @@ import argparse
 import importlib.util
 import os
 import resource
+import shlex
 import shutil
 import signal
 import subprocess
@@ -143,12 +145,19 @@ def bwrap_prefix(writable: list[Path], cwd: Path, hidden: tuple[str, ...], visib
 
 
 def unshare_prefix() -> list[str]:
-    """Return an unshare(1) command line: new PID, network, IPC and UTS namespaces, killed with its parent."""
+    """Return an unshare(1) command line: new PID, network, IPC and UTS namespaces, killed with its parent.
+
+    A new network namespace starts with its loopback down; as bwrap does, the command brings it up first, so
+    that code that talks to itself over 127.0.0.1 (a DDP job's gloo ranks) runs. Nothing outside is reachable.
+    """
     args = ["unshare", "--net", "--pid", "--ipc", "--uts", "--mount", "--mount-proc", "--fork",
             "--kill-child"]
     if os.geteuid() != 0:
         args.insert(1, "--map-root-user")
-    return [*args, "--"]
+    ip = shutil.which("ip")
+    if ip is None:  # iproute2 missing: the loopback stays down
+        return [*args, "--"]
+    return [*args, "--", "/bin/sh", "-c", f'{shlex.quote(ip)} link set lo up 2>/dev/null; exec "$@"', "sh"]
 
 
 def _under(path: str, roots: tuple[str, ...]) -> bool:
