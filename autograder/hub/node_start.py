@@ -91,7 +91,7 @@ def supervise(s: HubSettings, command: HubCommand) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     nodes.hub_down(s.node_subnet)  # what a killed run left
-    nodes.hub_up(s.node_subnet)
+    nodes.hub_up(s.node_subnet, (s.port, s.hub_port))  # the proxy's and the API's: all a part may reach
     parts = [Running(p) for p in hub_parts(s)]
     hub = None
     try:

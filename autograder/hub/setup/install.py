@@ -75,6 +75,9 @@ def check_settings(s: HubSettings) -> None:
                        "the hub's proxy) and --server-box bwrap (each part's own mount namespace)")
     if s.nodes == "namespaces" and not shutil.which("ip"):
         raise HubError("--nodes namespaces needs iproute2's `ip` (Debian: apt-get install iproute2)")
+    if s.nodes == "namespaces" and not shutil.which("nft"):
+        raise HubError("--nodes namespaces needs nftables' `nft`, which filters what each node's link lets "
+                       "through (Debian: apt-get install nftables)")
     if not 10 <= s.lease_s <= 24 * 3600:
         raise HubError(f"--lease-s {s.lease_s:g}: give from 10 s (a submission's grading must fit in it) "
                        "to a day")

@@ -9,12 +9,19 @@ to the hub's address only. So a part reaches the hub (its proxy, its API) and no
 hub reaches each part at its address. A part's mount namespace comes from the box it runs in (server_box.py),
 which shows it its own folder and no other part's.
 
+Routes alone do not confine a part: a socket bound to its link (SO_BINDTODEVICE, unprivileged since Linux
+5.7) sends to any address whatever the routes say, and the hub's node answers for every address it has, IPv6
+link-local ones included. So the hub's side of every link is filtered (nftables, one table per hub network):
+what comes in from a part is a new TCP connection to the hub's address at the proxy's or the API's port, or
+the answer to a connection the hub opened; the rest is dropped, and nothing is forwarded to or from a link.
+
 Every command here needs root (CAP_NET_ADMIN); `hub start` and the spawner run as root.
 """
 
 import ctypes
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,8 +112,53 @@ def _netns_names() -> list[str]:
     return sorted(p.name for p in NETNS_FOLDER.iterdir()) if NETNS_FOLDER.is_dir() else []
 
 
-def hub_up(subnet: int) -> None:
-    """Give the hub's namespace its address (on loopback), once."""
+def _nft(ruleset: str) -> None:
+    try:
+        done = subprocess.run(["nft", "-f", "-"], input=ruleset, capture_output=True, text=True, timeout=30,
+                              check=False)
+    except FileNotFoundError:
+        raise NodeError("nftables' `nft` is needed to filter the nodes' links (Debian: apt-get install "
+                        "nftables)") from None
+    if done.returncode != 0:
+        raise NodeError(f"nft: {done.stderr.strip() or done.returncode}")
+
+
+def guard_table(subnet: int) -> str:
+    """Return the name of the nftables table (family inet) that filters this network's links."""
+    return f"devicelab_nodes_{subnet}"
+
+
+def guard_rules(subnet: int, ports: tuple[int, ...]) -> str:
+    """Return the ruleset that (re)makes the filter on the hub's side of every link of this network: from a
+    part, only new TCP connections to the hub's address at `ports` and answers to the hub's own; nothing
+    forwarded."""
+    if not ports or not all(0 < p < 65536 for p in ports):
+        raise ValueError(f"the hub's ports must be given: {ports!r}")
+    table, links = guard_table(subnet), f'"dl{subnet}n*"'
+    allowed = ", ".join(str(p) for p in sorted(set(ports)))
+    return f"""table inet {table} {{}}
+delete table inet {table}
+table inet {table} {{
+    chain from_parts {{
+        type filter hook input priority filter; policy accept;
+        iifname {links} ct state established,related accept
+        iifname {links} ip daddr {hub_address(subnet)} tcp dport {{ {allowed} }} ct state new accept
+        iifname {links} drop
+    }}
+    chain between_parts {{
+        type filter hook forward priority filter; policy accept;
+        iifname {links} drop
+        oifname {links} drop
+    }}
+}}
+"""
+
+
+def hub_up(subnet: int, ports: tuple[int, ...]) -> None:
+    """Give the hub's namespace its address (on loopback), once, and filter every link of this network on
+    the hub's side: a part may open connections to the hub's address at `ports` (the proxy's, the API's)
+    only."""
+    _nft(guard_rules(subnet, ports))
     address = hub_address(subnet)
     if address not in _ip("-o", "addr", "show", "dev", "lo"):
         _ip("addr", "add", f"{address}/32", "dev", "lo")
@@ -120,6 +172,9 @@ def hub_down(subnet: int) -> None:
     address = hub_address(subnet)
     if address in _ip("-o", "addr", "show", "dev", "lo"):
         _ip("addr", "del", f"{address}/32", "dev", "lo")
+    if shutil.which("nft"):
+        table = guard_table(subnet)
+        _nft(f"table inet {table} {{}}\ndelete table inet {table}\n")
 
 
 def make(node: Node) -> Node:
