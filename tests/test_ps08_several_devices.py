@@ -352,6 +352,9 @@ MISTAKES = {
     ("load-for-one", "no-map-location"): load_with(load="torch.load(path, weights_only=True)"),
     ("load-for-one", "tutorial-dict"): load_with(
         load='torch.load(path, map_location={"cuda:0": str(device)}, weights_only=True)'),
+    ("load-for-one", "dict-for-the-jobs-two-gpus"): load_with(  # the two GPUs it was told of, not any GPU
+        load='torch.load(path, map_location={"cuda:0": str(device), "cuda:1": str(device)}, '
+             'weights_only=True)'),
     ("load-for-one", "weights-only-false"): load_with(
         load="torch.load(path, map_location=device, weights_only=False)"),
     ("load-for-one", "keeps-the-prefix"): load_with(key="key"),
