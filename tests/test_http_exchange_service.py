@@ -36,7 +36,7 @@ from autograder.hub.http_exchange.archive import upload_cap
 from autograder.hub.http_exchange.service import SUBMISSION_LIMITS, make_app
 from autograder.hub.http_exchange.staff import stage_feedback
 from autograder.hub.http_exchange.store import SUBMITTED, FolderStore
-from autograder.hub.http_exchange.work import Leases, Offer, keep_leased
+from autograder.hub.http_exchange.work import Leases, Offer, WorkResult, keep_leased
 
 ACCESS = "access:services!service=course-exchange"
 PREFIX = "/services/course-exchange/"
@@ -326,6 +326,38 @@ def test_a_worker_keeps_its_lease_for_as_long_as_it_grades(tmp_path: Path) -> No
         second = json.loads(call(url, "ivy-token", "POST", "work")[1])
         assert second["lease_id"] != lease["lease_id"]
         assert call(url, "ivy-token", "POST", renew + lease["lease_id"])[0] == 409
+
+
+def test_a_submission_no_worker_finishes_ends_invalid_once(tmp_path: Path) -> None:
+    """Issue 61: a submission that crashed every worker that leased it was handed out again at each expiry of
+    its lease, for ever, and never marked. After MAX_LEASES leases end with no result, the service records it
+    `invalid` itself, once, and hands out the next; a worker that still posts for it is refused."""
+    from autograder.hub.http_exchange.work import MAX_LEASES
+
+    now = [0.0]
+    store = FolderStore(tmp_path / "store")
+    with serving(store, Leases(lease_s=60, clock=lambda: now[0])) as url:
+        released(url)
+        filed = call(url, "ann-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[1]
+        stamp = json.loads(filed)["timestamp"]
+        now[0] = 1.0
+        call(url, "bob-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))
+        leases = []
+        for _ in range(MAX_LEASES):  # each worker that takes ann's dies on it: its lease runs out
+            offer = json.loads(call(url, "ivy-token", "POST", "work")[1])
+            assert offer["student_id"] == "ann", offer
+            leases.append(offer["lease_id"])
+            now[0] += 61
+        offer = json.loads(call(url, "ivy-token", "POST", "work")[1])
+        assert offer["student_id"] == "bob", "the next submission is handed out, not ann's again"
+        assert call(url, "ivy-token", "POST", "work")[0] == 204
+        listed = json.loads(call(url, "ivy-token", "GET", "results?assignment=ps01")[1])["results"]
+        (ann,) = [r for r in listed if r["student_id"] == "ann"]
+        assert (ann["status"], ann["score"]) == ("invalid", None), ann
+        assert f"{MAX_LEASES} leases" in ann["detail"] and ann["timestamp"] == stamp
+        late = WorkResult("graded", 10, 10).to_json()
+        path = f"results/ps01/ann/{urllib.parse.quote(stamp)}?lease={leases[-1]}"
+        assert call(url, "ivy-token", "PUT", path, late)[0] == 409, "kept once: a late post is refused"
 
 
 class RenewalsSeen:

@@ -60,6 +60,7 @@ from autograder.hub.http_exchange.archive import ArchiveRefused, pack_files, upl
 from autograder.hub.http_exchange.store import FEEDBACK, RELEASED, SUBMITTED, FolderStore, Store, check_part
 from autograder.hub.http_exchange.work import (
     LEASE_S,
+    MAX_LEASES,
     MAX_RESULT_BYTES,
     RESULT_FILE,
     RESULT_LIMITS,
@@ -327,12 +328,15 @@ class OwnFeedbackHandler(ApiHandler):
 
 
 class WorkHandler(ApiHandler):
-    def post(self) -> None:
+    async def post(self) -> None:
         self.require_staff()
         asked = ([_part(a) for a in self.get_argument("assignment", "").split(",") if a]
                  or self.store.children((SUBMITTED,)))
         if self.leases.handed_out is not None:  # only what the autograde service said (PUT api/work)
             asked = [a for a in asked if a in self.leases.handed_out]
+        found = waiting(self.store, asked)
+        for handout in self.leases.given_up(found):
+            await record_given_up(self.store, self.leases, handout)
         lease = self.leases.lease(waiting(self.store, asked))
         if lease is None:
             self.set_status(204)
@@ -394,20 +398,12 @@ class ResultHandler(ApiHandler):
             self.leases.end_recording(key, False)
             raise web.HTTPError(403, "no such lease of this submission: lease it first (POST api/work)")
         live = self.leases.live(key, lease)
-        recorded = False
-        try:  # the pages first: a recorded result always has its feedback given back
-            pages = {f"{name}.html": text.encode() for name, text in result.pages.items()}
-            await asyncio.to_thread(self.store.put, (FEEDBACK, *key), io.BytesIO(pack_files(pages)),
-                                    FEEDBACK_LIMITS, True)
-            record = io.BytesIO(pack_files({RESULT_FILE: result.to_json()}))
-            await asyncio.to_thread(self.store.put, (RESULTS, *key), record, RESULT_LIMITS, False)
-            recorded = True
+        try:
+            await record(self.store, self.leases, key, result)
         except ArchiveRefused as exc:
             raise web.HTTPError(400, f"refused: {printable(str(exc))}") from None
         except FileExistsError:
             raise web.HTTPError(409, "already recorded: this submission's result is kept once") from None
-        finally:
-            self.leases.end_recording(key, recorded)
         log.info("%s: result for %s %s %s: %s%s", printable(self.caller.name), printable(student),
                  printable(assignment), stamp, printable(result.status),
                  "" if live else " (lease had expired)")
@@ -422,6 +418,44 @@ class ResultsHandler(ApiHandler):
                 for t in self.store.children((RESULTS, a, s))]
         self.send_json({"results": [{"assignment_id": a, "student_id": s, "timestamp": t,
                                      **asdict(recorded_result(self.store, (a, s, t)))} for a, s, t in keys]})
+
+
+async def record(store: Store, leases: Leases, key: tuple[str, str, str], result: WorkResult) -> None:
+    """Write a submission's result and its feedback pages, once (the caller has begun recording it: the
+    leases' end_recording is called here, however it ends). Raises ArchiveRefused or FileExistsError."""
+    recorded = False
+    try:  # the pages first: a recorded result always has its feedback given back
+        pages = {f"{name}.html": text.encode() for name, text in result.pages.items()}
+        await asyncio.to_thread(store.put, (FEEDBACK, *key), io.BytesIO(pack_files(pages)), FEEDBACK_LIMITS,
+                                True)
+        kept = io.BytesIO(pack_files({RESULT_FILE: result.to_json()}))
+        await asyncio.to_thread(store.put, (RESULTS, *key), kept, RESULT_LIMITS, False)
+        recorded = True
+    finally:
+        leases.end_recording(key, recorded)
+
+
+async def record_given_up(store: Store, leases: Leases, handout: Handout) -> None:
+    """Record a submission no worker finished as `invalid`, with a feedback page that says so, once."""
+    from autograder.grading.report import not_graded_page  # nbconvert's templates: only when needed
+
+    key = handout.key
+    if not leases.begin_recording(key):
+        return
+    detail = (f"no grading worker finished it: {MAX_LEASES} leases ran out with no result (each worker that "
+              f"took it stopped); ask your instructor")
+    names = notebooks(store.children((SUBMITTED, *key))) or [handout.assignment_id]
+    pages = {name: not_graded_page(handout.assignment_id, name, 0, Status.INVALID.value, detail)
+             for name in names}
+    try:
+        await record(store, leases, key, WorkResult(Status.INVALID.value, None, None, detail, pages,
+                                                    "exchange service"))
+    except (ArchiveRefused, FileExistsError) as exc:  # a result came in meanwhile: it stands
+        log.info("%s %s %s not recorded invalid: %s", printable(handout.student_id),
+                 printable(handout.assignment_id), handout.timestamp, printable(str(exc)))
+        return
+    log.warning("%s %s %s recorded invalid: %s", printable(handout.student_id),
+                printable(handout.assignment_id), handout.timestamp, detail)
 
 
 def waiting(store: Store, assignments: list[str]) -> list[SubmissionInfo]:

@@ -4,7 +4,9 @@ With grading workers the autograde service names the submissions that may be gra
 (`Handout`: its hidden tests protected or not, its time limit: the instructor's settings and the hourly limit
 hold with workers as without); a service started with --hand-out-when-told hands out nothing else. A worker
 leases one submission without a result (oldest first), with how to grade it; the lease lasts LEASE_S. A worker
-that dies holding one loses it when it expires, and the submission is handed out again. The first result
+that dies holding one loses it when it expires, and the submission is handed out again, up to MAX_LEASES
+leases: one that every worker it was handed to died on (a crash, a kill) is recorded `invalid` by the service
+itself, once, rather than handed out at every expiry for ever. The first result
 posted for a submission is the one recorded, whoever posts it (a worker whose lease ran out grades the same
 stored submission as the one it was handed to next); any later one is refused as already recorded, so nothing
 is lost or counted twice.
@@ -25,6 +27,7 @@ from autograder.safe_copy import Limits
 
 LEASE_S = 900.0  # longer than a submission's grading (DEFAULT_TIMEOUT per notebook, the kernel's start)
 MAX_RESULT_BYTES = 16 << 20  # a result and its feedback pages, as JSON
+MAX_LEASES = 3  # leases of one submission that may end with no result before the service gives it up
 RESULT_FILE = "result.json"
 RESULTS = "results"  # the store's trees of results: ("results", assignment, student, timestamp)
 RESULT_LIMITS = Limits(file_bytes=MAX_RESULT_BYTES, total_bytes=MAX_RESULT_BYTES, entries=1, depth=1)
@@ -169,6 +172,15 @@ class Leases:
             self.issued.setdefault(key, set()).add(self.held[key].lease_id)
             return self.held[key]
         return None
+
+    def given_up(self, waiting: Iterable[SubmissionInfo]) -> list[Handout]:
+        """Return the waiting submissions whose MAX_LEASES-th lease has run out with no result posted: no
+        worker finishes them (each that took one died on it), so the service records them `invalid`."""
+        now = self.clock()
+        keys = [(sub.assignment_id, sub.student_id, sub.timestamp) for sub in waiting]
+        return [self.held[key].handout for key in keys
+                if key in self.held and self.held[key].expires <= now and key not in self.recording
+                and len(self.issued.get(key, ())) >= MAX_LEASES]
 
     def was_issued(self, key: tuple[str, str, str], lease_id: str) -> bool:
         """Return whether the service handed this lease out for this submission (held now, expired, or handed
