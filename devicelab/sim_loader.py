@@ -2,14 +2,26 @@
 handing them over costs the host (`SimLoader`), as lesson 08's capstone runs them."""
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-if TYPE_CHECKING:
-    from devicelab.sim_cuda import SimCuda
+from devicelab.sim_machines import HostProfile
+from devicelab.simgpu import SimulatedGPU
+
+
+class LoaderRuntime(Protocol):
+    """What a simulated loader needs of the simulated CUDA it runs under (sim_cuda.SimCuda is one)."""
+
+    gpu: SimulatedGPU  # whose clock the host's waits and work go on
+    host: HostProfile  # what making, pinning and handing over a batch costs
+    pinned: Any  # the set of pinned tensors, which a pinned batch joins
+
+    def paused(self) -> AbstractContextManager[None]:
+        """Run torch calls untouched by the simulation (the loader's own CPU work)."""
 
 
 
@@ -35,7 +47,7 @@ class SimLoader:
     the loader's first epoch, and again every epoch unless `persistent_workers=True` (MODELLING).
     """
 
-    def __init__(self, loader: DataLoader, runtime: "SimCuda", steps: int | None = None,
+    def __init__(self, loader: DataLoader, runtime: LoaderRuntime, steps: int | None = None,
                  started: bool = False) -> None:
         self.plan = LoaderPlan(loader.batch_size or 1, loader.num_workers, bool(loader.pin_memory),
                                bool(getattr(loader, "persistent_workers", False)),

@@ -17,7 +17,8 @@ HUB_LAYERS = (
     ("setup", ("setup",)),
     ("lms", ("lms",)),
     ("service", ("service",)),
-    ("commands", ("cli", "loop", "http_loop", "start", "node_start", "extensions", "grade_export")),
+    ("commands", ("cli", "loop", "http_loop", "hub_process", "start", "node_start", "extensions",
+                  "grade_export")),
 )
 # Programs started by path (as scripts, in the sandbox or before it): the standard library only; the grading
 # kernel's package also its own modules (relative imports: it runs as a copy under another name), ipykernel.
@@ -152,3 +153,23 @@ def test_the_map_in_contributing_names_every_package():
     assert [f"{folder}/" for folder in folders if f"{folder}/" not in text] == []
     for name, members in HUB_LAYERS:
         assert all(member in text for member in members), name
+
+
+def test_no_two_modules_of_ours_import_each_other():
+    """A circle of imports (a imports b, b imports a, however far round) means neither module can be read, or
+    changed, without the other: the design has one part in two files. Imports inside functions count too."""
+    graph = {dotted(p): {n for _, n in imports(p) if _module_file(n)}
+             for folder in ("autograder", "devicelab") for p in modules(folder)}
+    graph = {m: {n for n in names if n in graph and n != m} for m, names in graph.items()}
+    circles = set()
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            module, path = stack.pop()
+            for name in graph[module]:
+                if name == start:
+                    circles.add(" <-> ".join(sorted(path)))
+                elif name not in seen:
+                    seen.add(name)
+                    stack.append((name, (*path, name)))
+    assert sorted(circles) == []

@@ -17,11 +17,11 @@ import sys
 import time
 from dataclasses import dataclass
 
+from autograder.hub.hub_process import HubCommand
 from autograder.hub.settings import HubSettings, grader_env
 from autograder.hub.setup import accounts, nodes
 from autograder.hub.setup.parts import Part, hub_parts, readable_folders
 from autograder.hub.setup.server_box import BoxPlan, box_prefix
-from autograder.hub.start import HubCommand
 
 RESTART_S = 1.0  # how long a part that exited waits before it starts again
 POLL_S = 0.2
