@@ -14,6 +14,7 @@ Opt in with DEVICELAB_HUB_TESTS=1, as root; under CI=true a skip is a failure.
 import csv
 import json
 import re
+import select
 import subprocess
 import time
 import urllib.error
@@ -24,6 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.hub.http_exchange.service import UPLOADS_PER_CALLER
 from autograder.hub.setup import accounts
 from autograder.hub.setup.parts import exchange_url
 from tests.hub_support import (
@@ -37,7 +39,7 @@ from tests.hub_support import (
     start_server,
     submissions_of,
 )
-from tests.test_http_exchange_service import tar_of
+from tests.test_http_exchange_service import stalled_upload, tar_of
 
 COURSE = "device-lab"
 SCORE = re.compile(r"\(Score: (?P<score>[\d.]+) / (?P<max>[\d.]+)\)")
@@ -80,6 +82,17 @@ def wait_for_exchange(hub: Hub, token: str) -> None:
     pytest.fail(f"the exchange service never answered\n{hub.log.read_text()[-3000:]}")
 
 
+def first_answers(connections: list, wanted: int, within_s: float = 120) -> list[bytes]:
+    """Return the first bytes the service answered on each connection that answered, once `wanted` have (or
+    `within_s` passed): the uploads it refused answer at once, those it took wait for their bodies."""
+    deadline, answered = time.monotonic() + within_s, {}
+    while len(answered) < wanted and time.monotonic() < deadline:
+        ready, _, _ = select.select([c for c in connections if c not in answered], [], [], 1.0)
+        for connection in ready:
+            answered[connection] = connection.recv(64)
+    return list(answered.values())
+
+
 def button(formgrader, path: str) -> dict:
     """Press one of formgrader's buttons (its REST API) and return nbgrader's answer, which must succeed."""
     reply = formgrader.call("POST", f"/formgrader/api/assignment/{path}", timeout=300)
@@ -109,6 +122,20 @@ def test_a_class_over_the_http_exchange(hub: Hub) -> None:
     assert exchange_call(hub, ann, "PUT", f"assignments/{assignment}?force=1", forged)[0] == 403
     assert exchange_call(hub, "not-a-token", "GET", "assignments")[0] == 403
 
+    # ann holds open as many uploads as she can (issue 61: 560 of them filled a service's 1024 files and a
+    # classmate's submit failed): past her share each is refused at once, and bob submits meanwhile.
+    held = [stalled_upload(exchange_url(hub.settings), ann, f"submissions/{assignment}") for _ in range(40)]
+    try:
+        wrong = tar_of({f"{assignment}.ipynb": nbformat.writes(notebooks["wrong"]).encode()})
+        status, body = exchange_call(hub, bob, "POST", f"submissions/{assignment}", wrong)
+        assert status == 200 and json.loads(body)["student_id"] == hub.user("bob"), body
+        answered = first_answers(held, 40 - UPLOADS_PER_CALLER)
+        assert len(answered) == 40 - UPLOADS_PER_CALLER, answered
+        assert all(a.startswith(b"HTTP/1.1 429") for a in answered), answered
+    finally:
+        for connection in held:
+            connection.close()
+
     servers = {"ann": start_server(hub, "ann", ann), "bob": start_server(hub, "bob", bob)}
     listed = servers["ann"].call("GET", f"/assignments?course_id={COURSE}")
     statuses = [a["status"] for a in listed.body["value"] if a["assignment_id"] == assignment]
@@ -116,8 +143,8 @@ def test_a_class_over_the_http_exchange(hub: Hub) -> None:
     hand_in(servers["ann"], assignment, notebooks["right"])
     hand_in(servers["bob"], assignment, notebooks["wrong"])
     assert len(submissions_of(servers["ann"], assignment)) == 2 and len(submissions_of(servers["bob"],
-                                                                                       assignment)) == 1
-    (bob_sub,) = submissions_of(servers["bob"], assignment)
+                                                                                       assignment)) == 2
+    bob_sub = submissions_of(servers["bob"], assignment)[0]  # the newest
     stamp = urllib.parse.quote(bob_sub["timestamp"])
     assert exchange_call(hub, ann, "GET", f"submissions/{assignment}/{hub.user('bob')}/{stamp}")[0] == 403
     done = subprocess.run(["runuser", "-u", hub.user("ann"), "--", "ls", str(store)], capture_output=True,
