@@ -11,9 +11,8 @@ import pytest
 from nbgrader import utils
 
 from autograder import COURSE_ROOT
-from autograder.grading.plain_data import loads
 from autograder.grading.remote_calls import Plan, is_marked, run_test
-from tests.test_grading_out_of_process_units import kernel_side
+from tests.test_grading_out_of_process_units import answer
 
 # The cells docs/security.md lists as running out of process; every other test cell runs in the kernel.
 OUT_OF_PROCESS = {
@@ -61,8 +60,8 @@ def test_each_tagged_cell_passes_on_the_solution_and_fails_on_the_stub_out_of_pr
     for folder, passes in (("source", True), ("release", False)):
         space = students_namespace(notebook(folder, assignment))
 
-        def call(name: str, payload: bytes, space: dict = space) -> dict:
-            return kernel_side(space, name, *loads(payload))
+        def call(name: str, payload: bytes, space: dict = space) -> str:
+            return answer(space, name, payload)
 
         for gid, source in sorted(plan.tests.items()):
             run = run_test(source, plan.namespace(), call, gid)

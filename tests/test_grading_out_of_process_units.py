@@ -18,10 +18,13 @@ from autograder.grading.remote_calls import (
     KERNEL_SIDE,
     AnswerRejected,
     CallFailed,
+    Fake,
     Plan,
+    Request,
     StudentError,
     StudentFunction,
     call_line,
+    read_answer,
     read_result,
     run_test,
     serve_code,
@@ -42,12 +45,18 @@ class Tensorish(torch.Tensor):
         return True
 
 
-def kernel_side(namespace: dict, name: str, args: list, kwargs: dict | None = None) -> str:
-    """Answer one call as the kernel's loop does, in `namespace`; return the answer it prints."""
+def kernel_side(namespace: dict, name: str, args: list, kwargs: dict | None = None, **how) -> str:
+    """Answer one call as the kernel's loop does, in `namespace`; return the answer it prints. `how` is the
+    rest of the request (fake, keep)."""
+    return answer(namespace, name, Request(tuple(args), kwargs or {}, **how).encode())
+
+
+def answer(namespace: dict, name: str, payload: bytes) -> str:
+    """Answer one call whose request is `payload` as the kernel's loop does, in `namespace`."""
     space: dict = {}
     exec(KERNEL_SIDE, space)
-    _, _, payload = call_line(name, dumps((args, kwargs or {}))).partition(" ")
-    return space["_devicelab_call"](namespace, name, payload)
+    _, _, encoded = call_line(name, payload).partition(" ")
+    return space["_devicelab_call"](namespace, name, encoded)
 
 
 # --- plain data ---------------------------------------------------------------------------------------------
@@ -159,7 +168,7 @@ def test_an_answer_that_is_not_what_the_grader_sent_for_is_a_rejected_answer(ans
 
 
 def test_the_kernels_loop_answers_each_call_after_the_marker_until_told_to_end(monkeypatch, capsys):
-    asked = iter([call_line("double", dumps(([21], {}))), call_line("double", dumps((["ab"], {}))), END])
+    asked = iter([call_line("double", Request((x,)).encode()) for x in (21, "ab")] + [END])
     monkeypatch.setattr("builtins.input", lambda *args: next(asked))
     space = {"double": lambda x: print("doubling") or 2 * x}
     exec(serve_code("MARK"), space)
@@ -174,10 +183,83 @@ def test_a_test_that_passes_something_that_cannot_cross_fails_loudly():
         StudentFunction("f", lambda name, payload: {})(AlwaysEqual())
 
 
+# --- fakes and arguments after the call ---------------------------------------------------------------------
+
+def test_a_fake_the_test_names_is_set_up_in_the_kernel_around_that_call_only():
+    def machine():
+        return torch.cuda.is_available(), torch.cuda.device_count(), torch.backends.mps.is_available()
+
+    space, before = {"machine": machine}, machine()
+    faked = Fake("devicelab.exercises.ps01:on_machine", {"cuda": 3, "mps": True})
+    assert read_result("machine", kernel_side(space, "machine", [], fake=faked)) == (True, 3, True)
+    alone = Fake("devicelab.exercises.ps01:on_machine", {"cuda": 2, "cuda_available": False})
+    assert read_result("machine", kernel_side(space, "machine", [], fake=alone)) == (False, 2, False)
+    assert machine() == before, "the fake ends with the call"
+
+
+def test_a_fake_can_make_an_argument_that_is_not_plain_data_in_the_kernel():
+    space = {"where": lambda t: (t.device, tuple(t.shape))}
+    faked = Fake("devicelab.exercises.ps01:first_on_device", {"device": "cuda:1"})
+    answer = kernel_side(space, "where", [torch.zeros(2, 3)], fake=faked)
+    assert read_result("where", answer) == (torch.device("cuda:1"), (2, 3))
+
+
+def test_a_fake_is_the_courses_own_code_named_module_colon_function():
+    for name in ("os:system", "builtins:exec", "devicelab.exercises.ps01", "devicelab:a:b", "x.devicelab:f"):
+        with pytest.raises(ValueError, match="course's own packages"):
+            Fake(name)
+    stand_in = StudentFunction("f", lambda name, payload: pytest.fail("nothing may cross"))
+    with pytest.raises(CallFailed, match="the test asks for"):
+        stand_in.in_kernel((), fake="subprocess:run")
+
+
+def test_a_fake_the_kernel_cannot_set_up_fails_the_test():
+    space = {"f": lambda: 1}
+    for faked in (Fake("devicelab.exercises.ps01:no_such_fake"),
+                  Fake("devicelab.exercises.ps01:on_machine", {"gpus": 2})):
+        with pytest.raises(CallFailed, match="could not set up the fake"):
+            read_result("f", kernel_side(space, "f", [], fake=faked))
+
+
+def test_the_arguments_come_back_as_the_kernel_holds_them_after_the_call_gradients_included():
+    def spoils(t, scale, rows):
+        t.grad = torch.full_like(t, scale)
+        rows.append(t.detach() * 2)
+        return "done"
+
+    t = torch.ones(2, requires_grad=True)
+    encoded = kernel_side({"spoils": spoils}, "spoils", [t, 3.0], {"rows": []}, keep=True)
+    answer = read_answer("spoils", encoded)
+    (after, scale), kwargs = answer.args, answer.kwargs
+    assert answer.value == "done" and scale == 3.0 and t.grad is None, "copies cross, never the grader's own"
+    assert after.requires_grad and torch.equal(after.grad, torch.full((2,), 3.0))
+    assert torch.equal(kwargs["rows"][0], torch.full((2,), 2.0))
+    plain = read_answer("spoils", kernel_side({"spoils": spoils}, "spoils", [t, 1.0], {"rows": []}))
+    assert (plain.value, plain.args, plain.kwargs) == ("done", None, None), "only when the test asks"
+
+
+def test_arguments_left_holding_what_is_not_plain_data_are_a_rejected_answer():
+    space = {"plants": lambda rows: rows.append(lambda: 0) or 1,
+             "lies": lambda rows: rows.append(AlwaysEqual())}
+    for name in space:
+        with pytest.raises(AnswerRejected, match="not plain data"):
+            read_answer(name, kernel_side(space, name, [[]], keep=True))
+
+
+@pytest.mark.parametrize("after", [([torch.zeros(2)], {}, []), ([torch.zeros(2)], {}, [torch.zeros(3)]),
+                                   ([torch.zeros(2)], {}, [None, None]), ([], {}), "args"])
+def test_arguments_whose_gradients_do_not_line_up_are_a_rejected_answer(after):
+    import base64
+
+    encoded = base64.b64encode(dumps(("returned", 1, after))).decode("ascii")
+    with pytest.raises(AnswerRejected, match="did not come back"):
+        read_answer("f", encoded)
+
+
 # --- test runs ----------------------------------------------------------------------------------------------
 
 def _caller(space: dict):
-    return lambda name, payload: kernel_side(space, name, *loads(payload))
+    return lambda name, payload: answer(space, name, payload)
 
 
 def test_a_test_runs_here_and_only_the_students_functions_are_called_in_the_kernel():
