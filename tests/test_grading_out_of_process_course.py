@@ -16,7 +16,9 @@ from tests.test_grading_out_of_process_units import answer
 
 # The cells docs/security.md lists as running out of process; every other test cell runs in the kernel.
 OUT_OF_PROCESS = {
-    "ps01-tensors-and-devices": {"describe-tests-basic", "describe-tests-views"},
+    "ps01-tensors-and-devices": {"describe-tests-basic", "describe-tests-edge", "describe-tests-views",
+                                 "describe-tests-meta", "pick-device-tests-default",
+                                 "pick-device-tests-prefer", "pick-device-tests-unavailable"},
     "ps03-device-mismatch": {"check-same-device-tests", "check-same-device-tests-scalars"},
     "ps04-async-timing": {"bandwidth-gbps-tests-basic", "bandwidth-gbps-tests-errors"},
     "ps06-streams-and-profiling": {"copy-totals-tests-basic", "copy-totals-tests-filtering",
