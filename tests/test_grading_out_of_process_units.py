@@ -190,18 +190,32 @@ def test_a_fake_the_test_names_is_set_up_in_the_kernel_around_that_call_only():
         return torch.cuda.is_available(), torch.cuda.device_count(), torch.backends.mps.is_available()
 
     space, before = {"machine": machine}, machine()
-    faked = Fake("devicelab.exercises.ps01:on_machine", {"cuda": 3, "mps": True})
+    faked = Fake("devicelab.exercises.calls:faked", {"machine": {"cuda": 3, "mps": True}})
     assert read_result("machine", kernel_side(space, "machine", [], fake=faked)) == (True, 3, True)
-    alone = Fake("devicelab.exercises.ps01:on_machine", {"cuda": 2, "cuda_available": False})
+    alone = Fake("devicelab.exercises.calls:faked", {"machine": {"cuda": 2, "cuda_available": False}})
     assert read_result("machine", kernel_side(space, "machine", [], fake=alone)) == (False, 2, False)
     assert machine() == before, "the fake ends with the call"
 
 
 def test_a_fake_can_make_an_argument_that_is_not_plain_data_in_the_kernel():
     space = {"where": lambda t: (t.device, tuple(t.shape))}
-    faked = Fake("devicelab.exercises.ps01:first_on_device", {"device": "cuda:1"})
+    faked = Fake("devicelab.exercises.calls:faked", {"devices": ["cuda:1"]})
     answer = kernel_side(space, "where", [torch.zeros(2, 3)], fake=faked)
     assert read_result("where", answer) == (torch.device("cuda:1"), (2, 3))
+
+
+def test_a_fake_reports_a_device_per_argument_on_a_faked_machine():
+    def where(first, second, third):
+        plain_cuda_is_current = first.to("cuda") is first, third.to("cuda") is third
+        return [t.device for t in (first, second, third)], plain_cuda_is_current, torch.cuda.current_device()
+
+    space = {"where": where}
+    faked = Fake("devicelab.exercises.calls:faked",
+                 {"machine": {"cuda": 2, "current": 1}, "devices": ["cuda:1", None, "cuda:0"]})
+    answer = kernel_side(space, "where", [torch.zeros(2), torch.ones(1, device="meta"), torch.ones(3)],
+                         fake=faked)
+    assert read_result("where", answer) == (
+        [torch.device("cuda:1"), torch.device("meta"), torch.device("cuda:0")], (True, False), 1)
 
 
 def test_a_fake_is_the_courses_own_code_named_module_colon_function():
@@ -216,7 +230,7 @@ def test_a_fake_is_the_courses_own_code_named_module_colon_function():
 def test_a_fake_the_kernel_cannot_set_up_fails_the_test():
     space = {"f": lambda: 1}
     for faked in (Fake("devicelab.exercises.ps01:no_such_fake"),
-                  Fake("devicelab.exercises.ps01:on_machine", {"gpus": 2})):
+                  Fake("devicelab.exercises.calls:faked", {"gpus": 2})):
         with pytest.raises(CallFailed, match="could not set up the fake"):
             read_result("f", kernel_side(space, "f", [], fake=faked))
 

@@ -1,106 +1,17 @@
 """Checks and hints for ps01-tensors-and-devices, and the calls its graded tests make.
 
-ps01's graded test cells run out of process (the cell tag `out-of-process`): the grader runs each one itself,
-and every student function the test calls is the grader's stand-in, which runs the function in the student's
-kernel with plain data across (autograder/grading/remote_calls.py). A fake set up around such a call on the
-grader's side would fake the grader's torch, which the student's code never sees, and a tensor that reports
-another device is no plain data. So the helpers below, given a stand-in (it has `in_kernel`), name one of the
-fakes of this module for the kernel to set up around that call (`on_machine`, `first_on_device`), or ask for
-the arguments back after the call; given the student's own function (their notebook, `check`), they do the
-same here. Either way the test reads the same values.
+ps01's graded test cells run out of process (the cell tag `out-of-process`): the functions they call on a
+faked machine (`Machine.call`), on a tensor that reports another device (`reported_on`) or to see their
+argument after the call (`value_and_arguments`) come from devicelab.exercises.calls, which fakes in the
+student's kernel when the function is the grader's stand-in and here otherwise.
 """
-
-import contextlib
-import dataclasses
-from collections.abc import Callable, Iterator
-from unittest import mock
 
 import torch
 
-from devicelab.fakes import fake_machine, on_device
+from devicelab.exercises.calls import Machine, reported_on, value_and_arguments
 from devicelab.feedback import Exercise, checker
 
-
-def _in_kernel(function) -> Callable | None:
-    """Return the grader's way to call `function` in the student's kernel, or None for a function of here."""
-    return getattr(function, "in_kernel", None)
-
-
-@dataclasses.dataclass(frozen=True)
-class Machine:
-    """A machine the tests pretend to be on: `cuda` CUDA GPUs, MPS or not.
-
-    `cuda_available` is what torch.cuda.is_available() answers, when it is not simply "there are GPUs"
-    (None): each of the three questions has its own answer, so a test can fake one at a time.
-    """
-
-    cuda: int = 0
-    mps: bool = False
-    cuda_available: bool | None = None
-
-    def __str__(self) -> str:
-        text = f"{self.cuda} CUDA GPU(s) and {'' if self.mps else 'no '}MPS"
-        if self.cuda_available is not None and self.cuda_available != (self.cuda > 0):
-            text += f", torch.cuda.is_available() {self.cuda_available}"
-        return text
-
-    @contextlib.contextmanager
-    def faked(self) -> Iterator[None]:
-        """Fake this machine here (devicelab.fakes.fake_machine) until the `with` block ends."""
-        with fake_machine(cuda=self.cuda, mps=self.mps), contextlib.ExitStack() as stack:
-            if self.cuda_available is not None and self.cuda_available != (self.cuda > 0):
-                stack.enter_context(mock.patch("torch.cuda.is_available", return_value=self.cuda_available))
-            yield
-
-    def call(self, function, *args):
-        """Return function(*args) on this machine: faked in the student's kernel, around that call, when
-        `function` is the grader's stand-in; faked here otherwise."""
-        in_kernel = _in_kernel(function)
-        if in_kernel is not None:
-            return in_kernel(args, fake=f"{__name__}:on_machine", params=dataclasses.asdict(self)).value
-        with self.faked():
-            return function(*args)
-
-
-def on_machine(function, **machine) -> Callable:
-    """The fake the kernel sets up for Machine.call: `function`, called on Machine(**machine)."""
-    faked = Machine(**machine)
-
-    def call(*args, **kwargs):
-        with faked.faked():
-            return function(*args, **kwargs)
-
-    return call
-
-
-def reported_on(function, tensor: torch.Tensor, device: str):
-    """Return function(t), t being `tensor`'s data as a tensor that reports `device` (devicelab.fakes'
-    on_device): made in the student's kernel when `function` is the grader's stand-in."""
-    in_kernel = _in_kernel(function)
-    if in_kernel is not None:
-        return in_kernel((tensor,), fake=f"{__name__}:first_on_device", params={"device": str(device)}).value
-    return function(on_device(tensor, device))
-
-
-def first_on_device(function, device: str) -> Callable:
-    """The fake the kernel sets up for reported_on: `function`, called with its first argument (a tensor)
-    made into one that reports `device`."""
-
-    def call(tensor, *args, **kwargs):
-        return function(on_device(tensor, device), *args, **kwargs)
-
-    return call
-
-
-def value_and_arguments(function, *args) -> tuple:
-    """Return (function(*args), the arguments as they are after the call), so that a test can see whether
-    the function changed them: copies of them as the student's kernel holds them after the call (gradients
-    included) when `function` is the grader's stand-in, the arguments themselves otherwise."""
-    in_kernel = _in_kernel(function)
-    if in_kernel is not None:
-        answer = in_kernel(args, keep=True)
-        return answer.value, tuple(answer.args)
-    return function(*args), args
+__all__ = ["Machine", "reported_on", "value_and_arguments"]  # re-exported for the notebook: calls' helpers
 
 
 def _this_machine() -> str:

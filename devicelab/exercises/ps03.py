@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from devicelab.exercises.calls import call
 from devicelab.exercises.ps04 import HostCopySpy
 from devicelab.fakes import on_device
 from devicelab.feedback import Exercise, checker
@@ -35,12 +36,13 @@ def call_keeping_the_model(forward_on_model_device, model, x):
 
 
 def expect_conflict(check_same_device, *tensors, names=()) -> None:
-    """Check that check_same_device(*tensors) raises RuntimeError naming every device in `names`.
+    """Check that check_same_device(*tensors) raises RuntimeError naming every device in `names`; a tensor
+    made with devicelab.fakes.on_device reports its device where check_same_device runs (calls.call).
 
     The graded test cells use it."""
     where = ", ".join(f"{'0-dim ' if t.dim() == 0 else ''}{t.device}" for t in tensors)
     try:
-        got = check_same_device(*tensors)
+        got = call(check_same_device, *tensors)
     except NotImplementedError:
         raise
     except RuntimeError as exc:
