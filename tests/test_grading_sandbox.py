@@ -85,6 +85,35 @@ def test_kill_takes_down_a_tree_that_ignores_sigterm_and_a_child_that_left_the_g
     assert not alive
 
 
+def test_kill_takes_down_a_child_that_left_the_group_when_the_wall_clock_was_set_between_looks(monkeypatch):
+    """A process the watch saw is known by its start in ticks since boot, never psutil's create_time (the boot
+    time as the wall clock sees it now): a clock set between the look and the kill (an NTP step on a CI
+    machine) left a child that had left the group running, a holder that outlived its run (issue 63)."""
+    import psutil._pslinux
+
+    code = ("import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+            "                 start_new_session=True)\n"
+            "time.sleep(60)")
+    root = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    watch = ProcessWatch(root.pid)
+    deadline = time.monotonic() + 10
+    while len(watch.members(process_children())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watch.resident_mib(process_children())  # seen
+    (child,) = [psutil.Process(p) for p in watch.members(process_children()) if p != root.pid]
+    boot = psutil._pslinux.boot_time()
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: boot + 1.0)
+    root.kill()  # the child, in a session of its own, is now reached only through what the watch saw
+    root.wait(timeout=5)
+    watch.kill(grace=0.2)
+    try:
+        child.wait(timeout=5)
+    except psutil.TimeoutExpired:
+        child.kill()
+        pytest.fail("a process the watch saw outlived the kill after the wall clock was set")
+
+
 def test_none_is_always_available_and_unknown_names_are_refused():
     assert detect_isolation("none").mode == "none"
     with pytest.raises(IsolationUnavailable):

@@ -383,13 +383,25 @@ def disk_usage(folder: Path, max_files: int = MAX_FILES) -> tuple[float, int]:
 # --- watching a worker's processes --------------------------------------------------------------------
 
 
+def start_ticks(pid: int) -> int:
+    """Return when a process started, in clock ticks since the machine booted (OSError: it is gone).
+
+    Never a time on the wall clock (psutil's create_time adds the boot time as the wall clock sees it now): a
+    clock set forward or back between two looks at one process would make it look like another that took its
+    pid, so it would be left running, or its folder removed under it.
+    """
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        after_name = handle.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold anything
+    return int(after_name[19])  # field 22 of proc(5); this list starts at field 3
+
+
 class ProcessWatch:
     """Track every process under one worker, add up their memory, and kill them all at the end."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.roots: tuple[int, ...] = ()  # processes outside the tree whose children work for this worker
-        self.seen: dict[int, float] = {}  # pid -> create time, so a reused pid is never killed by mistake
+        self.seen: dict[int, int] = {}  # pid -> its start_ticks, so a reused pid is never killed by mistake
 
     def members(self, children_of: dict[int, list[int]]) -> list[int]:
         """Return the worker, its other roots and all their descendants, given a map of parent pid -> child
@@ -413,10 +425,10 @@ class ProcessWatch:
         for pid in self.members(children_of):
             try:
                 proc = psutil.Process(pid)
-                self.seen.setdefault(pid, proc.create_time())
+                self.seen.setdefault(pid, start_ticks(pid))
                 if pid not in uncounted:
                     total += proc.memory_info().rss
-            except psutil.Error:
+            except (psutil.Error, OSError):
                 continue
         return total / 2**20
 
@@ -428,18 +440,18 @@ class ProcessWatch:
             children_of = process_children()
         for pid in self.members(children_of):
             try:
-                self.seen.setdefault(pid, psutil.Process(pid).create_time())
-            except psutil.Error:
+                self.seen.setdefault(pid, start_ticks(pid))
+            except OSError:
                 pass
         procs = []
-        for pid, created in self.seen.items():
+        for pid, started in self.seen.items():
             if pid in self.roots:  # a standing zygote outlives the worker it served (its children do not)
                 continue
             try:
                 proc = psutil.Process(pid)
-                if proc.create_time() == created:
+                if start_ticks(pid) == started:
                     procs.append(proc)
-            except psutil.Error:
+            except (psutil.Error, OSError):
                 continue
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:

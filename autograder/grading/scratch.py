@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from autograder.grading.sandbox import start_ticks
+
 PREFIX = "dlg-"
 OWNER_FILE = "owner.json"  # the grading process that made the folder: {"pid": ..., "started": start_ticks}
 KEPT_FILE = "kept"  # DEVICELAB_KEEP_SCRATCH asked to keep it: never removed as stale
@@ -16,18 +18,6 @@ KEPT_FILE = "kept"  # DEVICELAB_KEEP_SCRATCH asked to keep it: never removed as 
 def short_tmp() -> str | None:
     """Return a temporary folder with a short path (kernel sockets need paths under 108 characters)."""
     return "/tmp" if os.access("/tmp", os.W_OK) else None
-
-
-def start_ticks(pid: int) -> int:
-    """Return when a process started, in clock ticks since the machine booted (OSError: it is gone).
-
-    Never a time on the wall clock (psutil's create_time adds the boot time as the wall clock sees it now): a
-    clock set forward or back between the run that made a folder and the run that looks at it would make a
-    live run's folder look like another process's, and that run's scratch would be removed under it.
-    """
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        after_name = handle.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold anything
-    return int(after_name[19])  # field 22 of proc(5); this list starts at field 3
 
 
 def make_run_root() -> Path:
