@@ -94,3 +94,28 @@ def test_without_joiners_a_run_is_asked_nothing(fake_pool):
     reports = []
     fake_pool.run([Job(0, "ada", {})], seconds_for, lambda job, report: reports.append(job.student) or [])
     assert reports == ["ada"] and len(fake_pool.workers) == 1
+
+
+def test_a_worker_closed_twice_never_closes_an_fd_that_has_been_reused_since():
+    """Pool.shutdown closes every worker, then ends (and so closes again) those that did not stop in time. In
+    a threaded grader (the hub's services) another thread may have been given the report pipe's fd number in
+    between, and a second os.close closed its file under it."""
+    import os
+
+    from autograder.grading.pool import WorkerProcess
+    from autograder.grading.sandbox import ProcessWatch
+
+    read_end, write_end = os.pipe()
+    worker = WorkerProcess(os.getpid(), os.fdopen(write_end, "w"), read_end, ProcessWatch(os.getpid()))
+    worker.close()
+    reused, other = os.pipe()  # the lowest free numbers: the ones just closed
+    try:
+        assert read_end in (reused, other)
+        worker.close()
+        assert os.fstat(reused) and os.fstat(other)  # both still open
+    finally:
+        for fd in (reused, other):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -184,8 +184,10 @@ class WorkerProcess:
         return None
 
     def close(self) -> None:
-        """Close the grader's ends of the pipes."""
-        for closer in (self.jobs.close, lambda: os.close(self.reports)):
+        """Close the grader's ends of the pipes, once: a second call closes nothing (by then the report pipe's
+        fd number may be another thread's file)."""
+        reports, self.reports = self.reports, -1
+        for closer in (self.jobs.close, lambda: os.close(reports) if reports >= 0 else None):
             try:
                 closer()
             except OSError:
