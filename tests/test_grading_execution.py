@@ -44,6 +44,26 @@ def test_output_past_the_cell_allowance_is_cut_and_said_first(tmp_path):
     assert sum(len(o.get("text", "")) for o in outputs[1:]) <= 100
 
 
+def test_a_cell_whose_output_a_loaded_grader_reads_slowly_still_passes(tmp_path, monkeypatch):
+    """After a cell's reply, nbclient waits iopub_timeout for the rest of its output (4 s by default), and
+    nbgrader raises when it runs out: a right answer that prints a lot, read by a grader that a loaded machine
+    slows, failed with "Timeout waiting for IOPub output" (issue 63: a deadline shorter than a loaded machine
+    needs). Here each message takes the grader 30 ms, 6 s for the cell's 200."""
+    import time
+
+    reads = GraderExecute.output
+
+    def slowly(self, *args, **kwargs):
+        time.sleep(0.03)
+        return reads(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraderExecute, "output", slowly)
+    nb = notebook()
+    nb.cells[1].source = "for i in range(200):\n    print(i, flush=True)\nimport time; time.sleep(0.3)"
+    nb = run(nb, tmp_path)
+    assert not errors(nb.cells[1]) and not errors(nb.cells[2]), [c.outputs[-1:] for c in nb.cells]
+
+
 def test_without_the_guard_s_records_a_test_cell_earns_nothing(tmp_path):
     """A plain IPython kernel writes nothing to the channel: the grader cannot confirm the test, so it fails.
     """

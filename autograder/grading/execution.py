@@ -160,6 +160,10 @@ class GraderExecute(Execute):
 
     budget = Float(300.0,
                    help="wall-clock seconds for the whole notebook, kernel start included").tag(config=True)
+    # After a cell's reply, how long the rest of its output may take to be read (nbclient's 4 s, which
+    # nbgrader makes an error, failed right answers that print a lot on a loaded machine); the output a cell
+    # may keep is capped, so reading it ends well inside this.
+    iopub_timeout = Integer(60, help="seconds to read a cell's output after its reply").tag(config=True)
     progress_file = Unicode("", help="JSON file rewritten as each cell starts").tag(config=True)
     skip = Dict({}, help="notebook name -> {cell index (str): why it is not run}").tag(config=True)
     cell_output_chars = Integer(100_000, help="output characters kept per cell").tag(config=True)
