@@ -69,14 +69,16 @@ def _blocking_copy_waited(output: str) -> bool:
 
 
 def _graph_replay_faster(output: str) -> bool:
-    """Lesson 07, section 8: replaying 100 tiny kernels as a CUDA graph is faster than launching them."""
+    """Lesson 07, Going further (CUDA Graphs): replaying 100 tiny kernels as a CUDA graph is faster than
+    launching them."""
     times = dict(re.findall(r"(eager|graph replay): (\d+) us per step", output))
     return len(times) == 2 and float(times["graph replay"]) < float(times["eager"])
 
 
 def _eager_step_about_1500_us(output: str) -> bool:
-    """Lesson 07, section 8: the prediction `pytorch-launch` answers "about 1500 us" for the eager step, three
-    times what 100 launches at CUDA's 5 us would take; a recording outside 1000-2200 us contradicts it."""
+    """Lesson 07, Going further (CUDA Graphs): the prediction `pytorch-launch` answers "about 1500 us" for the
+    eager step, three times what 100 launches at CUDA's 5 us would take; a recording outside 1000-2200 us
+    contradicts it."""
     eager = re.search(r"eager: (\d+) us per step", output)
     return eager is not None and 1000 <= float(eager.group(1)) <= 2200
 
@@ -98,7 +100,8 @@ def _only_pinned_returns_at_once(output: str) -> bool:
 
 
 def _cache_keeps_freed_memory(output: str) -> bool:
-    """Lesson 07, section 6: del lowers allocated by 256 MiB, not reserved; empty_cache lowers reserved."""
+    """Lesson 07, Going further (the caching allocator): del lowers allocated by 256 MiB, not reserved;
+    empty_cache lowers reserved."""
     rows = re.findall(r"allocated ([\d.]+) (MiB|GiB), reserved ([\d.]+) (MiB|GiB)", output)
     if len(rows) != 3:
         return False
