@@ -32,7 +32,6 @@ from tests.test_grading_tamper_round2 import CHANNEL_FORGE, CTYPES_CODE_SWAP, GU
 pytestmark = pytest.mark.notebook
 
 ASSIGNMENT = "ps01-tensors-and-devices"
-NAME = f"{ASSIGNMENT}.ipynb"
 TRICKS = {
     "socket-object-filter": SOCKET_FILTER,
     "ctypes-code-swap": CTYPES_CODE_SWAP,
@@ -44,20 +43,22 @@ TRICKS = {
 }
 
 
-def notebooks() -> dict[str, nbformat.NotebookNode]:
-    """Return student -> notebook: the solved one, and each trick appended to the unsolved `describe`."""
-    release = nbformat.read(COURSE_ROOT / "release" / ASSIGNMENT / NAME, as_version=4)
-    source = nbformat.read(COURSE_ROOT / "source" / ASSIGNMENT / NAME, as_version=4)
+def notebooks(assignment: str = ASSIGNMENT, answer_id: str = "describe") -> dict[str, nbformat.NotebookNode]:
+    """Return student -> notebook: the solved one, and each trick appended to the unsolved answer `answer_id`
+    (every answer left unsolved)."""
+    name = f"{assignment}.ipynb"
+    release = nbformat.read(COURSE_ROOT / "release" / assignment / name, as_version=4)
+    source = nbformat.read(COURSE_ROOT / "source" / assignment / name, as_version=4)
     students = {"honest-solved": solved(release, source)}
     for trick, code in TRICKS.items():
         nb = nbformat.from_dict(json.loads(nbformat.writes(release)))
-        answer = next(c for c in nb.cells if utils.is_solution(c) and grade_id(c) == "describe")
+        answer = next(c for c in nb.cells if utils.is_solution(c) and grade_id(c) == answer_id)
         answer.source += "\n\n" + code
         students[trick] = nb
     return students
 
 
-def cell_scores(course: Path) -> dict[str, dict[str, float]]:
+def cell_scores(course: Path, assignment: str = ASSIGNMENT) -> dict[str, dict[str, float]]:
     """Return student -> grade_id -> auto score, from the course gradebook."""
     from nbgrader.api import Gradebook
 
@@ -67,36 +68,42 @@ def cell_scores(course: Path) -> dict[str, dict[str, float]]:
     scores: dict[str, dict[str, float]] = {}
     with Gradebook(directory.db_url, directory.course_id) as gb:
         for student in gb.students:
-            submission = gb.find_submission(ASSIGNMENT, student.id)
+            submission = gb.find_submission(assignment, student.id)
             scores[student.id] = {g.name: float(g.auto_score or 0) for nb in submission.notebooks
                                   for g in nb.grades}
     return scores
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Grade the class once with `--sandbox bwrap`, as issue 61's bank was graded."""
+def grade_with_tricks(tmp_path_factory, assignment: str = ASSIGNMENT, answer_id: str = "describe") -> tuple:
+    """Grade the class of `notebooks(assignment, answer_id)` once per test run with `--sandbox bwrap`, as
+    issue 61's bank was graded; return (student -> grades.csv row, cell_scores)."""
+    name = f"{assignment}.ipynb"
 
     def grade_the_class(course: Path) -> dict:
         shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-        shutil.copytree(COURSE_ROOT / "source" / ASSIGNMENT, course / "source" / ASSIGNMENT)
-        for student, nb in notebooks().items():
+        shutil.copytree(COURSE_ROOT / "source" / assignment, course / "source" / assignment)
+        for student, nb in notebooks(assignment, answer_id).items():
             (course / "incoming" / student).mkdir(parents=True)
-            nbformat.write(nb, course / "incoming" / student / NAME)
-        cmd = [sys.executable, "-m", "autograder", "grade", ASSIGNMENT, str(course / "incoming"), "--course",
+            nbformat.write(nb, course / "incoming" / student / name)
+        cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(course / "incoming"), "--course",
                str(course), "--jobs", "2", "--timeout", "120", "--memory", "3000", "--sandbox", "bwrap",
                "--quiet"]
         done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
                               timeout=900, check=False)
         if done.returncode != 0:
             return {"returncode": done.returncode, "stderr": done.stderr[-3000:]}
-        with (course / "graded" / ASSIGNMENT / "grades.csv").open(encoding="utf-8") as handle:
+        with (course / "graded" / assignment / "grades.csv").open(encoding="utf-8") as handle:
             table = {r["student"]: r for r in csv.DictReader(handle)}
-        return {"returncode": 0, "rows": table, "cells": cell_scores(course)}
+        return {"returncode": 0, "rows": table, "cells": cell_scores(course, assignment)}
 
-    _, record = once_per_run(tmp_path_factory, "out-of-process-ps01", grade_the_class)
+    _, record = once_per_run(tmp_path_factory, f"out-of-process-{assignment}", grade_the_class)
     assert record["returncode"] == 0, record["stderr"]
     return record["rows"], record["cells"]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    return grade_with_tricks(tmp_path_factory)
 
 
 @pytest.mark.parametrize("trick", sorted(TRICKS))

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from devicelab.fakes import _to_arguments, fake_machine, on_device
+from devicelab.exercises.calls import Machine
+from devicelab.fakes import _to_arguments, on_device
 from devicelab.feedback import Exercise, checker
 
 Pair = namedtuple("Pair", ["x", "y"])
@@ -48,15 +49,15 @@ def _to_is_noop(to_is_noop) -> None:
         got = to_is_noop(t, device, dtype)
         assert got is expected, (
             f"to_is_noop(float32 cpu tensor, {device!r}, {dtype}) should be {expected}, not {got!r}.")
-    with fake_machine(cuda=2, current=1):  # two pretend GPUs, cuda:1 the current one
-        for where, device, expected in [("cuda:1", "cuda", True), ("cuda:0", "cuda", False),
-                                        ("cuda:0", "cuda:0", True),
-                                        ("cuda:1", torch.device("cuda", 0), False)]:
-            got = to_is_noop(on_device(torch.zeros(3), where), device)
-            assert got is expected, (
-                f"With cuda:1 the current GPU, to_is_noop(a tensor on {where}, {device!r}) should be "
-                f"{expected}, not {got!r}: t.to('cuda') goes to the current GPU, so plain cuda means cuda:1 "
-                "here.")
+    machine = Machine(cuda=2, current=1)  # two pretend GPUs, cuda:1 the current one
+    for where, device, expected in [("cuda:1", "cuda", True), ("cuda:0", "cuda", False),
+                                    ("cuda:0", "cuda:0", True),
+                                    ("cuda:1", torch.device("cuda", 0), False)]:
+        got = machine.call(to_is_noop, on_device(torch.zeros(3), where), device)
+        assert got is expected, (
+            f"With cuda:1 the current GPU, to_is_noop(a tensor on {where}, {device!r}) should be "
+            f"{expected}, not {got!r}: t.to('cuda') goes to the current GPU, so plain cuda means cuda:1 "
+            "here.")
 
 
 def _make_leaf(make_leaf) -> None:
