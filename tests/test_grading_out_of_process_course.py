@@ -34,14 +34,16 @@ def notebook(folder: str, assignment: str) -> Path:
     return COURSE_ROOT / folder / assignment / f"{assignment}.ipynb"
 
 
-def students_namespace(path: Path) -> dict:
-    """Run a notebook's cells but its tests, as the kernel would before a test; return the namespace."""
+def students_namespace(path: Path, replace: dict[str, str] | None = None) -> dict:
+    """Run a notebook's cells but its tests, as the kernel would before a test, each answer whose grade_id
+    `replace` names replaced by its source there; return the namespace."""
     nb = nbformat.read(path, as_version=4)
     space: dict = {"__name__": "__main__"}
     with mock.patch.dict(os.environ, {"NBGRADER_EXECUTION": "autograde"}):
         for cell in nb.cells:
             if cell.cell_type == "code" and not (utils.is_grade(cell) and not utils.is_solution(cell)):
-                exec(compile(cell.source, str(path), "exec"), space)
+                source = (replace or {}).get(cell.metadata.get("nbgrader", {}).get("grade_id"), cell.source)
+                exec(compile(source, str(path), "exec"), space)
     return space
 
 

@@ -16,8 +16,11 @@ from nbgrader import utils
 
 from autograder import COURSE_ROOT
 from autograder.cells import grade_id
-from tests.test_grading_out_of_process_course import OUT_OF_PROCESS
+from autograder.grading.remote_calls import Plan, run_test
+from tests import test_ps02_moving_tensors, test_ps03_device_mismatch
+from tests.test_grading_out_of_process_course import OUT_OF_PROCESS, students_namespace
 from tests.test_grading_out_of_process_ps01 import TRICKS, grade_with_tricks
+from tests.test_grading_out_of_process_units import answer
 
 pytestmark = pytest.mark.notebook
 
@@ -25,6 +28,13 @@ pytestmark = pytest.mark.notebook
 ANSWER = {"ps02-moving-tensors": "to-is-noop", "ps03-device-mismatch": "check-same-device"}
 MOVED = {"ps02-moving-tensors": {"to-is-noop-tests", "make-leaf-tests-values"},
          "ps03-device-mismatch": {"check-same-device-tests-errors"}}
+
+
+# each mistake of the assignments' own tests that a moved cell catches: (exercise, answer, cell, notebook)
+MOVED_MISTAKES = [pytest.param(*case.values, module.NOTEBOOK, id=case.id)
+                  for module in (test_ps02_moving_tensors, test_ps03_device_mismatch)
+                  for case in module.MISTAKE_CASES
+                  if case.values[2] in MOVED[module.NOTEBOOK.parent.name]]
 
 
 def full_marks(assignment: str) -> float:
@@ -37,6 +47,19 @@ def test_the_moved_cells_run_out_of_process():
         assert cells <= OUT_OF_PROCESS[assignment]
         nb = nbformat.read(COURSE_ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
         assert cells <= {grade_id(c) for c in nb.cells if utils.is_grade(c)}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(("exercise", "source", "cell", "path"), MOVED_MISTAKES)
+def test_a_moved_cell_fails_each_mistake_it_catches_out_of_process(exercise, source, cell, path):
+    space = students_namespace(path, {exercise: source})
+
+    def call(name: str, payload: bytes) -> str:
+        return answer(space, name, payload)
+
+    plan = Plan.read(path)
+    run = run_test(plan.tests[cell], plan.namespace(), call, cell)
+    assert run.status == "error" and run.outputs[-1]["ename"] == "AssertionError", run.outputs
 
 
 @pytest.mark.parametrize("assignment", sorted(ANSWER))
