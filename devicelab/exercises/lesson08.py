@@ -145,13 +145,19 @@ def time_it(fn, sync, clock, warmup=1, repeats=5):
 
 _exercises = checker(
     Exercise("run_epoch", _train_epoch, hints=(
-        ("Take the measures one at a time. Run the profile cell, then open traces/mine.json in Perfetto: "
-         "every measure off target has rows behind it."),
-        ("A host wait sits inside an operator (the summary's 'inside'): find the line of your loop that "
-         "calls it. A copy's name says where its host memory was. The host's rows show what it does "
-         "while the GPU idles."),
-        ("Fix one thing, profile again, and compare the measures: a fix can move a wait somewhere else. "
-         "Lessons 05, 06 and 07 have every piece."),
+        ("Take the measures one at a time, in the order check lists them. Run the profile cell, then open "
+         "traces/mine.json in Perfetto: every measure off target has rows behind it."),
+        ("Host waits: the summary's 'inside' names the operator each wait sits in, and the trace shows the "
+         "operator above it: find the line of your loop that calls that. Lesson 05 (The GPU is a queue) "
+         "lists what makes the host wait, lesson 07 section 1 what a default upload waits for. A wait "
+         "moved to later in the epoch is still a wait: count them again after each change."),
+        ("Uploads from pageable memory: a copy's row names the host memory it came from. Lesson 06 "
+         "sections 1 and 5 say where a batch's memory comes from, lesson 07 section 1 what an upload "
+         "needs so that the host does not wait for it."),
+        ("The GPU's idle time: the host's rows say what it does meanwhile. Section 3 gives the machine "
+         "(16 cores, about 90 us a photo, 6 ms of kernels a step); lesson 06 section 6 is about that row."),
+        ("Copy overlap: lesson 07 section 4 says what runs at the same time as what, and ends with a "
+         "prefetch loop."),
     ), withheld="No worked solution: the capstone is yours. The hints say where to look, not what to change.",
         success=("Your trace reaches every target: no host waits in the loop, pinned uploads, the GPU busy, "
                  "uploads under compute.")),
