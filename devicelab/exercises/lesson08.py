@@ -71,7 +71,8 @@ def _train_epoch(run_epoch) -> None:
     assert not found, (
         f"Your simulated epoch takes {run.seconds * 1e3:.1f} ms on the simulated {run.machine}. Its trace "
         "still misses:\n- " + "\n- ".join(found)
-        + "\nOpen traces/mine.json in Perfetto and find the rows behind each.")
+        + "\nRun the profile cell (section 3) and open the traces/mine.json it writes in Perfetto to find "
+        "the rows behind each.")
     print(f"The script took {before * 1e3:.1f} ms per epoch (simulated {run.machine}, crash fixed only); "
           f"yours {run.seconds * 1e3:.1f} ms, {before / run.seconds:.1f}x faster.")
 
@@ -148,8 +149,8 @@ _exercises = checker(
         ("Take the measures one at a time, in the order check lists them. Run the profile cell, then open "
          "traces/mine.json in Perfetto: every measure off target has rows behind it."),
         ("Host waits: the summary's 'inside' names the operator each wait sits in, and the trace shows the "
-         "operator above it: find the line of your loop that calls that. Lesson 05 (The GPU is a queue) "
-         "lists what makes the host wait, lesson 07 section 1 what a default upload waits for. A wait "
+         "operator above it: find the line of your loop that calls that. Lesson 05 (What an honest timing "
+         "is made of) lists the sync points, lesson 07 section 1 what a default upload waits for. A wait "
          "moved to later in the epoch is still a wait: count them again after each change."),
         ("Uploads from pageable memory: a copy's row names the host memory it came from. Lesson 06 "
          "sections 1 and 5 say where a batch's memory comes from, lesson 07 section 1 what an upload "
