@@ -35,7 +35,7 @@ def effective_gbps(nbytes: int, peak_gbps: float, latency_s: float) -> float:
     """Return the bandwidth one copy of `nbytes` achieves, in GB/s, given the link's peak and a fixed latency."""
     seconds = latency_s + nbytes / (peak_gbps * 1e9)
     return nbytes / seconds / 1e9
-''', success="Half of the peak is reached at nbytes = peak x latency: about 33,000 bytes (33 KiB) on a T4. "  # noqa: E501 (the solution above is shown to students as it is)
+''', success="Half of the peak is reached at nbytes = peak x latency: about 33,000 bytes (32.7 KiB) on a T4. "  # noqa: E501 (the solution above is shown to students as it is)
              "Batch small copies."),
 )
 check, hint, solution = _exercises.check, _exercises.hint, _exercises.solution
