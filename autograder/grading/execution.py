@@ -75,6 +75,7 @@ KERNEL_START_FOLDERS = (".ipython", ".jupyter", ".jupyter-data", ".local", ".con
 ACTIVE_CONTENT = (".html", ".htm", ".xhtml", ".svg", ".js", ".mjs")
 WRITTEN_FILES = Limits(file_bytes=MAX_FILE_MIB * 2**20, total_bytes=200 * 2**20, entries=1000, depth=16)
 INTERRUPT_WAIT = 5.0  # seconds a call that ran out of time gets to answer its interrupt
+INTERRUPTED_OUTPUT_S = 4  # seconds to read the rest of a cell's output after it was interrupted (nbclient's)
 
 
 def is_memory_error(output: dict) -> bool:
@@ -162,8 +163,10 @@ class GraderExecute(Execute):
                    help="wall-clock seconds for the whole notebook, kernel start included").tag(config=True)
     # After a cell's reply, how long the rest of its output may take to be read (nbclient's 4 s, which
     # nbgrader makes an error, failed right answers that print a lot on a loaded machine); the output a cell
-    # may keep is capped, so reading it ends well inside this.
-    iopub_timeout = Integer(60, help="seconds to read a cell's output after its reply").tag(config=True)
+    # may keep is capped, so reading it ends well inside this. A cell interrupted at its time limit gets
+    # nbclient's 4 s (INTERRUPTED_OUTPUT_S): its reply is made up, and a kernel deaf to the interrupt never
+    # sends the rest.
+    output_wait_s = Integer(60, help="seconds to read a cell's output after its reply").tag(config=True)
     progress_file = Unicode("", help="JSON file rewritten as each cell starts").tag(config=True)
     skip = Dict({}, help="notebook name -> {cell index (str): why it is not run}").tag(config=True)
     cell_output_chars = Integer(100_000, help="output characters kept per cell").tag(config=True)
@@ -375,6 +378,7 @@ class GraderExecute(Execute):
         why = (f"the notebook's time limit ({self.budget:g} s) ran out" if out_of_budget
                else f"the cell ran longer than {timeout} s")
         self._event(EventKind.TIMEOUT, self._cell, why)
+        self.iopub_timeout = INTERRUPTED_OUTPUT_S
         return await super()._async_handle_timeout(timeout, cell)
 
     # --- cells ---------------------------------------------------------------------------------------
@@ -394,6 +398,7 @@ class GraderExecute(Execute):
             self._event(EventKind.SKIPPED, cell_index, reason)
             return cell
         self._write_progress("running")
+        self.iopub_timeout = self.output_wait_s
         self._kept_cell = 0
         self._dropped_cell = 0
         self._mark_requests()
