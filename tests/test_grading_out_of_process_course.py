@@ -19,7 +19,7 @@ OUT_OF_PROCESS = {
     "ps01-tensors-and-devices": {"describe-tests-basic", "describe-tests-edge", "describe-tests-views",
                                  "describe-tests-meta", "pick-device-tests-default",
                                  "pick-device-tests-prefer", "pick-device-tests-unavailable"},
-    "ps02-moving-tensors": {"to-is-noop-tests", "make-leaf-tests-values"},
+    "ps02-moving-tensors": {"to-is-noop-tests"},
     "ps03-device-mismatch": {"check-same-device-tests", "check-same-device-tests-scalars",
                              "check-same-device-tests-errors"},
     "ps04-async-timing": {"bandwidth-gbps-tests-basic", "bandwidth-gbps-tests-errors"},

@@ -2,8 +2,8 @@
 
 Each trick of tests/test_grading_out_of_process_ps01.py is appended to an unsolved answer (every answer stays
 unsolved), so every point it earns is earned by tampering. Before the cells whose verdict is a value under a
-fake moved out of process (ps02's `to-is-noop-tests` on a faked machine with tensors that report GPUs and
-`make-leaf-tests-values`, ps03's `check-same-device-tests-errors` with tensors that report GPUs), they ran
+fake moved out of process (ps02's `to-is-noop-tests` on a faked machine with tensors that report GPUs,
+ps03's `check-same-device-tests-errors` with tensors that report GPUs), they ran
 guarded and the socket-object filter (unflagged), the ctypes code swap and the guard reached through gc earned
 them; now no trick earns a point of any out-of-process cell. The cells that must be observed inside the
 student's process stay guarded (docs/security.md's table says why), and what a trick earns there is the
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.notebook
 
 # assignment -> the unsolved answer each trick is appended to
 ANSWER = {"ps02-moving-tensors": "to-is-noop", "ps03-device-mismatch": "check-same-device"}
-MOVED = {"ps02-moving-tensors": {"to-is-noop-tests", "make-leaf-tests-values"},
+MOVED = {"ps02-moving-tensors": {"to-is-noop-tests"},
          "ps03-device-mismatch": {"check-same-device-tests-errors"}}
 
 
