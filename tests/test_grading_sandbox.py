@@ -66,17 +66,23 @@ def test_the_python_limits_wrapper_sets_the_limits_and_forgets_the_parent(monkey
     assert out.stdout.split() == ["6000", str(MAX_FILE_MIB), "None"]
 
 
+def watched_tree(code: str) -> tuple[subprocess.Popen, ProcessWatch]:
+    """Start `code` (which starts one child) in a session of its own; return it and a watch that sees both."""
+    root = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    watch = ProcessWatch(root.pid)
+    deadline = time.monotonic() + 10
+    while len(watch.members(process_children())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return root, watch
+
+
 def test_kill_takes_down_a_tree_that_ignores_sigterm_and_a_child_that_left_the_group():
     code = ("import signal, subprocess, sys, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
             "signal.SIG_IGN); time.sleep(60)'], start_new_session=True)\n"
             "time.sleep(60)")
-    root = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    watch = ProcessWatch(root.pid)
-    deadline = time.monotonic() + 10
-    while len(watch.members(process_children())) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    root, watch = watched_tree(code)
     assert watch.resident_mib(process_children()) > 1
     tree = [psutil.Process(p) for p in watch.members(process_children())]
     watch.kill(grace=0.2)
@@ -95,11 +101,7 @@ def test_kill_takes_down_a_child_that_left_the_group_when_the_wall_clock_was_set
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
             "                 start_new_session=True)\n"
             "time.sleep(60)")
-    root = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    watch = ProcessWatch(root.pid)
-    deadline = time.monotonic() + 10
-    while len(watch.members(process_children())) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    root, watch = watched_tree(code)
     watch.resident_mib(process_children())  # seen
     (child,) = [psutil.Process(p) for p in watch.members(process_children()) if p != root.pid]
     boot = psutil._pslinux.boot_time()
