@@ -338,7 +338,8 @@ def test_a_submission_no_worker_finishes_ends_invalid_once(tmp_path: Path) -> No
     store = FolderStore(tmp_path / "store")
     with serving(store, Leases(lease_s=60, clock=lambda: now[0])) as url:
         released(url)
-        filed = call(url, "ann-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[1]
+        hostile = "<img src=x onerror=alert(1)>.ipynb"  # her notebook's name reaches the service's own page
+        filed = call(url, "ann-token", "POST", "submissions/ps01", tar_of({hostile: b"{}"}))[1]
         stamp = json.loads(filed)["timestamp"]
         now[0] = 1.0
         call(url, "bob-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))
@@ -356,6 +357,9 @@ def test_a_submission_no_worker_finishes_ends_invalid_once(tmp_path: Path) -> No
         assert (ann["status"], ann["score"]) == ("invalid", None), ann
         assert f"{MAX_LEASES} leases" in ann["detail"] and ann["timestamp"] == stamp
         late = WorkResult("graded", 10, 10).to_json()
+        with tarfile.open(fileobj=io.BytesIO(call(url, "ann-token", "GET", "feedback/ps01")[1])) as pages:
+            page = b"".join(pages.extractfile(m).read() for m in pages.getmembers() if m.isfile()).decode()
+        assert "no grading worker finished it" in page and "<img" not in page and "&lt;img" in page, page
         path = f"results/ps01/ann/{urllib.parse.quote(stamp)}?lease={leases[-1]}"
         assert call(url, "ivy-token", "PUT", path, late)[0] == 409, "kept once: a late post is refused"
 

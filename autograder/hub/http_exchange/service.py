@@ -335,9 +335,12 @@ class WorkHandler(ApiHandler):
         if self.leases.handed_out is not None:  # only what the autograde service said (PUT api/work)
             asked = [a for a in asked if a in self.leases.handed_out]
         found = waiting(self.store, asked)
-        for handout in self.leases.given_up(found):
+        given_up = self.leases.given_up(found)
+        for handout in given_up:
             await record_given_up(self.store, self.leases, handout)
-        lease = self.leases.lease(waiting(self.store, asked))
+        done = {h.key for h in given_up}
+        lease = self.leases.lease([w for w in found
+                                   if (w.assignment_id, w.student_id, w.timestamp) not in done])
         if lease is None:
             self.set_status(204)
             self.finish()
