@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-# What executes a whole notebook (in a kernel, or a class graded by command lines).
+# What executes a whole notebook in a kernel. The command-line runners (tests/grade_commands.py,
+# tests/nbgrader_commands.py) are not among them: a command line may be refused before it grades
+# (test_grade_commands), and the modules that grade with them carry `pytestmark = pytest.mark.notebook`.
 NOTEBOOK_RUNNERS = {
     ("book.execution", "execute_notebook"),
     ("book.execution", "executed_copy"),
     ("book.execution", "executed_copies"),
-    ("tests.grade_commands", "in_one_python"),
-    ("tests.nbgrader_commands", "in_one_python"),
 }
 BROWSER_MODULES = ("tests.browser_support", "playwright")
 

@@ -15,8 +15,28 @@ def _runs_a_notebook(path):
     return execute_notebook(path, gpu=False)
 
 
-def _reads_a_constant():
-    return REQUIRES_CUDA
+def probe_opens_chromium_through_a_helper():
+    _opens_a_browser()
+
+
+def probe_executed(tmp_path):
+    return _runs_a_notebook(tmp_path)
+
+
+def probe_uses_the_fixture(probe_executed):
+    assert probe_executed
+
+
+def probe_reads_a_constant():
+    assert REQUIRES_CUDA
+
+
+def probe_uses_a_runner_as_a_module_attribute(tmp_path):
+    execution.executed_copy(tmp_path, gpu=False)
+
+
+# The probes are reached through this table, so that these tests, which only read them, earn no marker.
+PROBES = {name: value for name, value in globals().items() if name.startswith("probe_")}
 
 
 class Item:
@@ -29,31 +49,21 @@ class Item:
 
 
 def test_a_test_that_opens_chromium_through_a_helper_is_marked_browser():
-    def test():
-        _opens_a_browser()
-
-    assert markers.markers_of(Item(test)) == {"browser"}
+    assert markers.markers_of(Item(PROBES["probe_opens_chromium_through_a_helper"])) == {"browser"}
 
 
 def test_a_fixture_that_executes_a_notebook_marks_the_tests_that_use_it_notebook():
-    def executed(tmp_path):
-        return _runs_a_notebook(tmp_path)
-
-    def test(executed):
-        assert executed
-
-    assert markers.markers_of(Item(test, executed)) == {"notebook"}
+    item = Item(PROBES["probe_uses_the_fixture"], PROBES["probe_executed"])
+    assert markers.markers_of(item) == {"notebook"}
 
 
 def test_a_test_that_only_reads_a_constant_of_the_runner_s_module_stays_unmarked():
-    def test():
-        assert _reads_a_constant()
-
-    assert markers.markers_of(Item(test)) == set()
+    assert markers.markers_of(Item(PROBES["probe_reads_a_constant"])) == set()
 
 
 def test_a_runner_used_as_a_module_attribute_is_found():
-    def test(tmp_path):
-        execution.executed_copy(tmp_path, gpu=False)
+    assert markers.markers_of(Item(PROBES["probe_uses_a_runner_as_a_module_attribute"])) == {"notebook"}
 
-    assert markers.markers_of(Item(test)) == {"notebook"}
+
+def test_these_tests_earn_no_marker(request):
+    assert markers.markers_of(request.node) == set()
