@@ -44,7 +44,7 @@ def test_the_hub_config_loads_and_uses_pam_by_default(tmp_path: Path) -> None:
     s = written(tmp_path)
     c = load(s.paths.config)
     assert c.JupyterHub.authenticator_class == "pam"
-    assert c.JupyterHub.spawner_class == "autograder.hub.setup.spawner.LimitedSpawner"
+    assert c.JupyterHub.spawner_class == "autograder.hub.spawning.spawner.LimitedSpawner"
     assert (c.Spawner.mem_limit, c.Spawner.cpu_limit) == (2048 * 2**20, 1.0)  # the defaults, enforced
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8000/"
     assert c.Authenticator.allowed_users == ["dl-ann", "dl-bob", "dl-gil", "dl-grader", "dl-ivy"]
@@ -64,7 +64,7 @@ def test_the_spawner_the_config_names_is_importable_from_the_course_the_config_a
     """The hub runs the config; it puts the course repository on sys.path for the spawner."""
     from jupyterhub.spawner import LocalProcessSpawner
 
-    from autograder.hub.setup.spawner import LimitedSpawner
+    from autograder.hub.spawning.spawner import LimitedSpawner
 
     assert issubclass(LimitedSpawner, LocalProcessSpawner)
 
@@ -112,7 +112,7 @@ def test_the_course_config_is_the_repositorys_then_the_refusals_and_a_link_there
     assert text.count("Added by `hub setup`") == 1
     c = load(path)
     assert (c.CourseDirectory.course_id, c.Execute.timeout) == ("device-lab", 120)  # the course's own
-    assert c.Autograde.autograde_preprocessors == ["autograder.hub.setup.staff_execution.RefuseExecution"]
+    assert c.Autograde.autograde_preprocessors == ["autograder.hub.spawning.staff_execution.RefuseExecution"]
     assert c.StaffGuard.hub_root == s.root
 
 
@@ -339,7 +339,7 @@ def test_a_students_server_port_is_held_for_it_from_its_choice_until_it_stops() 
 
     from tornado.netutil import bind_sockets
 
-    from autograder.hub.setup.spawner import LimitedSpawner
+    from autograder.hub.spawning.spawner import LimitedSpawner
 
     spawner = LimitedSpawner()
     spawner._hold_port()

@@ -1,10 +1,10 @@
 """`hub start` for a hub set up with `--nodes namespaces`: JupyterHub on the hub's node, each other part on
 its own.
 
-The hub's node is this machine's namespaces, with the hub's address on loopback (setup/nodes.py). The exchange
-service and each grading worker (setup/parts.py) run in a network namespace of their own, linked only to the
-hub's, as the grader account, in a box (setup/server_box.py) that shows each its own folder and no other
-part's; they reach the exchange and the hub's API through the hub's proxy only. Students' servers get
+The hub's node is this machine's namespaces, with the hub's address on loopback (spawning/nodes.py). The
+exchange service and each grading worker (setup/parts.py) run in a network namespace of their own, linked only
+to the hub's, as the grader account, in a box (spawning/server_box.py) that shows each its own folder and no
+other part's; they reach the exchange and the hub's API through the hub's proxy only. Students' servers get
 theirs from the spawner. This process supervises: it starts JupyterHub and the parts, starts again a part
 that exits (as JupyterHub does for a managed service), and when JupyterHub exits or it is told to stop
 (SIGTERM, SIGINT), it stops the parts and removes every node.
@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from autograder.hub.hub_process import HubCommand
 from autograder.hub.settings import HubSettings, grader_env
-from autograder.hub.setup import accounts, nodes
+from autograder.hub.setup import accounts
 from autograder.hub.setup.parts import Part, hub_parts, readable_folders
-from autograder.hub.setup.server_box import BoxPlan, box_prefix
+from autograder.hub.spawning import nodes
+from autograder.hub.spawning.server_box import BoxPlan, box_prefix
 
 RESTART_S = 1.0  # how long a part that exited waits before it starts again
 POLL_S = 0.2

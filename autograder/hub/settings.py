@@ -16,7 +16,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def node_hub_address(subnet: int) -> str:
-    """Return the hub's own address in its nodes' network 10.X.0.0/16 (hub/setup/nodes.py)."""
+    """Return the hub's own address in its nodes' network 10.X.0.0/16 (hub/spawning/nodes.py)."""
     return f"10.{subnet}.0.1"
 
 
@@ -46,7 +46,7 @@ class HubSettings:
     mem_limit_mib: int = 2048  # each student's server, its kernels included (0: no limit)
     cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
     tasks_limit: int = 1024  # processes and threads each server may run (0: no limit)
-    server_box: str = "bwrap"  # each server in a box of its own (hub/setup/server_box.py); "none": not
+    server_box: str = "bwrap"  # each server in a box of its own (hub/spawning/server_box.py); "none": not
     exchange: str = "files"  # nbgrader's exchange: "files" (a shared folder) or "http" (hub/http_exchange/)
     exchange_port: int = 9998  # the HTTP exchange service's port (exchange "http")
     grading_workers: int = 0  # grading workers the hub runs as services (exchange "http" only); 0: none
@@ -56,7 +56,7 @@ class HubSettings:
     # postgresql://ROLE@HOST:PORT/DATABASE, no password); empty: each in its sqlite file
     database_url: str = ""
     # "namespaces": the exchange, the workers and each student's server in network and mount namespaces of
-    # their own, linked only to the hub's (hub/setup/nodes.py), the hub at 10.X.0.1 with X = node_subnet
+    # their own, linked only to the hub's (hub/spawning/nodes.py), the hub at 10.X.0.1 with X = node_subnet
     nodes: str = "one"
     node_subnet: int = 0
     lti: "LtiSettings | None" = None  # the LMS, with --authenticator lti13

@@ -16,13 +16,14 @@ from autograder.csv_cells import write_rows
 from autograder.hub import database
 from autograder.hub.exchange import Exchange, secure_tree
 from autograder.hub.settings import EXCHANGES, LOOPBACK, NODES, WORKER_SANDBOXES, HubError, HubSettings
-from autograder.hub.setup import accounts, nodes
+from autograder.hub.setup import accounts
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
 from autograder.hub.setup.parts import hub_parts
 from autograder.hub.setup.render import gradebook_url, render_all, write_all
 from autograder.hub.setup.roster import ROLES, Member, check_member, hub_groups, read_roster, write_roster
-from autograder.hub.setup.server_box import box_works
+from autograder.hub.spawning import nodes
+from autograder.hub.spawning.server_box import box_works
 
 # The prefix of an LTI hub's accounts: a Unix name's start that leaves room for the person's name.
 LTI_PREFIX = re.compile(r"^[a-z][a-z0-9_-]{0,15}$")
@@ -210,7 +211,7 @@ def write_course_config(s: HubSettings) -> None:
     """Write the course directory's nbgrader_config.py: the course repository's, then the settings with which
     nbgrader refuses to run a submission for staff (staff_execution.py). nbgrader reads this file when a
     grader types a command in the course directory, from any shell, without the grader's configuration."""
-    from autograder.hub.setup.staff_execution import course_config_source
+    from autograder.hub.spawning.staff_execution import course_config_source
 
     origin = Path(s.course_source) / "nbgrader_config.py"
     course = origin.read_text(encoding="utf-8").rstrip("\n") + "\n\n" if origin.is_file() else ""

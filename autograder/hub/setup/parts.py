@@ -11,7 +11,7 @@ from pathlib import Path
 
 from autograder.grading.sandbox import python_locations, student_package_folders
 from autograder.hub.settings import HubSettings
-from autograder.hub.setup.nodes import EXCHANGE_INDEX, FIRST_WORKER_INDEX, Node, part_address
+from autograder.hub.spawning.nodes import EXCHANGE_INDEX, FIRST_WORKER_INDEX, Node, part_address
 
 
 @dataclass(frozen=True)

@@ -123,11 +123,8 @@ def course_config_source(hub_root: str, course_source: str) -> str:
     refuse_staff_execution(c, hub_root)
     return "\n".join([
         "# Added by `hub setup`: staff never run a submission outside the grading sandbox. nbgrader's",
-        "# Autograde and Validate refuse here and say what to use (autograder/hub/setup/staff_execution.py",
-        "# in the course repository, importable from any shell through the line below).",
-        "import sys  # noqa: E402",
-        "",
-        f"if {course_source!r} not in sys.path:",
-        f"    sys.path.append({course_source!r})",
+        "# Autograde and Validate refuse here and say what to use",
+        "# (autograder/hub/spawning/staff_execution.py, installed with devicelab-grader:",
+        "# importable from any shell of the hub's environment).",
         *_settings(c, ""),
     ]) + "\n"
