@@ -15,7 +15,15 @@ from urllib.parse import urlsplit
 from autograder.csv_cells import write_rows
 from autograder.hub import database
 from autograder.hub.exchange import Exchange, secure_tree
-from autograder.hub.settings import EXCHANGES, LOOPBACK, NODES, WORKER_SANDBOXES, HubError, HubSettings
+from autograder.hub.settings import (
+    COURSE_GRADEBOOK,
+    EXCHANGES,
+    LOOPBACK,
+    NODES,
+    WORKER_SANDBOXES,
+    HubError,
+    HubSettings,
+)
 from autograder.hub.setup import accounts
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
@@ -147,13 +155,13 @@ def check_python(s: HubSettings) -> None:
     """Raise HubError unless the grader account can run the Python environment and import the hub's packages.
     """
     done = accounts.run_as(s.grader, [s.python, "-c", IMPORTS_CHECK], cwd=Path("/"),
-                           env={"PYTHONPATH": s.course_source}, check=False)
+                           env={}, check=False)
     if done.returncode != 0:
         raise HubError(f"other accounts cannot use {s.python} "
                        f"({(done.stderr or done.stdout).strip()[-300:]}). Every user's server runs it: make "
                        "the environment from a Python all accounts can run, e.g. python3 -m venv "
-                       "/opt/devicelab && /opt/devicelab/bin/pip install -e '.[hub]', then pass --python "
-                       "/opt/devicelab/bin/python")
+                       "/opt/devicelab && /opt/devicelab/bin/pip install -e . -e './grader[hub]', then pass "
+                       "--python /opt/devicelab/bin/python")
 
 
 def check_server_box(box: str, account: accounts.Account) -> None:
@@ -307,7 +315,7 @@ def secure_exchange(grader: str, exchange: Exchange) -> list[str]:
 def course_gradebook(grader: GraderAccount, course_id: str, *args: str,
                      check: bool = True) -> subprocess.CompletedProcess:
     """Write students or a due date into the course gradebook as the grader account (course_gradebook.py)."""
-    return grader.module("autograder.hub.setup.course_gradebook", *args, "--course", str(grader.course),
+    return grader.command(COURSE_GRADEBOOK, *args, "--course", str(grader.course),
                          "--course-id", course_id, check=check)
 
 
