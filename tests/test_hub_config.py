@@ -44,7 +44,7 @@ def test_the_hub_config_loads_and_uses_pam_by_default(tmp_path: Path) -> None:
     s = written(tmp_path)
     c = load(s.paths.config)
     assert c.JupyterHub.authenticator_class == "pam"
-    assert c.JupyterHub.spawner_class == "autograder.hub.spawning.spawner.LimitedSpawner"
+    assert c.JupyterHub.spawner_class == "devicelab-limited"  # grader/pyproject.toml's entry point
     assert (c.Spawner.mem_limit, c.Spawner.cpu_limit) == (2048 * 2**20, 1.0)  # the defaults, enforced
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8000/"
     assert c.Authenticator.allowed_users == ["dl-ann", "dl-bob", "dl-gil", "dl-grader", "dl-ivy"]
@@ -121,8 +121,8 @@ def test_the_autograde_service_runs_as_the_grader_with_no_url_and_no_scopes(tmp_
     c = load(s.paths.config)
     service = {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-autograde"]
     assert service["user"] == "dl-grader" and "url" not in service and "api_token" not in service
-    assert service["command"][1:4] == ["-m", "autograder.hub.service.autograde", "run"]
-    assert service["environment"]["PYTHONPATH"] == str(ROOT)
+    assert service["command"][:2] == [str(Path(sys.executable).parent / "devicelab-autograde"), "run"]
+    assert "PYTHONPATH" not in service["environment"]
     assert not any("device-lab-autograde" in r.get("services", []) for r in c.JupyterHub.load_roles)
 
 

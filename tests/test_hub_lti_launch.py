@@ -269,7 +269,7 @@ def lti13_config(tmp_path: Path, members: list[Member]):
 
 def test_the_lti13_config_uses_the_course_authenticator_and_lets_it_manage_groups(tmp_path: Path) -> None:
     _, c = lti13_config(tmp_path, [])
-    assert c.JupyterHub.authenticator_class == "autograder.hub.lms.authenticator.CourseLTI13Authenticator"
+    assert c.JupyterHub.authenticator_class == "devicelab-lti13"  # grader/pyproject.toml's entry point
     assert c.CourseLTI13Authenticator.client_id == ["tool-1"]
     assert c.CourseLTI13Authenticator.jwks_endpoint == "https://lms.example/jwks"
     assert c.CourseLTI13Authenticator.hub_root == str(tmp_path)
