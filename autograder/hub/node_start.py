@@ -8,6 +8,13 @@ other part's; they reach the exchange and the hub's API through the hub's proxy 
 theirs from the spawner. This process supervises: it starts JupyterHub and the parts, starts again a part
 that exits (as JupyterHub does for a managed service), and when JupyterHub exits or it is told to stop
 (SIGTERM, SIGINT), it stops the parts and removes every node.
+
+Why not JupyterHub's managed services, which restart a service that exits: each start of a part first makes
+its node again as root (`nodes.make`: the namespace and its link go with the old process), then enters it as
+root (`ip netns exec`) and only then drops to the grader account (setpriv) inside its box. A managed service's
+command is started by a Spawner already switched to its `user`, so it can do none of that; run with no `user`
+it would run as root and JupyterHub would restart it without making its node again. On one machine
+(`--nodes one`), where no node is needed, the parts are managed services (setup/parts.py, the hub's config).
 """
 
 import os
