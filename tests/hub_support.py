@@ -30,8 +30,9 @@ import pytest
 from autograder.grading.demo import solved
 from autograder.hub.settings import EXCHANGE_SERVICE, GRADING_WORKER, HubSettings
 from autograder.hub.setup import accounts
+from autograder.hub.setup.checks import IMPORTS_CHECK
 from autograder.hub.setup.hub_api import HubAPI
-from autograder.hub.setup.install import IMPORTS_CHECK, find_proxy
+from autograder.hub.setup.install import find_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 

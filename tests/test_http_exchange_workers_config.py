@@ -12,7 +12,8 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.hub.http_exchange.api import STAFF_SCOPE
 from autograder.hub.settings import HubError, HubSettings
-from autograder.hub.setup.install import check_settings, copy_course
+from autograder.hub.setup.checks import check_settings
+from autograder.hub.setup.install import copy_course
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member
 

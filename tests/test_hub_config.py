@@ -13,7 +13,8 @@ from autograder.hub import loop
 from autograder.hub.exchange import course_ignore
 from autograder.hub.loop import status
 from autograder.hub.settings import HubError, HubSettings
-from autograder.hub.setup.install import check_root, check_settings, is_loopback, write_course_config
+from autograder.hub.setup.checks import check_root, check_settings, is_loopback
+from autograder.hub.setup.install import write_course_config
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member, read_roster, write_roster
 
@@ -281,8 +282,8 @@ def test_the_students_csv_for_nbgrader_keeps_names_with_commas_and_quotes_whole(
     import csv
     import io
 
-    from autograder.hub.setup.install import write_students_csv
     from autograder.hub.setup.roster import Member
+    from autograder.hub.setup.students import write_students_csv
 
     handle = io.StringIO()
     write_students_csv(handle,

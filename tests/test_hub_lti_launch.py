@@ -13,7 +13,7 @@ from autograder.hub.lms.names import account_name, claimed_name, fold, label
 from autograder.hub.lms.people import LmsKey, People
 from autograder.hub.settings import HubError, HubSettings, LtiSettings
 from autograder.hub.setup import accounts
-from autograder.hub.setup.install import check_lti
+from autograder.hub.setup.checks import check_lti
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import NAME, Member, hub_groups
 from tests.lms_standin import INSTRUCTOR, LEARNER, TEACHING_ASSISTANT

@@ -14,10 +14,11 @@ from autograder.hub.exchange import BadName, CollectReport, Exchange
 from autograder.hub.extensions import Extension
 from autograder.hub.grade_export import ExportFormat, nbgrader_csv, read_table, write_csv
 from autograder.hub.settings import AUTOGRADE, EXCHANGE, EXTENSIONS, GRADE, PASSBACK, HubError, HubSettings
-from autograder.hub.setup import accounts, install
+from autograder.hub.setup import accounts, install, members
 from autograder.hub.setup.accounts import GraderAccount
-from autograder.hub.setup.install import SetupReport, course_gradebook, secure_exchange
+from autograder.hub.setup.install import SetupReport, secure_exchange
 from autograder.hub.setup.roster import read_roster
+from autograder.hub.setup.students import course_gradebook
 from autograder.safe_copy import Refusal
 
 
@@ -248,7 +249,7 @@ def roster_from_lms(s: HubSettings) -> list[str]:
         done = [*admitted.done] or ["on the roster"]
         if admitted.done:
             try:
-                done.append(install.publish(s, admitted.member))
+                done.append(members.publish(s, admitted.member))
             except HubError as exc:
                 done.append(str(exc))
         lines += [f"{admitted.user}: {line}" for line in done]
