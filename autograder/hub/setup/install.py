@@ -95,7 +95,7 @@ def write_course_config(s: HubSettings) -> None:
     # a new file put in place: whatever the folder's owner left at that name (a link) is replaced, not written
     handle, tmp = tempfile.mkstemp(dir=s.paths.course, prefix=".nbgrader_config.", suffix=".py")
     with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(course + course_config_source(str(s.paths.root), s.course_source))
+        out.write(course + course_config_source(str(s.paths.root)))
     os.chmod(tmp, 0o644)
     os.replace(tmp, s.paths.course / "nbgrader_config.py")
 

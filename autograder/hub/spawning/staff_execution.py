@@ -116,7 +116,7 @@ def _settings(section: Config, prefix: str) -> list[str]:
     return lines
 
 
-def course_config_source(hub_root: str, course_source: str) -> str:
+def course_config_source(hub_root: str) -> str:
     """Return the lines `hub setup` adds to the course folder's nbgrader_config.py: the same settings, written
     out (the file is read by an nbgrader command typed in the course folder, from any shell)."""
     c = Config()
