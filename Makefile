@@ -67,20 +67,21 @@ help:  ## List the commands
 $(INSTALL_INPUTS): pyproject.toml etc/install_inputs.py
 	@$(PYTHON) etc/install_inputs.py pyproject.toml $(INSTALL_INPUTS)
 
-# $(call install_course,<extra>,<what the message says>,<stamp>): the one recipe of both installs
+# $(call install_course,<extra>,<what the message says>,<stamp>[,<more to install>]): the one recipe of both
+# installs (the developer's also installs the grader and hub distribution, grader/, for its commands)
 define install_course
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Device Lab needs Python 3.10 or newer; set PYTHON=python3.x")'
 	@test -x $(PY) || { echo "Creating the virtual environment in $(VENV)/"; $(call new_venv,$(VENV)); }
 	@echo "Installing $(2) (the first time takes a few minutes: torch is large)"
 	$(UPGRADE_PIP)
 	$(if $(TORCH),$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) "$(TORCH)")
-	$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) -e ".[$(1)]"
+	$(call install_into,$(VENV)) $(PROGRESS) $(COMPILED) -e ".[$(1)]" $(4)
 	$(SLOW_VALIDATOR_OFF)
 	@touch $(3)
 endef
 
-$(STAMP): $(INSTALL_INPUTS)
-	$(call install_course,dev,the course and its tools,$(STAMP))
+$(STAMP): $(INSTALL_INPUTS) grader/pyproject.toml
+	$(call install_course,dev,the course and its tools,$(STAMP),-e "./grader[hub]")
 
 venv: $(STAMP)  ## Create or update the virtual environment with everything (grader, hub, book, tests)
 

@@ -28,10 +28,11 @@ import psutil
 import pytest
 
 from autograder.grading.demo import solved
-from autograder.hub.settings import HubSettings
+from autograder.hub.settings import EXCHANGE_SERVICE, GRADING_WORKER, HubSettings
 from autograder.hub.setup import accounts
+from autograder.hub.setup.checks import IMPORTS_CHECK
 from autograder.hub.setup.hub_api import HubAPI
-from autograder.hub.setup.install import IMPORTS_CHECK, find_proxy
+from autograder.hub.setup.install import find_proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -509,13 +510,14 @@ def hub_parts(hub: Hub) -> dict[str, psutil.Process]:
     found: dict[str, list[psutil.Process]] = {}
     for proc in psutil.process_iter(["cmdline"]):
         line = proc.info["cmdline"] or []
-        if not line or not line[0].endswith(("python", "python3")) or "-m" not in line:
+        # an installed command runs as `python /venv/bin/COMMAND ARGS...` (its #! line)
+        if len(line) < 2 or not line[0].endswith(("python", "python3")):
             continue
-        module = line[line.index("-m") + 1]
+        command = Path(line[1]).name
         store = str(hub.settings.paths.exchange_store)
-        if module == "autograder.hub.http_exchange.service" and store in line:
+        if command == EXCHANGE_SERVICE and store in line:
             found.setdefault("exchange", []).append(proc)
-        elif module == "autograder.hub.service.grading_worker" and "--course" in line:
+        elif command == GRADING_WORKER and "--course" in line:
             course = Path(line[line.index("--course") + 1])
             if course.parent == hub.settings.paths.course / "workers":
                 found.setdefault(course.name, []).append(proc)

@@ -12,8 +12,8 @@ from autograder.grading.results import StudentResult
 from autograder.hub.lms.passback import read_scores
 from autograder.hub.loop import read_grades
 from autograder.hub.setup import course_gradebook
-from autograder.hub.setup.install import write_students_csv
 from autograder.hub.setup.roster import Member, read_roster, write_roster
+from autograder.hub.setup.students import write_students_csv
 from tests.spreadsheet import FORGING_NAMES, FORMULA_NOTEBOOKS, checked, sheet
 
 

@@ -12,7 +12,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from autograder.hub.http_exchange import client
 from autograder.hub.http_exchange.api import STAFF_SCOPE
 from autograder.hub.settings import HubError, HubSettings
-from autograder.hub.setup.install import check_settings
+from autograder.hub.setup.checks import check_settings
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member
 
@@ -38,14 +38,14 @@ def test_the_http_exchange_is_a_service_of_the_grader_and_no_folder_is_shared(tm
     c = load(s.paths.config)
     (service,) = [svc for svc in c.JupyterHub.services if svc["name"] == "device-lab-exchange"]
     assert service["user"] == "dl-grader" and service["url"] == "http://127.0.0.1:9123"
-    assert service["command"][1:] == ["-m", "autograder.hub.http_exchange.service", "--store",
-                                      str(s.paths.exchange_store)]
+    assert service["command"] == [str(Path(sys.executable).parent / "devicelab-exchange-service"), "--store",
+                                  str(s.paths.exchange_store)]
     (autograde,) = [svc for svc in c.JupyterHub.services if svc["name"] == "device-lab-autograde"]
     assert autograde["command"][-4:] == ["--http-exchange", "http://127.0.0.1:9123/services/device-lab-exchange/",
                                          "--course-id", "device-lab"]
     assert c.LimitedSpawner.box_shared == []
     assert str(s.paths.exchange) not in s.paths.config.read_text()
-    assert c.Spawner.environment["PYTHONPATH"] == str(ROOT)
+    assert "PYTHONPATH" not in c.Spawner.environment  # the exchange's client classes are installed
     assert STAFF_SCOPE in c.JupyterHub.custom_scopes
     roles = {r["name"]: set(r["scopes"]) for r in c.JupyterHub.load_roles}
     assert {ACCESS, STAFF_SCOPE} <= roles["formgrade-device-lab"]

@@ -12,7 +12,8 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.hub.http_exchange.api import STAFF_SCOPE
 from autograder.hub.settings import HubError, HubSettings
-from autograder.hub.setup.install import check_settings, copy_course
+from autograder.hub.setup.checks import check_settings
+from autograder.hub.setup.install import copy_course
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member
 
@@ -47,9 +48,9 @@ def test_each_worker_is_a_service_of_the_grader_with_its_own_course_copy_and_the
     for name, svc in found.items():
         k = int(name.rsplit("-", 1)[1])
         assert svc["user"] == "dl-grader" and "url" not in svc and "api_token" not in svc
-        assert svc["command"] == [sys.executable, "-m", "autograder.hub.service.grading_worker", "--url", URL,
+        assert svc["command"] == [str(Path(sys.executable).parent / "devicelab-grading-worker"), "--url", URL,
                                   "--course", str(s.paths.worker_course(k)), "--sandbox", "unshare"]
-        assert svc["cwd"] == str(s.paths.worker_course(k)) and svc["environment"]["PYTHONPATH"] == str(ROOT)
+        assert svc["cwd"] == str(s.paths.worker_course(k)) and "PYTHONPATH" not in svc["environment"]
         courses.add(svc["cwd"])
     assert len(courses) == 2 and all(Path(c).is_relative_to(s.paths.course) for c in courses)
 

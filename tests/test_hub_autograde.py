@@ -639,7 +639,8 @@ def service_pids(hub: Hub) -> list[int]:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"autograder.hub.service.autograde" in argv and b"run" in argv and course.encode() in argv:
+            command = any(a.endswith(b"/devicelab-autograde") for a in argv)
+            if command and b"run" in argv and course.encode() in argv:
                 pids.append(int(entry.name))
     return pids
 

@@ -13,7 +13,8 @@ from autograder.hub import loop
 from autograder.hub.exchange import course_ignore
 from autograder.hub.loop import status
 from autograder.hub.settings import HubError, HubSettings
-from autograder.hub.setup.install import check_root, check_settings, is_loopback, write_course_config
+from autograder.hub.setup.checks import check_root, check_settings, is_loopback
+from autograder.hub.setup.install import write_course_config
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member, read_roster, write_roster
 
@@ -44,7 +45,7 @@ def test_the_hub_config_loads_and_uses_pam_by_default(tmp_path: Path) -> None:
     s = written(tmp_path)
     c = load(s.paths.config)
     assert c.JupyterHub.authenticator_class == "pam"
-    assert c.JupyterHub.spawner_class == "autograder.hub.setup.spawner.LimitedSpawner"
+    assert c.JupyterHub.spawner_class == "devicelab-limited"  # grader/pyproject.toml's entry point
     assert (c.Spawner.mem_limit, c.Spawner.cpu_limit) == (2048 * 2**20, 1.0)  # the defaults, enforced
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8000/"
     assert c.Authenticator.allowed_users == ["dl-ann", "dl-bob", "dl-gil", "dl-grader", "dl-ivy"]
@@ -64,7 +65,7 @@ def test_the_spawner_the_config_names_is_importable_from_the_course_the_config_a
     """The hub runs the config; it puts the course repository on sys.path for the spawner."""
     from jupyterhub.spawner import LocalProcessSpawner
 
-    from autograder.hub.setup.spawner import LimitedSpawner
+    from autograder.hub.spawning.spawner import LimitedSpawner
 
     assert issubclass(LimitedSpawner, LocalProcessSpawner)
 
@@ -112,7 +113,7 @@ def test_the_course_config_is_the_repositorys_then_the_refusals_and_a_link_there
     assert text.count("Added by `hub setup`") == 1
     c = load(path)
     assert (c.CourseDirectory.course_id, c.Execute.timeout) == ("device-lab", 120)  # the course's own
-    assert c.Autograde.autograde_preprocessors == ["autograder.hub.setup.staff_execution.RefuseExecution"]
+    assert c.Autograde.autograde_preprocessors == ["autograder.hub.spawning.staff_execution.RefuseExecution"]
     assert c.StaffGuard.hub_root == s.root
 
 
@@ -121,8 +122,8 @@ def test_the_autograde_service_runs_as_the_grader_with_no_url_and_no_scopes(tmp_
     c = load(s.paths.config)
     service = {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-autograde"]
     assert service["user"] == "dl-grader" and "url" not in service and "api_token" not in service
-    assert service["command"][1:4] == ["-m", "autograder.hub.service.autograde", "run"]
-    assert service["environment"]["PYTHONPATH"] == str(ROOT)
+    assert service["command"][:2] == [str(Path(sys.executable).parent / "devicelab-autograde"), "run"]
+    assert "PYTHONPATH" not in service["environment"]
     assert not any("device-lab-autograde" in r.get("services", []) for r in c.JupyterHub.load_roles)
 
 
@@ -281,8 +282,8 @@ def test_the_students_csv_for_nbgrader_keeps_names_with_commas_and_quotes_whole(
     import csv
     import io
 
-    from autograder.hub.setup.install import write_students_csv
     from autograder.hub.setup.roster import Member
+    from autograder.hub.setup.students import write_students_csv
 
     handle = io.StringIO()
     write_students_csv(handle,
@@ -339,7 +340,7 @@ def test_a_students_server_port_is_held_for_it_from_its_choice_until_it_stops() 
 
     from tornado.netutil import bind_sockets
 
-    from autograder.hub.setup.spawner import LimitedSpawner
+    from autograder.hub.spawning.spawner import LimitedSpawner
 
     spawner = LimitedSpawner()
     spawner._hold_port()

@@ -9,8 +9,8 @@ from nbgrader.api import Gradebook
 
 from autograder.course import with_venv_on_path
 from autograder.hub.setup import course_gradebook
-from autograder.hub.setup.install import write_students_csv
 from autograder.hub.setup.roster import Member
+from autograder.hub.setup.students import write_students_csv
 
 COURSE = "device-lab"
 MEMBERS = [Member("ann", 'Ann "Annie" Lee, Jr.', "student"), Member("bob", "Bob", "student"),

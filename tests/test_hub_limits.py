@@ -1,5 +1,5 @@
 """Students' servers in cgroups of their own: memory and CPU limits that hold
-(autograder/hub/setup/limits.py).
+(autograder/hub/spawning/limits.py).
 
 The layouts are checked on a fake cgroup file system (v1 and v2); the limit itself on this machine's kernel:
 a process in a 64 MiB cgroup that allocates 256 MiB is killed by the OOM killer, and one outside runs on.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.hub.setup.limits import ServerLimits, UserCgroup, _own_path
+from autograder.hub.spawning.limits import ServerLimits, UserCgroup, _own_path
 
 
 def fake_v1(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ from autograder.hub.lms.names import account_name, claimed_name, fold, label
 from autograder.hub.lms.people import LmsKey, People
 from autograder.hub.settings import HubError, HubSettings, LtiSettings
 from autograder.hub.setup import accounts
-from autograder.hub.setup.install import check_lti
+from autograder.hub.setup.checks import check_lti
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import NAME, Member, hub_groups
 from tests.lms_standin import INSTRUCTOR, LEARNER, TEACHING_ASSISTANT
@@ -269,7 +269,7 @@ def lti13_config(tmp_path: Path, members: list[Member]):
 
 def test_the_lti13_config_uses_the_course_authenticator_and_lets_it_manage_groups(tmp_path: Path) -> None:
     _, c = lti13_config(tmp_path, [])
-    assert c.JupyterHub.authenticator_class == "autograder.hub.lms.authenticator.CourseLTI13Authenticator"
+    assert c.JupyterHub.authenticator_class == "devicelab-lti13"  # grader/pyproject.toml's entry point
     assert c.CourseLTI13Authenticator.client_id == ["tool-1"]
     assert c.CourseLTI13Authenticator.jwks_endpoint == "https://lms.example/jwks"
     assert c.CourseLTI13Authenticator.hub_root == str(tmp_path)

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autograder.hub.setup.nodes import EXCHANGE_INDEX, NETNS_FOLDER, Node, hub_address
+from autograder.hub.spawning.nodes import EXCHANGE_INDEX, NETNS_FOLDER, Node, hub_address
 from tests.hub_support import (
     Hub,
     answers,

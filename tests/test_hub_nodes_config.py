@@ -12,7 +12,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.hub.node_start import part_command, part_environment
 from autograder.hub.settings import HubError, HubSettings
-from autograder.hub.setup.install import check_settings
+from autograder.hub.setup.checks import check_settings
 from autograder.hub.setup.parts import exchange_url, hub_parts
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member

@@ -1,4 +1,4 @@
-"""The nodes' network (autograder/hub/setup/nodes.py) on real network namespaces: a part reaches the hub's
+"""The nodes' network (autograder/hub/spawning/nodes.py) on real network namespaces: a part reaches the hub's
 address and nothing else, and the hub's network goes away without a trace. Needs root and iproute2; opt in
 with DEVICELAB_HUB_TESTS=1 (under CI=true a skip is a failure)."""
 
@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from autograder.hub.setup import nodes
+from autograder.hub.spawning import nodes
 from tests.hub_support import hub_tests_or_skip
 
 REACH = """

@@ -8,7 +8,8 @@ import pytest
 
 from autograder.hub import cli, database
 from autograder.hub.settings import HubError
-from autograder.hub.setup.install import check_database, keep_database_password, write_course_config
+from autograder.hub.setup.checks import check_database
+from autograder.hub.setup.install import keep_database_password, write_course_config
 from tests.test_hub_config import load, settings, written
 
 URL = "postgresql://devicelab@db.example.edu:5432/devicelab"

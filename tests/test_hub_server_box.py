@@ -1,4 +1,4 @@
-"""The box each server runs in (autograder/hub/setup/server_box.py): its command line, and that it starts
+"""The box each server runs in (autograder/hub/spawning/server_box.py): its command line, and that it starts
 here.
 
 What the box holds against a hostile classmate is tested on a real hub in tests/test_hub_isolation.py."""
@@ -12,7 +12,7 @@ import pytest
 
 from autograder.grading.sandbox import python_locations
 from autograder.hub.setup import server_box
-from autograder.hub.setup.server_box import RUNTIME_DIR, BoxPlan, box_prefix, box_works
+from autograder.hub.spawning.server_box import RUNTIME_DIR, BoxPlan, box_prefix, box_works
 
 
 def pairs(args: list[str], option: str) -> list[str]:

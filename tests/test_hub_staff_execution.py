@@ -23,7 +23,7 @@ from autograder.hub.setup import accounts
 from autograder.hub.setup.install import install_course
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member
-from autograder.hub.setup.staff_execution import StaffExecutionRefused
+from autograder.hub.spawning.staff_execution import StaffExecutionRefused
 from tests.test_grading_end_to_end import assignment, grade, rows
 
 ROOT = Path(__file__).resolve().parent.parent

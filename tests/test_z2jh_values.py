@@ -3,6 +3,7 @@ Helm validates it (the chart's defaults merged with it, against the chart's valu
 version it names, and the single-user image installs that chart's JupyterHub version."""
 
 import re
+import tomllib
 
 import jsonschema
 import pytest
@@ -244,7 +245,9 @@ def test_the_grading_pod_lets_bubblewrap_make_its_namespaces_and_refuses_to_grad
     exchange = next(d for d in manifests() if d["metadata"]["name"] == "device-lab-exchange"
                     and d["kind"] == "Deployment")
     (box,) = exchange["spec"]["template"]["spec"]["containers"]
-    assert box["command"][:3] == ["python", "-m", "autograder.hub.http_exchange.service"]
-    import importlib.util
-
-    assert importlib.util.find_spec(box["command"][2]) is not None
+    # the image installs the grader distribution (docs/hub/singleuser.Dockerfile): the service is its command
+    assert box["command"][0] == "devicelab-exchange-service"
+    assert "devicelab-grader @" in (HUB_DOCS / "singleuser.Dockerfile").read_text()
+    assert "PYTHONPATH" not in (HUB_DOCS / "singleuser.Dockerfile").read_text()
+    scripts = tomllib.loads((COURSE_ROOT / "grader" / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts[box["command"][0]] == "autograder.hub.http_exchange.service:main"

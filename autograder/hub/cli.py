@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from autograder.hub import http_loop, loop, start
     from autograder.hub.exchange import printable
-    from autograder.hub.setup import install
+    from autograder.hub.setup import install, members
     from autograder.hub.setup.roster import Member
 
     root = Path(args.root)
@@ -231,7 +231,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = HubSettings.load(root)
     exchange_loop = http_loop if settings.exchange == "http" else loop
     if args.action == "add-user":
-        for line in install.add_user(settings, Member(args.id.lower(), args.name or args.id, args.role)):
+        for line in members.add_user(settings, Member(args.id.lower(), args.name or args.id, args.role)):
             print(line)
     elif args.action == "start":
         start.start(settings, args.debug)

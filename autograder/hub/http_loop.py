@@ -15,7 +15,7 @@ from dataclasses import replace
 from autograder.hub.exchange import CollectReport, printable
 from autograder.hub.http_exchange.api import STAFF_SCOPE, SubmissionInfo
 from autograder.hub.loop import Handin, Handins, parse_due, record_due, require_built
-from autograder.hub.settings import HubError, HubSettings
+from autograder.hub.settings import EXCHANGE_STAFF, HubError, HubSettings
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
 from autograder.hub.setup.parts import exchange_service, exchange_url
@@ -91,7 +91,7 @@ def collect(s: HubSettings, assignment: str) -> CollectReport:
 def feedback(s: HubSettings, assignment: str) -> list[str]:
     """Give the grader's feedback pages back through the service; return the students they went to."""
     require_built(s, assignment)
-    done = GraderAccount.of(s).module("autograder.hub.http_exchange.staff", "feedback", assignment,
+    done = GraderAccount.of(s).command(EXCHANGE_STAFF, "feedback", assignment,
                                       "--course", str(s.paths.course))
     staged = json.loads(done.stdout.strip().splitlines()[-1])
     if not staged:

@@ -13,11 +13,12 @@ from autograder.hub.arrival import parse_utc
 from autograder.hub.exchange import BadName, CollectReport, Exchange
 from autograder.hub.extensions import Extension
 from autograder.hub.grade_export import ExportFormat, nbgrader_csv, read_table, write_csv
-from autograder.hub.settings import HubError, HubSettings
-from autograder.hub.setup import accounts, install
+from autograder.hub.settings import AUTOGRADE, EXCHANGE, EXTENSIONS, GRADE, PASSBACK, HubError, HubSettings
+from autograder.hub.setup import accounts, install, members
 from autograder.hub.setup.accounts import GraderAccount
-from autograder.hub.setup.install import SetupReport, course_gradebook, secure_exchange
+from autograder.hub.setup.install import SetupReport, secure_exchange
 from autograder.hub.setup.roster import read_roster
+from autograder.hub.setup.students import course_gradebook
 from autograder.safe_copy import Refusal
 
 
@@ -120,7 +121,7 @@ def status(s: HubSettings, assignment: str) -> Handins:
 
 def _as_grader(s: HubSettings, action: str, assignment: str) -> str:
     """Run an exchange action (exchange.py's main) as the grader account; return what it printed."""
-    done = GraderAccount.of(s).module("autograder.hub.exchange", action, assignment, "--course",
+    done = GraderAccount.of(s).command(EXCHANGE, action, assignment, "--course",
                                       str(s.paths.course), "--exchange", str(s.paths.exchange), "--course-id",
                                       s.course_id)
     return done.stdout.strip().splitlines()[-1]
@@ -132,7 +133,7 @@ def _extensions_as_grader(s: HubSettings, assignment: str, student: str | None =
 
     The names come after `--`, so that no id is ever read as an option.
     """
-    done = GraderAccount.of(s).module("autograder.hub.extensions", "--course", str(s.paths.course),
+    done = GraderAccount.of(s).command(EXTENSIONS, "--course", str(s.paths.course),
                                       "--course-id", s.course_id, *how, "--", assignment,
                                       *([student] if student else []), timeout=120)
     said = json.loads(done.stdout.strip().splitlines()[-1])
@@ -171,7 +172,7 @@ def grade_collected(s: HubSettings, assignment: str, extra: list[str]) -> list[G
     if not any((course / "submitted").glob(f"*/{assignment}")):
         raise HubError(f"nothing collected for {assignment}: run `hub collect {assignment}` first")
     out = course / "graded" / assignment
-    GraderAccount.of(s).module("autograder", "grade", assignment, str(course / "submitted"), "--course",
+    GraderAccount.of(s).command(GRADE, "grade", assignment, str(course / "submitted"), "--course",
                                str(course), "--out", str(out), "--hide", str(s.paths.exchange), "--quiet",
                                "--show-hidden-tests", *extra)
     return read_grades(out / "grades.csv")
@@ -201,7 +202,7 @@ def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None =
     options = [*(["--per-hour", str(per_hour)] if per_hour is not None and mode == "on" else []),
                *(["--timeout", str(timeout)] if timeout is not None and mode == "on" else []),
                *(["--hidden-tests", hidden_tests] if hidden_tests is not None and mode == "on" else [])]
-    done = GraderAccount.of(s).module("autograder.hub.service.autograde", mode, "--course",
+    done = GraderAccount.of(s).command(AUTOGRADE, mode, "--course",
                                       str(s.paths.course), assignment, *options, timeout=120)
     return done.stdout
 
@@ -223,7 +224,7 @@ def flush_passback(s: HubSettings) -> list[str]:
 
 def _passback(s: HubSettings, *args: str, timeout: float) -> list[str]:
     """Run grade passback (lms/passback.py) as the grader account; return the lines it printed."""
-    done = GraderAccount.of(s).module("autograder.hub.lms.passback", *args, "--course", str(s.paths.course),
+    done = GraderAccount.of(s).command(PASSBACK, *args, "--course", str(s.paths.course),
                                       timeout=timeout)
     return done.stdout.strip().splitlines()
 
@@ -249,7 +250,7 @@ def roster_from_lms(s: HubSettings) -> list[str]:
         done = [*admitted.done] or ["on the roster"]
         if admitted.done:
             try:
-                done.append(install.publish(s, admitted.member))
+                done.append(members.publish(s, admitted.member))
             except HubError as exc:
                 done.append(str(exc))
         lines += [f"{admitted.user}: {line}" for line in done]

@@ -1,13 +1,20 @@
 """`hub start` for a hub set up with `--nodes namespaces`: JupyterHub on the hub's node, each other part on
 its own.
 
-The hub's node is this machine's namespaces, with the hub's address on loopback (setup/nodes.py). The exchange
-service and each grading worker (setup/parts.py) run in a network namespace of their own, linked only to the
-hub's, as the grader account, in a box (setup/server_box.py) that shows each its own folder and no other
-part's; they reach the exchange and the hub's API through the hub's proxy only. Students' servers get
+The hub's node is this machine's namespaces, with the hub's address on loopback (spawning/nodes.py). The
+exchange service and each grading worker (setup/parts.py) run in a network namespace of their own, linked only
+to the hub's, as the grader account, in a box (spawning/server_box.py) that shows each its own folder and no
+other part's; they reach the exchange and the hub's API through the hub's proxy only. Students' servers get
 theirs from the spawner. This process supervises: it starts JupyterHub and the parts, starts again a part
 that exits (as JupyterHub does for a managed service), and when JupyterHub exits or it is told to stop
 (SIGTERM, SIGINT), it stops the parts and removes every node.
+
+Why not JupyterHub's managed services, which restart a service that exits: each start of a part first makes
+its node again as root (`nodes.make`: the namespace and its link go with the old process), then enters it as
+root (`ip netns exec`) and only then drops to the grader account (setpriv) inside its box. A managed service's
+command is started by a Spawner already switched to its `user`, so it can do none of that; run with no `user`
+it would run as root and JupyterHub would restart it without making its node again. On one machine
+(`--nodes one`), where no node is needed, the parts are managed services (setup/parts.py, the hub's config).
 """
 
 import os
@@ -19,9 +26,10 @@ from dataclasses import dataclass
 
 from autograder.hub.hub_process import HubCommand
 from autograder.hub.settings import HubSettings, grader_env
-from autograder.hub.setup import accounts, nodes
+from autograder.hub.setup import accounts
 from autograder.hub.setup.parts import Part, hub_parts, readable_folders
-from autograder.hub.setup.server_box import BoxPlan, box_prefix
+from autograder.hub.spawning import nodes
+from autograder.hub.spawning.server_box import BoxPlan, box_prefix
 
 RESTART_S = 1.0  # how long a part that exited waits before it starts again
 POLL_S = 0.2

@@ -13,10 +13,29 @@ EXCHANGES = ("files", "http")
 NODES = ("one", "namespaces")  # hub setup --nodes: the machine's network, or each part in its own namespaces
 WORKER_SANDBOXES = ("auto", "bwrap", "unshare", "none")  # grading_worker.py's --sandbox
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# The commands the hub's parts run, installed by devicelab-grader (grader/pyproject.toml's [project.scripts];
+# tests/test_packaging.py checks the two agree). Each runs by absolute path from the hub's environment
+# (HubSettings.command): no `python -m`, no PYTHONPATH.
+GRADE = "devicelab-grade"
+EXCHANGE = "devicelab-exchange"
+EXTENSIONS = "devicelab-extensions"
+EXCHANGE_SERVICE = "devicelab-exchange-service"
+EXCHANGE_STAFF = "devicelab-exchange-staff"
+AUTOGRADE = "devicelab-autograde"
+GRADING_WORKER = "devicelab-grading-worker"
+PASSBACK = "devicelab-passback"
+COURSE_GRADEBOOK = "devicelab-course-gradebook"
+COMMANDS = (GRADE, EXCHANGE, EXTENSIONS, EXCHANGE_SERVICE, EXCHANGE_STAFF, AUTOGRADE, GRADING_WORKER,
+            PASSBACK, COURSE_GRADEBOOK)
+# JupyterHub's plugins by their entry-point names (groups jupyterhub.spawners and jupyterhub.authenticators)
+SPAWNER = "devicelab-limited"
+LTI_AUTHENTICATOR = "devicelab-lti13"
+# The installed grader package's folder (boxes show it read-only: nbgrader's HTTP exchange classes are in it)
+GRADER_PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def node_hub_address(subnet: int) -> str:
-    """Return the hub's own address in its nodes' network 10.X.0.0/16 (hub/setup/nodes.py)."""
+    """Return the hub's own address in its nodes' network 10.X.0.0/16 (hub/spawning/nodes.py)."""
     return f"10.{subnet}.0.1"
 
 
@@ -46,7 +65,7 @@ class HubSettings:
     mem_limit_mib: int = 2048  # each student's server, its kernels included (0: no limit)
     cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
     tasks_limit: int = 1024  # processes and threads each server may run (0: no limit)
-    server_box: str = "bwrap"  # each server in a box of its own (hub/setup/server_box.py); "none": not
+    server_box: str = "bwrap"  # each server in a box of its own (hub/spawning/server_box.py); "none": not
     exchange: str = "files"  # nbgrader's exchange: "files" (a shared folder) or "http" (hub/http_exchange/)
     exchange_port: int = 9998  # the HTTP exchange service's port (exchange "http")
     grading_workers: int = 0  # grading workers the hub runs as services (exchange "http" only); 0: none
@@ -56,7 +75,7 @@ class HubSettings:
     # postgresql://ROLE@HOST:PORT/DATABASE, no password); empty: each in its sqlite file
     database_url: str = ""
     # "namespaces": the exchange, the workers and each student's server in network and mount namespaces of
-    # their own, linked only to the hub's (hub/setup/nodes.py), the hub at 10.X.0.1 with X = node_subnet
+    # their own, linked only to the hub's (hub/spawning/nodes.py), the hub at 10.X.0.1 with X = node_subnet
     nodes: str = "one"
     node_subnet: int = 0
     lti: "LtiSettings | None" = None  # the LMS, with --authenticator lti13
@@ -84,6 +103,10 @@ class HubSettings:
     def bin_dir(self) -> Path:
         """Return the folder of the Python environment's commands (jupyterhub, nbgrader, ...)."""
         return Path(self.python).parent
+
+    def command(self, name: str) -> str:
+        """Return the absolute path of one of the hub's installed commands (COMMANDS), in its environment."""
+        return str(self.bin_dir / name)
 
     def save(self) -> None:
         """Write hub.json (root only: it names the dummy password when there is one)."""
@@ -217,7 +240,6 @@ class HubPaths:
 
 
 def grader_env(s: HubSettings) -> dict[str, str]:
-    """Return the environment of commands the grader account runs (nbgrader, the grader from the course repo).
-    """
-    return {"JUPYTER_CONFIG_PATH": str(s.paths.grader_etc), "PYTHONPATH": s.course_source,
+    """Return the environment of commands the grader account runs (nbgrader, the grader's commands)."""
+    return {"JUPYTER_CONFIG_PATH": str(s.paths.grader_etc),
             "PATH": os.pathsep.join([str(s.bin_dir), "/usr/local/bin", "/usr/bin", "/bin"])}

@@ -5,11 +5,9 @@
 #   docker build -f docs/hub/singleuser.Dockerfile -t ghcr.io/devicelab-course/device-lab-singleuser:2026.11 .
 FROM quay.io/jupyter/minimal-notebook:python-3.12
 
+# The course (devicelab) and the grader and hub (devicelab-grader, grader/pyproject.toml: the exchange service's
+# client classes that the values' nbgrader_config.py names, the exchange service and the grader, as commands).
 RUN pip install --no-cache-dir \
         "jupyterhub==5.5.0" \
-        "devicelab[instructor] @ git+https://github.com/devicelab-course/device-lab@main"
-
-# The instructor's package (the wheel holds only devicelab): the exchange service's client classes that the
-# values' nbgrader_config.py names (autograder/hub/http_exchange/client.py), the exchange service, the grader.
-COPY autograder /opt/devicelab/autograder
-ENV PYTHONPATH=/opt/devicelab
+        "devicelab[instructor] @ git+https://github.com/devicelab-course/device-lab@main" \
+        "devicelab-grader @ git+https://github.com/devicelab-course/device-lab@main#subdirectory=grader"

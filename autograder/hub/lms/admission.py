@@ -19,7 +19,7 @@ from autograder.hub.lms.people import LmsKey, LmsPerson, People
 from autograder.hub.lms.tool import ToolFiles, prepare, remember
 from autograder.hub.settings import HubSettings
 from autograder.hub.setup import accounts
-from autograder.hub.setup.install import enroll, set_role
+from autograder.hub.setup.members import enroll, set_role
 from autograder.hub.setup.roster import Member, read_roster
 
 

@@ -165,7 +165,8 @@ class GraderAccount:
         """Run a command as the grader account in the course folder (HubError when it fails, with check)."""
         return run_as(self.name, command, cwd=self.course, env=self.env, timeout=timeout, check=check)
 
-    def module(self, name: str, *args: str, timeout: float | None = None,
-               check: bool = True) -> subprocess.CompletedProcess:
-        """Run `python -m NAME ARGS...` as the grader account in the course folder."""
-        return self.run([self.python, "-m", name, *args], timeout, check)
+    def command(self, name: str, *args: str, timeout: float | None = None,
+                check: bool = True) -> subprocess.CompletedProcess:
+        """Run one of the hub's installed commands (settings.COMMANDS) as the grader account in the course
+        folder, from the hub's environment."""
+        return self.run([str(Path(self.python).parent / name), *args], timeout, check)

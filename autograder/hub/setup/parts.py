@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.grading.sandbox import python_locations, student_package_folders
-from autograder.hub.settings import HubSettings
-from autograder.hub.setup.nodes import EXCHANGE_INDEX, FIRST_WORKER_INDEX, Node, part_address
+from autograder.hub.settings import EXCHANGE_SERVICE, GRADER_PACKAGE, GRADING_WORKER, HubSettings
+from autograder.hub.spawning.nodes import EXCHANGE_INDEX, FIRST_WORKER_INDEX, Node, part_address
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def exchange_url(s: HubSettings) -> str:
 def exchange_part(s: HubSettings, workers: bool) -> Part:
     """Return the exchange service (`workers`: it hands out only what the autograde service says)."""
     store = s.paths.exchange_store
-    argv = (s.python, "-m", "autograder.hub.http_exchange.service", "--store", str(store),
+    argv = (s.command(EXCHANGE_SERVICE), "--store", str(store),
             *(("--hand-out-when-told", "--lease-s", f"{s.lease_s:g}") if workers else ()))
     folder = store if s.nodes == "namespaces" else s.paths.course
     return Part(exchange_service(s), argv, folder, EXCHANGE_INDEX, s.exchange_port)
@@ -67,7 +67,7 @@ def worker_parts(s: HubSettings) -> list[Part]:
     parts = []
     for k in range(1, s.grading_workers + 1):
         course = s.paths.worker_course(k)
-        argv = (s.python, "-m", "autograder.hub.service.grading_worker", "--url", exchange_url(s), "--course",
+        argv = (s.command(GRADING_WORKER), "--url", exchange_url(s), "--course",
                 str(course), "--sandbox", s.worker_sandbox)
         parts.append(Part(f"{s.course_id}-worker-{k}", argv, course, FIRST_WORKER_INDEX + k - 1))
     return parts
@@ -83,5 +83,5 @@ def hub_parts(s: HubSettings) -> list[Part]:
 
 def readable_folders(s: HubSettings) -> tuple[Path, ...]:
     """Return what a part's box shows read-only: Python, the course's packages and the grader's config."""
-    return (*map(Path, python_locations()), *student_package_folders(), Path(s.course_source) / "autograder",
+    return (*map(Path, python_locations()), *student_package_folders(), GRADER_PACKAGE,
             s.paths.grader_etc)

@@ -8,7 +8,14 @@ import jinja2
 
 from autograder.hub.database import part_url
 from autograder.hub.http_exchange.api import STAFF_SCOPE
-from autograder.hub.settings import HubSettings, grader_env
+from autograder.hub.settings import (
+    AUTOGRADE,
+    GRADER_PACKAGE,
+    LTI_AUTHENTICATOR,
+    SPAWNER,
+    HubSettings,
+    grader_env,
+)
 from autograder.hub.setup.parts import exchange_service, exchange_url, hub_parts, worker_parts
 from autograder.hub.setup.roster import Member
 
@@ -84,6 +91,10 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         "staff_scope": STAFF_SCOPE,
         "hub_db_url": hub_db_url(s),
         "gradebook_url": gradebook_url(s),
+        "AUTOGRADE": AUTOGRADE,
+        "spawner": SPAWNER,
+        "lti_authenticator": LTI_AUTHENTICATOR,
+        "grader_package": GRADER_PACKAGE,
     }
 
     def one(template: str, path: Path, mode: int = 0o644) -> Rendered:

@@ -116,18 +116,15 @@ def _settings(section: Config, prefix: str) -> list[str]:
     return lines
 
 
-def course_config_source(hub_root: str, course_source: str) -> str:
+def course_config_source(hub_root: str) -> str:
     """Return the lines `hub setup` adds to the course folder's nbgrader_config.py: the same settings, written
     out (the file is read by an nbgrader command typed in the course folder, from any shell)."""
     c = Config()
     refuse_staff_execution(c, hub_root)
     return "\n".join([
         "# Added by `hub setup`: staff never run a submission outside the grading sandbox. nbgrader's",
-        "# Autograde and Validate refuse here and say what to use (autograder/hub/setup/staff_execution.py",
-        "# in the course repository, importable from any shell through the line below).",
-        "import sys  # noqa: E402",
-        "",
-        f"if {course_source!r} not in sys.path:",
-        f"    sys.path.append({course_source!r})",
+        "# Autograde and Validate refuse here and say what to use",
+        "# (autograder/hub/spawning/staff_execution.py, installed with devicelab-grader:",
+        "# importable from any shell of the hub's environment).",
         *_settings(c, ""),
     ]) + "\n"

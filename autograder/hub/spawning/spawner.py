@@ -22,9 +22,9 @@ from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Int, List, Unicode
 
 from autograder.grading.sandbox import python_locations, student_package_folders
-from autograder.hub.setup import nodes
-from autograder.hub.setup.limits import ServerLimits, UserCgroup
-from autograder.hub.setup.server_box import BoxPlan, box_prefix
+from autograder.hub.spawning import nodes
+from autograder.hub.spawning.limits import ServerLimits, UserCgroup
+from autograder.hub.spawning.server_box import BoxPlan, box_prefix
 
 
 def hold_port(ip: str) -> socket.socket:
