@@ -3,10 +3,10 @@ Helm validates it (the chart's defaults merged with it, against the chart's valu
 version it names, and the single-user image installs that chart's JupyterHub version."""
 
 import re
-import tomllib
 
 import jsonschema
 import pytest
+import tomllib
 import yaml
 
 from autograder import COURSE_ROOT
