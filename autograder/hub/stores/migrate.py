@@ -31,6 +31,7 @@ def config(part: str, connection=None) -> Config:
     if part not in BASES:
         raise ValueError(f"no store {part!r} (have: {', '.join(BASES)})")
     made = Config()
+    made.set_main_option("path_separator", "os")  # a folder path may hold spaces
     made.set_main_option("script_location", str(MIGRATIONS))
     made.set_main_option("version_locations", str(MIGRATIONS / part))
     made.attributes.update(part=part, connection=connection, version_table=version_table(part))
