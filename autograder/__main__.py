@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from autograder import COURSE_ROOT
+from autograder.grading.defaults import DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT, SANDBOX_CHOICES
 
 
 def _tidy(args) -> int:
@@ -172,12 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submissions", help="folder with one subfolder per student, or a .zip of one")
     grade.add_argument("--jobs", type=_positive(int), default=None,
                        help="workers in parallel (default: CPU cores)")
-    grade.add_argument("--timeout", type=_positive(float), default=300,
-                       help="wall-clock seconds per notebook (default: 300)")
-    grade.add_argument("--memory", type=_positive(int), default=4096,
-                       help="memory cap per submission in MiB (default: 4096)")
+    grade.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT,
+                       help=f"wall-clock seconds per notebook (default: {DEFAULT_TIMEOUT})")
+    grade.add_argument("--memory", type=_positive(int), default=DEFAULT_MEMORY_MIB,
+                       help=f"memory cap per submission in MiB (default: {DEFAULT_MEMORY_MIB})")
     grade.add_argument("--out", help="output folder (default: graded/<ASSIGNMENT>/)")
-    grade.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto",
+    grade.add_argument("--sandbox", choices=SANDBOX_CHOICES, default="auto",
                        help="isolation for student code (default: the best that works here)")
     grade.add_argument("--force", action="store_true", help="regrade every student, even unchanged ones")
     grade.add_argument("--cold-start", action="store_true",
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--out", help="output folder (default: graded/demo/)")
     demo.add_argument("--jobs", type=_positive(int), default=None,
                       help="workers in parallel (default: CPU cores)")
-    demo.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
+    demo.add_argument("--sandbox", choices=SANDBOX_CHOICES, default="auto")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=_demo)
     from autograder.hub.cli import add_arguments as add_hub_arguments

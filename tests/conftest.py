@@ -9,6 +9,7 @@ import pytest
 
 from autograder import COURSE_ROOT
 from tests.factories import tiny_assignment
+from tests.markers import mark_by_use
 from tests.schedule import longest_first, module_of
 
 
@@ -47,11 +48,13 @@ def scratch_course(tmp_path: Path) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the hub's tests `hub` (`make hub-test` selects them), and put the longest modules first, so that
-    the parallel run starts them first (tests/schedule.py)."""
+    """Mark the hub's tests `hub` (`make hub-test` selects them), every test `browser` or `notebook` by what
+    it and its fixtures run (tests/markers.py), and put the longest modules first, so that the parallel run
+    starts them first (tests/schedule.py)."""
     for item in items:
         if module_of(item.nodeid).startswith("test_hub_"):
             item.add_marker(pytest.mark.hub)
+    mark_by_use(items)
     items[:] = [items[i] for i in longest_first([item.nodeid for item in items])]
 
 

@@ -46,6 +46,7 @@ from traitlets import Dict, Float, Integer, Unicode, default
 from autograder.cells import grade_id
 from autograder.grading.attempt import EventKind
 from autograder.grading.channels import KernelMessageError, SlicedKernelClient
+from autograder.grading.defaults import DEFAULT_TIMEOUT
 from autograder.grading.guard_kernel.guard import GRADER_KEY
 from autograder.grading.remote_calls import (
     END,
@@ -159,7 +160,7 @@ class QuickStopKernelManager(AsyncKernelManager):
 class GraderExecute(Execute):
     """Execute with a notebook time budget, capped outputs, a progress file and cells to skip."""
 
-    budget = Float(300.0,
+    budget = Float(float(DEFAULT_TIMEOUT),
                    help="wall-clock seconds for the whole notebook, kernel start included").tag(config=True)
     # After a cell's reply, how long the rest of its output may take to be read (nbclient's 4 s, which
     # nbgrader makes an error, failed right answers that print a lot on a loaded machine); the output a cell

@@ -41,6 +41,7 @@ from autograder.grading.attempt import (
     next_attempt,
     wrongly_blamed,
 )
+from autograder.grading.defaults import DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT
 from autograder.grading.errors import (
     GradingError,
     RecordFailed,
@@ -80,8 +81,6 @@ from autograder.grading.warm_start import Standby, libraries_imported
 from autograder.grading.zygote import LIBRARIES, WarmStartError
 from autograder.safe_copy import Refusal, read_small
 
-DEFAULT_TIMEOUT = 300
-DEFAULT_MEMORY_MIB = 4096
 MAX_FLAGS = 8  # per student, in grades.csv and the summary
 MAX_RESULT_BYTES = 16 * 2**20  # a saved result larger than this is not one the grader wrote: grade again
 # A student's wall-clock budget: each notebook's --timeout, plus starting and stopping its kernel, plus

@@ -246,8 +246,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"not a submission: {bad.line()}")
         print(f"{sum(1 for r in found.handins if r.submitted)} of {len(found.handins)} submitted")
     elif args.action == "collect":
-        collected = exchange_loop.collect(settings, args.assignment)
-        print("\n".join(collected if isinstance(collected, list) else collected.lines()))
+        print("\n".join(exchange_loop.collect(settings, args.assignment).lines()))
     elif args.action == "grade":
         extra = [*(["--timeout", args.timeout] if args.timeout else []),
                  *(["--jobs", args.jobs] if args.jobs else []),

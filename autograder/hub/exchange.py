@@ -311,6 +311,7 @@ class CollectReport:
     collected: list[Collected] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     skipped: list[BadName] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)  # what a backend's own tool said (nbgrader collect, HTTP)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -319,7 +320,7 @@ class CollectReport:
     def from_json(cls, text: str) -> "CollectReport":
         data = json.loads(text)
         return cls([Collected(**c) for c in data["collected"]], data["unchanged"],
-                   [BadName(**b) for b in data["skipped"]])
+                   [BadName(**b) for b in data["skipped"]], data.get("log", []))
 
     def lines(self) -> list[str]:
         """Return what the instructor reads, one line each, student-made text escaped."""
@@ -327,6 +328,7 @@ class CollectReport:
                for c in self.collected]
         out += [printable(f"no newer submission: {s}") for s in self.unchanged]
         out += [f"not collected: {b.line()}" for b in self.skipped]
+        out += [printable(line) for line in self.log]
         return out or ["no submissions to collect"]
 
 

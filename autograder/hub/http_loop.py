@@ -12,9 +12,9 @@ import urllib.parse
 import urllib.request
 from dataclasses import replace
 
-from autograder.hub.exchange import printable
+from autograder.hub.exchange import CollectReport, printable
 from autograder.hub.http_exchange.api import STAFF_SCOPE, SubmissionInfo
-from autograder.hub.loop import Handin, Handins, _known, parse_due, record_due
+from autograder.hub.loop import Handin, Handins, parse_due, record_due, require_released
 from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
@@ -53,7 +53,7 @@ def _nbgrader(s: HubSettings, *args: str) -> list[str]:
 def release(s: HubSettings, assignment: str, force: bool = False, due: str | None = None) -> str:
     """Release the student version through the exchange service; record its due date when given."""
     due_utc = parse_due(due) if due else None
-    _known(s, assignment)
+    require_released(s, assignment)
     said = _nbgrader(s, "release_assignment", assignment, *(["--force"] if force else []))
     said = "\n".join([*said, f"released {assignment} through {exchange_url(s)}"])
     return said if due_utc is None else f"{said}\n{record_due(s, assignment, due_utc)}"
@@ -81,15 +81,16 @@ def status(s: HubSettings, assignment: str) -> Handins:
                     for u in sorted(set(students) | set(latest))])
 
 
-def collect(s: HubSettings, assignment: str) -> list[str]:
-    """Collect each student's newest submission into the course's submitted/ (nbgrader collect, as grader)."""
-    _known(s, assignment)
-    return _nbgrader(s, "collect", assignment, "--update")
+def collect(s: HubSettings, assignment: str) -> CollectReport:
+    """Collect each student's newest submission into the course's submitted/ (nbgrader collect, as grader);
+    the report is the folder exchange's type, with what nbgrader said as its log."""
+    require_released(s, assignment)
+    return CollectReport(log=_nbgrader(s, "collect", assignment, "--update"))
 
 
 def feedback(s: HubSettings, assignment: str) -> list[str]:
     """Give the grader's feedback pages back through the service; return the students they went to."""
-    _known(s, assignment)
+    require_released(s, assignment)
     done = GraderAccount.of(s).module("autograder.hub.http_exchange.staff", "feedback", assignment,
                                       "--course", str(s.paths.course))
     staged = json.loads(done.stdout.strip().splitlines()[-1])

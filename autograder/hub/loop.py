@@ -53,7 +53,8 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
     return report
 
 
-def _known(s: HubSettings, assignment: str) -> None:
+def require_released(s: HubSettings, assignment: str) -> None:
+    """Refuse an assignment the course has not built a student version of (both exchanges' commands ask)."""
     if not (s.paths.course / "release" / assignment).is_dir():
         have = sorted(p.name for p in (s.paths.course / "release").iterdir() if p.is_dir())
         raise HubError(f"no assignment {assignment!r} in {s.paths.course / 'release'} (have: "
@@ -64,7 +65,7 @@ def release(s: HubSettings, assignment: str, force: bool = False, due: str | Non
     """Put the student version into the exchange for every student to fetch; record its due date when given.
     """
     due_utc = parse_due(due) if due else None
-    _known(s, assignment)
+    require_released(s, assignment)
     repaired = secure_exchange(s.grader, _exchange(s))
     try:
         exchange.release(_exchange(s), s.paths.course / "release" / assignment, assignment, force)
@@ -143,7 +144,7 @@ def _extensions_as_grader(s: HubSettings, assignment: str, student: str | None =
 def extend(s: HubSettings, assignment: str, student: str, until: str | None = None,
            hours: float | None = None) -> Extension:
     """Give a student an extension until a date or by some hours (neither: take it back)."""
-    _known(s, assignment)
+    require_released(s, assignment)
     account = student if student.startswith(s.prefix) else f"{s.prefix}{student}"
     how = ("--until", until) if until else ("--by", f"{hours}") if hours else ("--remove",)
     return Extension(**_extensions_as_grader(s, assignment, account, how))
@@ -151,13 +152,13 @@ def extend(s: HubSettings, assignment: str, student: str, until: str | None = No
 
 def extensions(s: HubSettings, assignment: str) -> list[Extension]:
     """Return every extension of an assignment."""
-    _known(s, assignment)
+    require_released(s, assignment)
     return [Extension(**e) for e in _extensions_as_grader(s, assignment)]
 
 
 def collect(s: HubSettings, assignment: str) -> CollectReport:
     """Copy each student's newest own submission into the course's submitted/ (as the grader account)."""
-    _known(s, assignment)
+    require_released(s, assignment)
     return CollectReport.from_json(_as_grader(s, "collect", assignment))
 
 
@@ -165,7 +166,7 @@ def grade_collected(s: HubSettings, assignment: str, extra: list[str]) -> list[G
     """Grade the collected submissions with `python -m autograder grade`, as the grader account: nbgrader's
     full pages, hidden tests and all, which `hub feedback` gives the students (the full feedback of after the
     due date; before it, autograde on submit's pages keep them hidden)."""
-    _known(s, assignment)
+    require_released(s, assignment)
     course = s.paths.course
     if not any((course / "submitted").glob(f"*/{assignment}")):
         raise HubError(f"nothing collected for {assignment}: run `hub collect {assignment}` first")
@@ -186,7 +187,7 @@ def read_grades(path: Path) -> list[Grade]:
 
 def feedback(s: HubSettings, assignment: str) -> list[str]:
     """Release the grader's feedback pages to the students who were graded; return those students."""
-    _known(s, assignment)
+    require_released(s, assignment)
     released = json.loads(_as_grader(s, "feedback", assignment))
     if not released:
         raise HubError(f"no graded submissions of {assignment} to give feedback on: run `hub grade` first")
@@ -196,7 +197,7 @@ def feedback(s: HubSettings, assignment: str) -> list[str]:
 def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None = None,
               timeout: float | None = None, hidden_tests: str | None = None) -> str:
     """Turn autograde-on-submit on or off for an assignment, or list its queue (as the grader account)."""
-    _known(s, assignment)
+    require_released(s, assignment)
     options = [*(["--per-hour", str(per_hour)] if per_hour is not None and mode == "on" else []),
                *(["--timeout", str(timeout)] if timeout is not None and mode == "on" else []),
                *(["--hidden-tests", hidden_tests] if hidden_tests is not None and mode == "on" else [])]
