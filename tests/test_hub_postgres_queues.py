@@ -77,7 +77,9 @@ def test_the_queues_follow_the_course_gradebook_into_postgres(tmp_path: Path, po
     assert [r.score for r in passback.rows()] == [score()]
     tables = postgres.sql("SELECT table_schema, table_name FROM information_schema.tables WHERE "
                           "table_schema IN ('autograde', 'passback') ORDER BY 1, 2", url=course_database)
-    assert tables == [("autograde", "assignments"), ("autograde", "submissions"), ("passback", "scores")]
+    assert tables == [("autograde", "alembic_version_autograde"), ("autograde", "assignments"),
+                      ("autograde", "submissions"), ("passback", "alembic_version_passback"),
+                      ("passback", "scores")]
     assert not list(tmp_path.rglob("*.sqlite")), "a queue fell back to a sqlite file"
 
 

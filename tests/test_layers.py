@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The hub's parts, lowest first: a module may import its own part and those below it, never one above.
 HUB_LAYERS = (
-    ("settings", ("settings", "database")),
+    ("settings", ("settings", "database", "stores")),
     ("spawning", ("spawning",)),
     ("exchange", ("exchange", "arrival", "formgrader_exchange")),
     ("http exchange", ("http_exchange",)),

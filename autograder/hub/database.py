@@ -2,19 +2,19 @@
 
 hub.json's `database_url` names the PostgreSQL database and its role (postgresql://ROLE@HOST:PORT/DATABASE),
 never the password. Each part of the hub (JupyterHub, the course gradebook, the autograde queue, the passback
-queue) has a schema of its own in that database, chosen by its URL's search_path, and reads the password from
-a libpq password file its account alone can read, named in the URL (`passfile=`): a configuration file that
-names the database never holds the secret. An empty `database_url` keeps each part in its own sqlite file.
+queue, the exchange service's leases) has a schema of its own in that database, chosen by its URL's
+search_path, and reads the password from a libpq password file its account alone can read, named in the URL
+(`passfile=`): a configuration file that names the database never holds the secret. An empty `database_url`
+keeps each part in its own sqlite file. The tables of the hub's own parts are in stores/: models,
+migrations, and the transaction of one writer at a time.
 """
 
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-PARTS = ("jupyterhub", "gradebook", "autograde", "passback")
+PARTS = ("jupyterhub", "gradebook", "autograde", "passback", "exchange")
 PASSWORD_ENV = "DEVICELAB_DATABASE_PASSWORD"
 # psycopg2, named: SQLAlchemy 2.1 takes a bare postgresql:// for psycopg 3, 1.4 and 2.0 for psycopg2
 DRIVER = "postgresql+psycopg2"
@@ -130,63 +130,3 @@ def read_password(path: Path | None) -> str:
         raise ValueError(f"{path} can be read by others than its owner: chmod 600 it (it holds the database "
                          "password)")
     return path.read_text(encoding="utf-8").strip("\n")
-
-
-def engine(url: str):
-    """Return a SQLAlchemy engine (sqlite: its folder made, transactions begun by `write`/`read` only)."""
-    from sqlalchemy import create_engine, event
-
-    if not is_postgres(url):
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        made = create_engine(url, connect_args={"timeout": 30})
-
-        @event.listens_for(made, "connect")
-        def _driver_does_not_begin(dbapi_connection, _record) -> None:
-            dbapi_connection.isolation_level = None  # SQLAlchemy's BEGIN below, not the driver's own
-
-        @event.listens_for(made, "begin")
-        def _begin(conn) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
-
-        return made
-    return create_engine(url, pool_pre_ping=True)
-
-
-class Tables:
-    """One part's tables over SQLAlchemy, in a sqlite file or a PostgreSQL schema: one writer at a time.
-
-    `schema` is its CREATE TABLE IF NOT EXISTS statements, with {text} for text columns (binary order on
-    either database, as sqlite's) and {real} for floating-point ones (double precision on either).
-    """
-
-    def __init__(self, url: str, schema: str, tables: tuple[str, ...]) -> None:
-        self.url, self.tables = url, tables
-        self.postgres = is_postgres(url)
-        self.engine = engine(url)
-        types = ({"text": 'TEXT COLLATE "C"', "real": "DOUBLE PRECISION"} if self.postgres
-                 else {"text": "TEXT", "real": "REAL"})
-        with self.write(lock=False) as conn:
-            if self.postgres:
-                create_schema(conn, schema_of(url))
-            for statement in schema.format(**types).split(";"):
-                if statement.strip():
-                    conn.exec_driver_sql(statement)
-
-    def close(self) -> None:
-        """Close the connections."""
-        self.engine.dispose()
-
-    @contextmanager
-    def write(self, lock: bool = True) -> Iterator:
-        """Run the block as one transaction that no other writer overlaps (sqlite: BEGIN IMMEDIATE;
-        PostgreSQL: the tables locked against other writers, readers go on)."""
-        with self.engine.connect().execution_options(write=True) as conn, conn.begin():
-            if self.postgres and lock:
-                conn.exec_driver_sql(f"LOCK TABLE {', '.join(self.tables)} IN SHARE ROW EXCLUSIVE MODE")
-            yield conn
-
-    @contextmanager
-    def read(self) -> Iterator:
-        """Run the block's queries in one read transaction."""
-        with self.engine.connect() as conn, conn.begin():
-            yield conn

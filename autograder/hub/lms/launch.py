@@ -8,7 +8,6 @@ course. Which account the person gets is admission.py's job.
 """
 
 import os
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,29 +92,29 @@ def check_course(launch: Launch, deployment_id: str, context_id: str) -> None:
 
 class NonceLedger:
     """The nonces of launches already accepted, on disk until their token expires: a replay is refused, also
-    after a restart. The file is root's, in the hub's own folder."""
+    after a restart. The file is root's, in the hub's own folder (its table: stores/models.py's NonceRow)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def use(self, nonce: str, expires: float, now: float | None = None) -> None:
         """Record the nonce; raise LaunchRefused when it was used before (or is empty)."""
+        from sqlalchemy import delete, insert, select
+
+        from autograder.hub.stores.models import NonceRow
+        from autograder.hub.stores.tables import Tables
+
         now = time.time() if now is None else now
         if not nonce:
             raise LaunchRefused("this launch has no nonce; open the course from the LMS again")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # made root-only
-        os.close(fd)
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # made root-only
+        store = Tables(f"sqlite:///{self.path}", "nonces")
         try:
-            db.execute("CREATE TABLE IF NOT EXISTS nonces (nonce TEXT PRIMARY KEY, expires REAL NOT NULL)")
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("DELETE FROM nonces WHERE expires < ?", (now,))
-            try:
-                db.execute("INSERT INTO nonces VALUES (?, ?)", (nonce, max(expires, now + NONCE_KEPT_S)))
-            except sqlite3.IntegrityError:
-                db.execute("ROLLBACK")
-                raise LaunchRefused("this launch was already used (a replayed login); open the course from "
-                                    "the LMS again") from None
-            db.execute("COMMIT")
+            with store.write() as db:
+                db.execute(delete(NonceRow).where(NonceRow.expires < now))
+                if db.execute(select(NonceRow.nonce).where(NonceRow.nonce == nonce)).first() is not None:
+                    raise LaunchRefused("this launch was already used (a replayed login); open the course "
+                                        "from the LMS again")
+                db.execute(insert(NonceRow).values(nonce=nonce, expires=max(expires, now + NONCE_KEPT_S)))
         finally:
-            db.close()
+            store.close()

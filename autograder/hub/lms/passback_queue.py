@@ -16,30 +16,12 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from autograder.hub.database import Tables, course_part_url
+from autograder.hub.database import course_part_url
+from autograder.hub.stores.tables import Tables
 from autograder.words import Word
 
 FIRST_WAIT_S = 30.0  # after the first failure; doubled after each next one
 LONGEST_WAIT_S = 3600.0
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS scores (
-    student {text} NOT NULL,
-    assignment {text} NOT NULL,
-    score {real} NOT NULL,
-    max_score {real} NOT NULL,
-    status TEXT NOT NULL,
-    state TEXT NOT NULL,
-    tries INTEGER NOT NULL DEFAULT 0,
-    next_try {real} NOT NULL,
-    updated_at {real} NOT NULL,
-    sent_at {real},
-    posts INTEGER NOT NULL DEFAULT 0,
-    detail TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (student, assignment)
-);
-"""
-
 
 class PassbackState(Word):
     """Where a score is on its way to the LMS."""
@@ -81,10 +63,11 @@ def wait_after(tries: int) -> float:
 
 
 class PassbackQueue:
-    """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its table made on first use."""
+    """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its table made or migrated when
+    opened (stores/models.py, stores/migrations/passback/)."""
 
     def __init__(self, where: Path | str, clock: Callable[[], float] = time.time) -> None:
-        self.store = Tables(f"sqlite:///{where}" if isinstance(where, Path) else where, SCHEMA, ("scores",))
+        self.store = Tables(f"sqlite:///{where}" if isinstance(where, Path) else where, "passback")
         self.clock = clock  # every time it records or compares (seconds since the epoch)
 
     @classmethod

@@ -7,23 +7,16 @@ for grade passback; the grader account can write that copy, so it is never read 
 
 import hashlib
 import os
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import insert, select
+
 from autograder.hub.lms.launch import LaunchRefused
 from autograder.hub.lms.names import claimed_name, label
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS people (
-    issuer TEXT NOT NULL,
-    deployment_id TEXT NOT NULL,
-    sub TEXT NOT NULL,
-    account TEXT NOT NULL UNIQUE,
-    PRIMARY KEY (issuer, deployment_id, sub)
-);
-"""
+from autograder.hub.stores.models import PersonRow
+from autograder.hub.stores.tables import Tables
 
 
 @dataclass(frozen=True)
@@ -57,57 +50,64 @@ class LmsPerson:
 
 
 class People:
-    """The ledger of who is who (made root-only on first use)."""
+    """The ledger of who is who (made root-only on first use; its table: stores/models.py's PersonRow)."""
 
     def __init__(self, path: Path) -> None:
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-        self.db = sqlite3.connect(path, timeout=30, isolation_level=None)
-        self.db.executescript(SCHEMA)
+        self.store = Tables(f"sqlite:///{path}", "people")
 
     def close(self) -> None:
         """Close the file."""
-        self.db.close()
+        self.store.close()
 
-    def account_of(self, key: LmsKey) -> str | None:
+    def account_of(self, key: LmsKey, db=None) -> str | None:
         """Return the person's account, or None before the hub made one."""
-        found = self.db.execute("SELECT account FROM people WHERE issuer=? AND deployment_id=? AND sub=?",
-                                (key.issuer, key.deployment_id, key.sub)).fetchone()
-        return found[0] if found else None
+        query = select(PersonRow.account).where(PersonRow.issuer == key.issuer,
+                                                PersonRow.deployment_id == key.deployment_id,
+                                                PersonRow.sub == key.sub)
+        return self._first(query, db)
 
-    def owner_of(self, account: str) -> LmsKey | None:
+    def owner_of(self, account: str, db=None) -> LmsKey | None:
         """Return the person the account was made for, or None."""
-        found = self.db.execute("SELECT issuer, deployment_id, sub FROM people WHERE account=?",
-                                (account,)).fetchone()
+        query = select(PersonRow.issuer, PersonRow.deployment_id, PersonRow.sub).where(
+            PersonRow.account == account)
+        found = self._first(query, db, whole=True)
         return LmsKey(*found) if found else None
 
     def accounts(self) -> set[str]:
         """Return every account made for an LMS person."""
-        return {row[0] for row in self.db.execute("SELECT account FROM people")}
+        with self.store.read() as db:
+            return set(db.scalars(select(PersonRow.account)))
 
     def bind(self, key: LmsKey, account: str) -> None:
         """Record that the account is the person's; refuse another person's account or a second account."""
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            mine, owner = self.account_of(key), self.owner_of(account)
+        with self.store.write() as db:
+            mine, owner = self.account_of(key, db), self.owner_of(account, db)
             if mine is not None and mine != account:
                 raise LaunchRefused(f"you already have the account {mine} on this hub")
             if owner is not None and owner != key:
                 raise LaunchRefused(f"the account {account} belongs to another person of the LMS")
             if mine is None:
-                self.db.execute("INSERT INTO people VALUES (?, ?, ?, ?)",
-                                (key.issuer, key.deployment_id, key.sub, account))
+                db.execute(insert(PersonRow).values(issuer=key.issuer, deployment_id=key.deployment_id,
+                                                    sub=key.sub, account=account))
 
     def adopt(self, legacy: dict[str, str], issuer: str, deployment_id: str) -> int:
         """Take the account -> sub map of a hub set up before this ledger (platform.json), once: only into an
         empty ledger. Return how many people were taken."""
-        if self.accounts():
-            return 0
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
+        with self.store.write() as db:
+            if db.execute(select(PersonRow.account).limit(1)).first() is not None:
+                return 0
             seen: set[str] = set()
-            for account, sub in sorted(legacy.items()):
+            for account, sub in sorted(legacy.items()):  # accounts are a map's keys: each once
                 if sub and sub not in seen:
                     seen.add(sub)
-                    self.db.execute("INSERT OR IGNORE INTO people VALUES (?, ?, ?, ?)",
-                                    (issuer, deployment_id, sub, account))
+                    db.execute(insert(PersonRow).values(issuer=issuer, deployment_id=deployment_id, sub=sub,
+                                                        account=account))
         return len(seen)
+
+    def _first(self, query, db, whole: bool = False):
+        if db is None:
+            with self.store.read() as conn:
+                return self._first(query, conn, whole)
+        found = db.execute(query).first()
+        return None if found is None else (tuple(found) if whole else found[0])

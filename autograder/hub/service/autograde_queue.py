@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from autograder.grading.results import Status
-from autograder.hub.database import Tables
+from autograder.hub.stores.tables import Tables
 from autograder.words import Word
 
 
@@ -47,37 +47,6 @@ class HiddenTests(Word):
 MAX_TRIES = 3  # the service died this many times while grading a submission: it is failed, not retried
 DEFAULT_TIMEOUT = 120  # seconds per notebook, unless the instructor sets --timeout
 HOUR = 3600.0
-
-SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS assignments (
-    assignment {{text}} PRIMARY KEY,
-    enabled INTEGER NOT NULL,
-    per_hour INTEGER NOT NULL DEFAULT 0,
-    timeout {{real}} NOT NULL DEFAULT 120,
-    hidden_tests TEXT NOT NULL DEFAULT '{HiddenTests.PROTECTED}'
-);
-CREATE TABLE IF NOT EXISTS submissions (
-    student {{text}} NOT NULL,
-    assignment {{text}} NOT NULL,
-    timestamp {{text}} NOT NULL,
-    folder TEXT NOT NULL,
-    secret TEXT NOT NULL,
-    state TEXT NOT NULL,
-    place {{real}} NOT NULL,
-    seen_at {{real}} NOT NULL,
-    started_at {{real}},
-    finished_at {{real}},
-    tries INTEGER NOT NULL DEFAULT 0,
-    graded INTEGER NOT NULL DEFAULT 0,
-    status TEXT NOT NULL DEFAULT '',
-    score {{real}},
-    max_score {{real}},
-    detail TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (student, assignment, timestamp)
-);
-CREATE INDEX IF NOT EXISTS by_state ON submissions (state, place);
-"""
-
 
 @dataclass(frozen=True)
 class Entry:
@@ -126,7 +95,8 @@ class AutogradeSetting:
 
 
 class Queue:
-    """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its tables made on first use.
+    """The queue: a sqlite file (a path), or any SQLAlchemy URL (PostgreSQL); its tables made or migrated when
+    opened (stores/models.py, stores/migrations/autograde/).
 
     Every time it records or compares (a submission's place, when its grading started and ended, the hourly
     limit) is read from `clock` (seconds since the epoch), one clock for all of them: a test gives it a clock
@@ -136,13 +106,7 @@ class Queue:
     def __init__(self, where: Path | str, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         url = f"sqlite:///{where}" if isinstance(where, Path) else where
-        self.store = Tables(url, SCHEMA, ("assignments", "submissions"))
-        if not self.store.postgres:
-            with self.store.write(lock=False) as db:
-                columns = {r[1] for r in db.exec_driver_sql("PRAGMA table_info(assignments)")}
-                if "hidden_tests" not in columns:  # a queue made before the setting existed: protected
-                    db.exec_driver_sql("ALTER TABLE assignments ADD COLUMN hidden_tests TEXT NOT NULL "
-                                       f"DEFAULT '{HiddenTests.PROTECTED}'")
+        self.store = Tables(url, "autograde")
 
     def close(self) -> None:
         """Close its connections."""
