@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autograder.grading.sandbox import python_locations
-from autograder.hub.setup import server_box
+from autograder.hub.spawning import server_box
 from autograder.hub.spawning.server_box import RUNTIME_DIR, BoxPlan, box_prefix, box_works
 
 
