@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/http_exchange_load.py [--students 200] [--spread 60] [--runs 1,2,2-kill]
 
-The real exchange service (autograder/hub/http_exchange/service.py's application, over real HTTP on
+The real exchange service (autograder/hub/exchange/http/service.py's application, over real HTTP on
 loopback) runs as a subprocess, and so do the grading workers (`python -m
 autograder.hub.service.grading_worker`, each with its own copy of the course, in the sandbox `auto` finds).
 There is no hub: 200 Unix accounts and a server each are too heavy for this machine, so the hub's answer to
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import nbformat
 
-from autograder.hub.http_exchange.api import STAFF_SCOPE, ServiceClient, ServiceError
+from autograder.hub.exchange.http.api import STAFF_SCOPE, ServiceClient, ServiceError
 from tests.hub_support import answers, smallest_assignment
 
 COURSE = "course"
@@ -71,9 +71,9 @@ def serve(store: Path, port: int, tokens: Path, lease_s: float) -> None:
     """Run the exchange service's application on loopback with the token table (the `serve` subcommand)."""
     from tornado.httpserver import HTTPServer
 
-    from autograder.hub.http_exchange.service import make_app
-    from autograder.hub.http_exchange.store import FolderStore
-    from autograder.hub.http_exchange.work import Leases
+    from autograder.hub.exchange.http.service import make_app
+    from autograder.hub.exchange.http.store import FolderStore
+    from autograder.hub.exchange.http.work import Leases
 
     async def forever() -> None:
         table = TokenTable(json.loads(tokens.read_text()))
@@ -158,7 +158,7 @@ def submit(url: str, token: str, home: Path, assignment: str) -> None:
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config import Config
 
-    from autograder.hub.http_exchange.client import HttpSubmit
+    from autograder.hub.exchange.http.client import HttpSubmit
 
     config = Config()
     config.HttpExchange.url, config.HttpExchange.course, config.HttpExchange.token = url, COURSE, token
@@ -207,7 +207,7 @@ def one_run(label: str, workers: int, kill: bool, args, scratch: Path, assignmen
             except ServiceError:
                 time.sleep(0.1)
         release = ROOT / "release" / assignment
-        from autograder.hub.http_exchange.archive import pack
+        from autograder.hub.exchange.http.archive import pack
 
         staff.call("PUT", f"assignments/{assignment}", pack(release, lambda rel: False))
         right = answers(assignment)["right"]

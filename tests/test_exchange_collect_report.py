@@ -2,7 +2,7 @@
 folder exchange's report crosses from the grader account to root as JSON)
 and reaches the instructor's lines."""
 
-from autograder.hub.exchange import BadName, Collected, CollectReport
+from autograder.hub.exchange.folder.tree import BadName, Collected, CollectReport
 
 
 def test_a_report_with_a_log_survives_json_and_is_read_after_the_collected() -> None:

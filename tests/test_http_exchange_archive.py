@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.hub.http_exchange.archive import ArchiveRefused, check_name, pack, unpack, upload_cap
-from autograder.hub.http_exchange.store import RELEASED, SUBMITTED, FolderStore, check_part
+from autograder.hub.exchange.http.archive import ArchiveRefused, check_name, pack, unpack, upload_cap
+from autograder.hub.exchange.http.store import RELEASED, SUBMITTED, FolderStore, check_part
 from autograder.safe_copy import Limits
 
 SMALL = Limits(file_bytes=1000, total_bytes=3000, entries=10, depth=3)

@@ -7,7 +7,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from autograder.hub.http_exchange.store import FolderStore
+from autograder.hub.exchange.http.store import FolderStore
 from autograder.hub.service import autograde
 from tests.test_http_exchange_service import call, released, serving, tar_of
 

@@ -9,8 +9,8 @@ import pytest
 from nbgrader.exchange import ExchangeFactory
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder.hub.http_exchange import client
-from autograder.hub.http_exchange.api import STAFF_SCOPE
+from autograder.hub.exchange.http import client
+from autograder.hub.exchange.http.api import STAFF_SCOPE
 from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.checks import check_settings
 from autograder.hub.setup.render import render_all, write_all
@@ -77,7 +77,7 @@ def test_the_files_exchange_stays_the_default_and_as_it_was(tmp_path: Path) -> N
     assert "device-lab-autograde" not in {r["name"] for r in c.JupyterHub.load_roles}  # no API scopes
     assert "--http-exchange" not in s.paths.config.read_text()
     grader = load(s.paths.grader_etc / "nbgrader_config.py")
-    assert grader.ExchangeFactory.collect == "autograder.hub.formgrader_exchange.SafeCollect"
+    assert grader.ExchangeFactory.collect == "autograder.hub.exchange.folder.formgrader.SafeCollect"
     assert "ExchangeFactory" not in load(s.paths.student_etc / "nbgrader_config.py")
 
 

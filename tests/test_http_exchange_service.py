@@ -29,14 +29,14 @@ from nbgrader.exchange.abc import ExchangeError
 from tornado.netutil import bind_sockets
 from traitlets.config import Config
 
-from autograder.hub.http_exchange import client
-from autograder.hub.http_exchange import service as service_module
-from autograder.hub.http_exchange.api import STAFF_SCOPE
-from autograder.hub.http_exchange.archive import upload_cap
-from autograder.hub.http_exchange.service import SUBMISSION_LIMITS, make_app
-from autograder.hub.http_exchange.staff import stage_feedback
-from autograder.hub.http_exchange.store import SUBMITTED, FolderStore
-from autograder.hub.http_exchange.work import Leases, Offer, WorkResult, keep_leased
+from autograder.hub.exchange.http import client
+from autograder.hub.exchange.http import service as service_module
+from autograder.hub.exchange.http.api import STAFF_SCOPE
+from autograder.hub.exchange.http.archive import upload_cap
+from autograder.hub.exchange.http.service import SUBMISSION_LIMITS, make_app
+from autograder.hub.exchange.http.staff import stage_feedback
+from autograder.hub.exchange.http.store import SUBMITTED, FolderStore
+from autograder.hub.exchange.http.work import Leases, Offer, WorkResult, keep_leased
 
 ACCESS = "access:services!service=course-exchange"
 PREFIX = "/services/course-exchange/"
@@ -332,7 +332,7 @@ def test_a_submission_no_worker_finishes_ends_invalid_once(tmp_path: Path) -> No
     """Issue 61: a submission that crashed every worker that leased it was handed out again at each expiry of
     its lease, for ever, and never marked. After MAX_LEASES leases end with no result, the service records it
     `invalid` itself, once, and hands out the next; a worker that still posts for it is refused."""
-    from autograder.hub.http_exchange.work import MAX_LEASES
+    from autograder.hub.exchange.http.work import MAX_LEASES
 
     now = [0.0]
     store = FolderStore(tmp_path / "store")
@@ -373,7 +373,7 @@ class RenewalsSeen:
         self.wanted = enough
 
     def call(self, method: str, path: str, body: bytes | None = None, **query: str) -> bytes:
-        from autograder.hub.http_exchange.api import ServiceError
+        from autograder.hub.exchange.http.api import ServiceError
 
         self.calls.append((method, path, query))
         if len(self.calls) >= self.wanted:
@@ -501,8 +501,8 @@ def test_a_timestamp_folder_in_a_submission_never_stops_collecting_or_grading(se
     Staging for the autograde batch raised IsADirectoryError (her classmates in the batch ended `failed`), and
     `hub collect` stopped at her (nobody after her in name order was collected). Whatever a student names
     `timestamp.txt` is theirs to lose: the service's time replaces it."""
-    from autograder.hub.http_exchange.api import ServiceClient
-    from autograder.hub.http_exchange.staff import take_submission
+    from autograder.hub.exchange.http.api import ServiceClient
+    from autograder.hub.exchange.http.staff import take_submission
 
     url, _ = service
     course = tmp_path / "course"

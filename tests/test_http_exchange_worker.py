@@ -15,10 +15,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.hub.http_exchange import service as service_module
-from autograder.hub.http_exchange.api import ServiceClient, ServiceError
-from autograder.hub.http_exchange.store import FolderStore
-from autograder.hub.http_exchange.work import Leases, WorkResult, post_result, take_work
+from autograder.hub.exchange.http import service as service_module
+from autograder.hub.exchange.http.api import ServiceClient, ServiceError
+from autograder.hub.exchange.http.store import FolderStore
+from autograder.hub.exchange.http.work import Leases, WorkResult, post_result, take_work
 from autograder.hub.service import grading_worker
 from autograder.hub.service.grading_worker import SandboxRefused, Worker, choose_sandbox
 from tests.clock import ManualClock
@@ -156,8 +156,8 @@ def test_a_result_with_a_status_or_a_record_the_grader_never_writes_is_refused(l
 def test_a_stored_result_that_no_longer_reads_is_listed_invalid(leased, tmp_path) -> None:
     """One posted before results were checked (or a store changed by hand) never stops the service from
     listing the others: the autograde service would record nobody's."""
-    from autograder.hub.http_exchange.archive import pack_files
-    from autograder.hub.http_exchange.work import RESULT_FILE, RESULT_LIMITS, RESULTS
+    from autograder.hub.exchange.http.archive import pack_files
+    from autograder.hub.exchange.http.work import RESULT_FILE, RESULT_LIMITS, RESULTS
 
     url, _ = leased
     offer = take_work(grader(url))
@@ -251,7 +251,7 @@ def test_a_worker_grades_late_work_as_late_as_hub_grade_would(tmp_path: Path) ->
     """Issue 61: released with a due date two hours past, a right answer got full marks from a worker (its
     course copy had no due date) and 0 from `hub grade` (the course's late penalty, `zero`). The autograde
     service hands each submission out with the student's due date; the worker grades with it."""
-    from autograder.hub.http_exchange.work import Handout, hand_out
+    from autograder.hub.exchange.http.work import Handout, hand_out
 
     sandbox, assignment, course, right = _worker_course(
         tmp_path, '\nc.LateSubmissionPlugin.penalty_method = "zero"\n')

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder.hub.http_exchange.api import STAFF_SCOPE
+from autograder.hub.exchange.http.api import STAFF_SCOPE
 from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.checks import check_settings
 from autograder.hub.setup.install import copy_course

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from autograder.grading.gradebook import DueDates
-from autograder.hub.http_exchange import service as service_module
-from autograder.hub.http_exchange.api import ServiceClient
-from autograder.hub.http_exchange.store import FolderStore
-from autograder.hub.http_exchange.work import Handout, Leases, WorkResult, hand_out, post_result, take_work
+from autograder.hub.exchange.http import service as service_module
+from autograder.hub.exchange.http.api import ServiceClient
+from autograder.hub.exchange.http.store import FolderStore
+from autograder.hub.exchange.http.work import Handout, Leases, WorkResult, hand_out, post_result, take_work
 from autograder.hub.service import autograde
 from autograder.hub.service.autograde_queue import HOUR, HiddenTests, State
 from autograder.hub.service.grading_worker import Worker, grading_setting
@@ -147,7 +147,7 @@ def test_protected_until_the_students_own_due_date(tmp_path: Path, exchange, mon
 
 
 def test_a_handout_with_a_due_date_that_is_not_one_is_refused() -> None:
-    from autograder.hub.http_exchange.work import Handout
+    from autograder.hub.exchange.http.work import Handout
 
     raw = {"assignment_id": "ps01", "student_id": "ann", "timestamp": "2026-12-02 01:00:00.000000 UTC"}
     assert Handout.from_json({**raw, "due": "2026-12-01 12:00:00"}).due == "2026-12-01 12:00:00"

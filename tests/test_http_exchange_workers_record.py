@@ -10,10 +10,10 @@ import nbformat
 import pytest
 
 from autograder.grading import gradebook as gbook
-from autograder.hub.http_exchange import service as service_module
-from autograder.hub.http_exchange.api import ServiceClient
-from autograder.hub.http_exchange.store import FolderStore
-from autograder.hub.http_exchange.work import Leases, WorkResult, post_result, take_work
+from autograder.hub.exchange.http import service as service_module
+from autograder.hub.exchange.http.api import ServiceClient
+from autograder.hub.exchange.http.store import FolderStore
+from autograder.hub.exchange.http.work import Leases, WorkResult, post_result, take_work
 from autograder.hub.service import autograde
 from autograder.hub.service.autograde_queue import State
 from autograder.hub.service.grading_worker import Worker

@@ -3,7 +3,14 @@
 import datetime
 from pathlib import Path
 
-from autograder.hub.arrival import STAMP_FILE, TOLERANCE, Arrival, arrival, nbgrader_time, write_stamp
+from autograder.hub.exchange.folder.arrival import (
+    STAMP_FILE,
+    TOLERANCE,
+    Arrival,
+    arrival,
+    nbgrader_time,
+    write_stamp,
+)
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, 0)
 

@@ -10,7 +10,7 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.hub import loop
-from autograder.hub.exchange import course_ignore
+from autograder.hub.exchange.folder.tree import course_ignore
 from autograder.hub.loop import status
 from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.checks import check_root, check_settings, is_loopback

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from autograder import safe_copy
-from autograder.hub import exchange
-from autograder.hub.arrival import STAMP_FILE, nbgrader_time
-from autograder.hub.exchange import BadName, Exchange, InboundName, printable
+from autograder.hub.exchange.folder import tree as exchange
+from autograder.hub.exchange.folder.arrival import STAMP_FILE, nbgrader_time
+from autograder.hub.exchange.folder.tree import BadName, Exchange, InboundName
+from autograder.hub.text import printable
 from autograder.safe_copy import Limits, Refusal, copy_tree, read_small
 
 NOW = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
@@ -376,8 +377,8 @@ def formgrader_api(course: Path, ex: Exchange):
     config.Exchange.root = str(ex.root)
     config.Exchange.path_includes_course = True
     config.Authenticator.plugin_class = NoAuthPlugin
-    config.ExchangeFactory.collect = "autograder.hub.formgrader_exchange.SafeCollect"
-    config.ExchangeFactory.release_assignment = "autograder.hub.formgrader_exchange.RootRelease"
+    config.ExchangeFactory.collect = "autograder.hub.exchange.folder.formgrader.SafeCollect"
+    config.ExchangeFactory.release_assignment = "autograder.hub.exchange.folder.formgrader.RootRelease"
     return NbGraderAPI(config=config)
 
 

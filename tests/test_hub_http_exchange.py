@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.hub.http_exchange.service import UPLOADS_PER_CALLER
+from autograder.hub.exchange.http.service import UPLOADS_PER_CALLER
 from autograder.hub.setup import accounts
 from autograder.hub.setup.parts import exchange_url
 from tests.hub_support import (

@@ -23,7 +23,7 @@ import nbformat
 import pytest
 
 from autograder.grading.redact import FEEDBACK_PREFIX
-from autograder.hub.arrival import nbgrader_time
+from autograder.hub.exchange.folder.arrival import nbgrader_time
 from autograder.hub.service.autograde_queue import State
 from autograder.hub.setup.hub_api import HubAPI
 from tests.hub_support import (

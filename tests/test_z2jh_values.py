@@ -250,4 +250,4 @@ def test_the_grading_pod_lets_bubblewrap_make_its_namespaces_and_refuses_to_grad
     assert "devicelab-grader @" in (HUB_DOCS / "singleuser.Dockerfile").read_text()
     assert "PYTHONPATH" not in (HUB_DOCS / "singleuser.Dockerfile").read_text()
     scripts = tomllib.loads((COURSE_ROOT / "grader" / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts[box["command"][0]] == "autograder.hub.http_exchange.service:main"
+    assert scripts[box["command"][0]] == "autograder.hub.exchange.http.service:main"

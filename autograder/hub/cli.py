@@ -183,9 +183,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from autograder.hub import http_loop, loop, start
-    from autograder.hub.exchange import printable
     from autograder.hub.setup import install, members
     from autograder.hub.setup.roster import Member
+    from autograder.hub.text import printable
 
     root = Path(args.root)
     if args.action == "setup":

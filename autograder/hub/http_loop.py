@@ -12,14 +12,15 @@ import urllib.parse
 import urllib.request
 from dataclasses import replace
 
-from autograder.hub.exchange import CollectReport, printable
-from autograder.hub.http_exchange.api import STAFF_SCOPE, SubmissionInfo
+from autograder.hub.exchange.folder.tree import CollectReport
+from autograder.hub.exchange.http.api import STAFF_SCOPE, SubmissionInfo
 from autograder.hub.loop import Handin, Handins, parse_due, record_due, require_built
 from autograder.hub.settings import EXCHANGE_STAFF, HubError, HubSettings
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.hub_api import HubAPI
 from autograder.hub.setup.parts import exchange_service, exchange_url
 from autograder.hub.setup.roster import read_roster
+from autograder.hub.text import printable
 
 TOKEN_S = 600
 

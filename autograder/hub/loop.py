@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.csv_cells import restored
-from autograder.hub import exchange
-from autograder.hub.arrival import parse_utc
-from autograder.hub.exchange import BadName, CollectReport, Exchange
+from autograder.hub.exchange.folder import tree as exchange
+from autograder.hub.exchange.folder.arrival import parse_utc
+from autograder.hub.exchange.folder.tree import BadName, CollectReport, Exchange
 from autograder.hub.extensions import Extension
 from autograder.hub.grade_export import ExportFormat, nbgrader_csv, read_table, write_csv
 from autograder.hub.settings import AUTOGRADE, EXCHANGE, EXTENSIONS, GRADE, PASSBACK, HubError, HubSettings

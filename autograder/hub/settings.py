@@ -66,7 +66,7 @@ class HubSettings:
     cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
     tasks_limit: int = 1024  # processes and threads each server may run (0: no limit)
     server_box: str = "bwrap"  # each server in a box of its own (hub/spawning/server_box.py); "none": not
-    exchange: str = "files"  # nbgrader's exchange: "files" (a shared folder) or "http" (hub/http_exchange/)
+    exchange: str = "files"  # nbgrader's exchange: "files" (a shared folder) or "http" (hub/exchange/http/)
     exchange_port: int = 9998  # the HTTP exchange service's port (exchange "http")
     grading_workers: int = 0  # grading workers the hub runs as services (exchange "http" only); 0: none
     worker_sandbox: str = "auto"  # the workers' --sandbox (grading_worker.py: never none unless asked)

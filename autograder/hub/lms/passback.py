@@ -27,9 +27,9 @@ from pylti1p3.grade import Grade
 from pylti1p3.lineitem import LineItem
 
 from autograder.csv_cells import restored
-from autograder.hub.exchange import printable
 from autograder.hub.lms.passback_queue import PassbackQueue, PassbackState, Score
 from autograder.hub.lms.tool import Platform, ToolFiles, connector
+from autograder.hub.text import printable
 
 AGS_SCOPES = ["https://purl.imsglobal.org/spec/lti-ags/scope/lineitem",
               "https://purl.imsglobal.org/spec/lti-ags/scope/score"]

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 from autograder.grading.results import Status, StudentResult
 from autograder.grading.warm_start import Standby
 from autograder.grading.zygote import LIBRARIES, WarmStartError
-from autograder.hub import exchange
 from autograder.hub.database import course_part_url
-from autograder.hub.exchange import SECRET_FILE, BadName, Exchange, printable
-from autograder.hub.http_exchange.api import ServiceClient, ServiceError
-from autograder.hub.http_exchange.archive import ArchiveRefused
-from autograder.hub.http_exchange.staff import give_back, take_submission
-from autograder.hub.http_exchange.work import Handout, WorkResult, hand_out, recorded_results
+from autograder.hub.exchange.folder import tree as exchange
+from autograder.hub.exchange.folder.tree import SECRET_FILE, BadName, Exchange
+from autograder.hub.exchange.http.api import ServiceClient, ServiceError
+from autograder.hub.exchange.http.archive import ArchiveRefused
+from autograder.hub.exchange.http.staff import give_back, take_submission
+from autograder.hub.exchange.http.work import Handout, WorkResult, hand_out, recorded_results
 from autograder.hub.lms.tool import ToolFiles
 from autograder.hub.service.autograde_queue import (
     MAX_TRIES,
@@ -42,6 +42,7 @@ from autograder.hub.service.autograde_queue import (
     Queue,
     State,
 )
+from autograder.hub.text import printable
 from autograder.safe_copy import Refusal, read_small
 
 if TYPE_CHECKING:

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.grading.results import Status
-from autograder.hub import exchange
-from autograder.hub.exchange import printable
-from autograder.hub.http_exchange.api import ServiceClient, ServiceError
-from autograder.hub.http_exchange.archive import ArchiveRefused
-from autograder.hub.http_exchange.staff import take_submission
-from autograder.hub.http_exchange.work import Offer, WorkResult, keep_leased, post_result, take_work
+from autograder.hub.exchange.folder import tree as exchange
+from autograder.hub.exchange.http.api import ServiceClient, ServiceError
+from autograder.hub.exchange.http.archive import ArchiveRefused
+from autograder.hub.exchange.http.staff import take_submission
+from autograder.hub.exchange.http.work import Offer, WorkResult, keep_leased, post_result, take_work
 from autograder.hub.service.autograde import Place, Waiting, result_pages
 from autograder.hub.service.autograde_queue import AutogradeSetting, HiddenTests
+from autograder.hub.text import printable
 
 IDLE_S = 0.25  # how long a worker waits before asking again when nothing is waiting
 logger = logging.getLogger("devicelab.grading-worker")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autograder.hub import database
-from autograder.hub.exchange import Exchange, secure_tree
+from autograder.hub.exchange.folder.tree import Exchange, secure_tree
 from autograder.hub.settings import (
     LOOPBACK,
     HubError,

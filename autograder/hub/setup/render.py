@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 
 from autograder.hub.database import part_url
-from autograder.hub.http_exchange.api import STAFF_SCOPE
+from autograder.hub.exchange.http.api import STAFF_SCOPE
 from autograder.hub.settings import (
     AUTOGRADE,
     GRADER_PACKAGE,

@@ -6,7 +6,7 @@ Nothing in a submission is trusted: its name is parsed here, its owner must be t
 only, no link followed, caps checked before reading). `hub collect` and the autograde service both go
 through this module.
 
-    python -m autograder.hub.exchange collect|feedback --course DIR --exchange DIR --course-id ID ASSIGNMENT
+    devicelab-exchange collect|feedback --course DIR --exchange DIR --course-id ID ASSIGNMENT
 """
 
 import argparse
@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder.hub.arrival import STAMP_FILE, Arrival, parse_utc, write_stamp
+from autograder.hub.exchange.folder.arrival import STAMP_FILE, Arrival, parse_utc, write_stamp
+from autograder.hub.text import printable
 from autograder.safe_copy import CopyReport, Limits, Refusal, copy_tree, read_small, write_new
 
 SECRET_FILE = "submission_secret.txt"
@@ -35,12 +36,6 @@ INBOUND_MODE = 0o1753  # root's; the grader's group may list; students may write
 OPEN_MODE = 0o755  # exchange/<course> and outbound
 FEEDBACK_MODE = 0o711  # students may not list it (nbgrader's release_feedback makes it so too)
 EXCHANGE_MODE = 0o1777  # nbgrader's submit and fetch need the root writable by all (sticky: own entries only)
-
-
-def printable(text: str) -> str:
-    """Return text with control characters (terminal escapes, bidi overrides, bad bytes) as escapes."""
-    return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii")
-                   if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") else ch for ch in text)
 
 
 @dataclass(frozen=True)

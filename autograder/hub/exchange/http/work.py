@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
 from autograder.grading.results import Status, StudentResult
-from autograder.hub.http_exchange.api import ServiceClient, ServiceError, SubmissionInfo
+from autograder.hub.exchange.http.api import ServiceClient, ServiceError, SubmissionInfo
 from autograder.safe_copy import Limits
 
 LEASE_S = 900.0  # longer than a submission's grading (DEFAULT_TIMEOUT per notebook, the kernel's start)

@@ -10,7 +10,7 @@ from pathlib import Path
 from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.exchange.default.release_assignment import ExchangeReleaseAssignment
 
-from autograder.hub.exchange import Exchange, collect
+from autograder.hub.exchange.folder.tree import Exchange, collect
 
 
 class SafeCollect(ExchangeCollect):

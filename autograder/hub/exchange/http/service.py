@@ -1,6 +1,6 @@
 """The exchange service: nbgrader's release, fetch, submit, collect and feedback over HTTP.
 
-    python -m autograder.hub.http_exchange.service --store DIR
+    python -m autograder.hub.exchange.http.service --store DIR
 
 The hub runs it as the grader account (a managed service with a URL; its store is a folder only that account
 can enter). Every request carries a hub token (a student's server's JUPYTERHUB_API_TOKEN, the formgrader
@@ -46,8 +46,7 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from autograder.grading.results import Status
-from autograder.hub.exchange import printable
-from autograder.hub.http_exchange.api import (
+from autograder.hub.exchange.http.api import (
     FEEDBACK_LIMITS,
     MAX_SUBMISSIONS,
     RELEASE_LIMITS,
@@ -56,9 +55,9 @@ from autograder.hub.http_exchange.api import (
     SubmissionInfo,
     notebooks,
 )
-from autograder.hub.http_exchange.archive import ArchiveRefused, pack_files, upload_cap
-from autograder.hub.http_exchange.store import FEEDBACK, RELEASED, SUBMITTED, FolderStore, Store, check_part
-from autograder.hub.http_exchange.work import (
+from autograder.hub.exchange.http.archive import ArchiveRefused, pack_files, upload_cap
+from autograder.hub.exchange.http.store import FEEDBACK, RELEASED, SUBMITTED, FolderStore, Store, check_part
+from autograder.hub.exchange.http.work import (
     LEASE_S,
     MAX_LEASES,
     MAX_RESULT_BYTES,
@@ -69,6 +68,7 @@ from autograder.hub.http_exchange.work import (
     Leases,
     WorkResult,
 )
+from autograder.hub.text import printable
 
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's Exchange.timestamp_format
 # A request's headers and body must arrive within these (tornado's default is an hour each): an upload that

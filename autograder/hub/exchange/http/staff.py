@@ -1,7 +1,7 @@
 """The grader account's side of the HTTP exchange: feedback pages staged for nbgrader, and what the autograde
 service takes from the exchange and gives back to it.
 
-    python -m autograder.hub.http_exchange.staff feedback ASSIGNMENT --course DIR
+    python -m autograder.hub.exchange.http.staff feedback ASSIGNMENT --course DIR
 
 `feedback` puts each graded student's pages (`graded/A/feedback/STUDENT/*.html`), fresh, into
 `feedback/STUDENT/A/` with the `timestamp.txt` of the submission they were made from (the service's time,
@@ -17,9 +17,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.hub.arrival import STAMP_FILE, write_stamp
-from autograder.hub.http_exchange.api import SUBMISSION_LIMITS, ServiceClient
-from autograder.hub.http_exchange.archive import pack_files, unpack
+from autograder.hub.exchange.folder.arrival import STAMP_FILE, write_stamp
+from autograder.hub.exchange.http.api import SUBMISSION_LIMITS, ServiceClient
+from autograder.hub.exchange.http.archive import pack_files, unpack
 from autograder.safe_copy import write_new
 
 

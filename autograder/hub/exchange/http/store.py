@@ -15,7 +15,7 @@ import unicodedata
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from autograder.hub.http_exchange.archive import ArchiveRefused, Unpacked, md5_file, pack, unpack
+from autograder.hub.exchange.http.archive import ArchiveRefused, Unpacked, md5_file, pack, unpack
 from autograder.safe_copy import Limits
 
 Key = tuple[str, ...]

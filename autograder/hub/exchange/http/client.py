@@ -29,8 +29,8 @@ from nbgrader.exchange.abc import (
 from nbgrader.utils import parse_utc
 from traitlets import Bool, Float, Unicode, default
 
-from autograder.hub.arrival import STAMP_FILE, write_stamp
-from autograder.hub.http_exchange.api import (
+from autograder.hub.exchange.folder.arrival import STAMP_FILE, write_stamp
+from autograder.hub.exchange.http.api import (
     FETCHED_FEEDBACK_LIMITS,
     RELEASE_LIMITS,
     SUBMISSION_LIMITS,
@@ -38,7 +38,7 @@ from autograder.hub.http_exchange.api import (
     ServiceError,
     SubmissionInfo,
 )
-from autograder.hub.http_exchange.archive import ArchiveRefused, md5_file, pack, pack_files, unpack
+from autograder.hub.exchange.http.archive import ArchiveRefused, md5_file, pack, pack_files, unpack
 from autograder.safe_copy import Limits
 
 
