@@ -9,8 +9,8 @@ import pytest
 from autograder.csv_cells import figure, restore, restored, rows_text, spreadsheet_safe, write_rows
 from autograder.grading.report import csv_text
 from autograder.grading.results import StudentResult
+from autograder.hub.instructor import read_grades
 from autograder.hub.lms.passback import read_scores
-from autograder.hub.loop import read_grades
 from autograder.hub.setup import course_gradebook
 from autograder.hub.setup.roster import Member, read_roster, write_roster
 from autograder.hub.setup.students import write_students_csv

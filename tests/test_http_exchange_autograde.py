@@ -7,6 +7,7 @@ import json
 import tarfile
 from pathlib import Path
 
+from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.http.store import FolderStore
 from autograder.hub.service import autograde
 from tests.test_http_exchange_service import call, released, serving, tar_of
@@ -24,7 +25,7 @@ def test_autograde_takes_submissions_from_the_service_and_gives_feedback_back(tm
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")  # the service's own token: staff
         course = tmp_path / "course"
         course.mkdir()
-        place = autograde.Place(course, tmp_path / "store", "course", url)
+        place = autograde.Place(course, HttpAutograde(url, (tmp_path / "store",)))
         queue = place.queue()
         queue.configure("ps01", True, None, None, None)
         assert autograde.scan(place, queue) == 1 and autograde.scan(place, queue) == 0
@@ -48,7 +49,7 @@ def test_a_submission_gone_from_the_service_is_missing_not_refused(tmp_path: Pat
         released(url)
         assert call(url, "ann-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")
-        place = autograde.Place(tmp_path / "course", tmp_path / "store", "course", url)
+        place = autograde.Place(tmp_path / "course", HttpAutograde(url, (tmp_path / "store",)))
         (tmp_path / "course").mkdir()
         queue = place.queue()
         queue.configure("ps01", True, None, None, None)

@@ -13,6 +13,7 @@ import pytest
 from autograder.grading.gradebook import DueDates
 from autograder.hub.exchange.http import service as service_module
 from autograder.hub.exchange.http.api import ServiceClient
+from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.http.store import FolderStore
 from autograder.hub.exchange.http.work import Handout, Leases, WorkResult, hand_out, post_result, take_work
 from autograder.hub.service import autograde
@@ -46,7 +47,7 @@ def service(tmp_path: Path, url: str, monkeypatch, step: float = 0.0, **setting)
     course = tmp_path / "course"
     course.mkdir(exist_ok=True)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")
-    place = autograde.Place(course, tmp_path / "store", "course", url, workers=True,
+    place = autograde.Place(course, (ex := HttpAutograde(url, (tmp_path / "store",))), ex,
                             clock=ManualClock(START, step))
     queue = place.queue()
     queue.configure("ps01", True, setting.get("per_hour"), setting.get("timeout"),

@@ -12,6 +12,7 @@ import pytest
 from autograder.grading import gradebook as gbook
 from autograder.hub.exchange.http import service as service_module
 from autograder.hub.exchange.http.api import ServiceClient
+from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.http.store import FolderStore
 from autograder.hub.exchange.http.work import Leases, WorkResult, post_result, take_work
 from autograder.hub.service import autograde
@@ -53,7 +54,7 @@ def test_the_service_records_the_workers_results_in_the_gradebook_once(tmp_path:
             body = tar_of({f"{assignment}.ipynb": nbformat.writes(notebooks[which]).encode()})
             assert call(url, f"{student}-token", "POST", f"submissions/{assignment}", body)[0] == 200
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")  # the service's own token: staff
-        place = autograde.Place(course, tmp_path / "store", "course", url, workers=True)
+        place = autograde.Place(course, (ex := HttpAutograde(url, (tmp_path / "store",))), ex)
         queue = place.queue()
         queue.configure(assignment, True, None, None, None)
         autograde.prepare_ahead(place, assignment)  # as the service does when autograding is turned on
@@ -82,7 +83,7 @@ def test_an_older_result_arriving_after_a_newer_one_is_superseded(tmp_path: Path
         assert older.timestamp < newer.timestamp
         missing = WorkResult("missing", None, None, "no notebook", {}, "w1")  # no cells: no gradebook scores
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")
-        place = autograde.Place(course, tmp_path / "store", "course", url, workers=True)
+        place = autograde.Place(course, (ex := HttpAutograde(url, (tmp_path / "store",))), ex)
         queue = place.queue()
         queue.configure("ps01", True, None, None, None)
         assert post_result(staff, newer, missing)
@@ -108,7 +109,7 @@ def test_workers_get_only_what_the_service_hands_out_and_nothing_before_it_says(
         assert call(url, "ann-token", "PUT", "work", b'{"assignments": ["ps01"]}')[0] == 403
         assert call(url, "ivy-token", "PUT", "work", b'{"assignments": "ps01"}')[0] == 400
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")
-        place = autograde.Place(course, tmp_path / "store", "course", url, workers=True)
+        place = autograde.Place(course, (ex := HttpAutograde(url, (tmp_path / "store",))), ex)
         queue = place.queue()
         queue.configure("ps02", True, None, None, None)
         assert autograde.scan(place, queue) == 0  # no result yet; the workers may now take ps02

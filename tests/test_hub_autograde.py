@@ -27,6 +27,7 @@ from nbgrader.api import Gradebook
 from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
 from autograder.hub.exchange.folder.arrival import nbgrader_time
+from autograder.hub.exchange.folder.autograde import FolderAutograde
 from autograder.hub.service.autograde_queue import MAX_TRIES, Queue, State
 from autograder.hub.setup.hub_api import HubAPI
 from tests.clock import ManualClock
@@ -175,7 +176,7 @@ def test_turning_autograding_on_makes_the_template_before_the_first_submission(t
     from tests.test_grading_end_to_end import make_course
 
     course = make_course(tmp_path)
-    place = service.Place(course, tmp_path / "exchange", "course101")
+    place = service.Place(course, FolderAutograde.at(tmp_path / "exchange", "course101"))
     caplog.set_level("INFO", logger="devicelab.autograde")
     with gradebook.locked(gradebook.course_db_url(course)):  # the instructor's `hub grade` holds it
         service.prepare_ahead(place, "tiny")
@@ -250,22 +251,22 @@ def test_scan_takes_only_submissions_their_student_owns_and_feedback_goes_back_b
     from autograder.hub.service.autograde import Place, release_feedback, scan
 
     me = pwd.getpwuid(os.getuid()).pw_name
-    place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
+    place = Place(tmp_path / "course", FolderAutograde.at(tmp_path / "exchange", COURSE))
     queue = place.queue()
     queue.configure("ps01", True)
     for name in (f"{me}+ps01+2026-01-01 10:00:00.000001 UTC+a",
                  "someone-else+ps01+2026-01-01 10:00:01 UTC+b",  # another student's name
                  f"{me}+ps02+2026-01-01 10:00:02 UTC+c"):  # an assignment not turned on
-        folder = place.inbound / name
+        folder = place.exchange.folders.inbound / name
         folder.mkdir(parents=True)
         (folder / "submission_secret.txt").write_text("s3cret\n")
     assert scan(place, queue) == 1 and scan(place, queue) == 0
     (entry,) = queue.entries()
     assert (entry.student, entry.assignment, entry.secret) == (me, "ps01", "s3cret")
     release_feedback(place, entry, {"ps01": "<h4>ps01 (Score: 1.0 / 2.0)</h4>"})
-    page = place.outbound_feedback / f"{notebook_hash(secret='s3cret', notebook_id='ps01')}.html"
+    page = place.exchange.folders.feedback / f"{notebook_hash(secret='s3cret', notebook_id='ps01')}.html"
     assert page.read_text().startswith("<h4>") and page.stat().st_mode & 0o777 == 0o644
-    assert place.outbound_feedback.stat().st_mode & 0o777 == 0o711  # students may not list it
+    assert place.exchange.folders.feedback.stat().st_mode & 0o777 == 0o711  # students may not list it
     assert (place.course / "feedback" / me / "ps01" / "timestamp.txt").read_text() == entry.timestamp
 
 
@@ -275,13 +276,14 @@ def test_scan_waits_for_nbgrader_to_finish_copying_a_submission(tmp_path: Path) 
     grace, as before."""
     import pwd
 
-    from autograder.hub.service.autograde import COPYING_GRACE_S, Place, scan
+    from autograder.hub.exchange.folder.autograde import COPYING_GRACE_S
+    from autograder.hub.service.autograde import Place, scan
 
     me = pwd.getpwuid(os.getuid()).pw_name
-    place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
+    place = Place(tmp_path / "course", FolderAutograde.at(tmp_path / "exchange", COURSE))
     queue = place.queue()
     queue.configure("ps01", True)
-    copying = place.inbound / f"{me}+ps01+2026-01-01 10:00:00.000001 UTC+a"
+    copying = place.exchange.folders.inbound / f"{me}+ps01+2026-01-01 10:00:00.000001 UTC+a"
     copying.mkdir(parents=True)
     (copying / "ps01.ipynb").write_text("{}")  # half a submission: no timestamp, no secret yet
     assert scan(place, queue) == 0 and not queue.entries()
@@ -291,7 +293,7 @@ def test_scan_waits_for_nbgrader_to_finish_copying_a_submission(tmp_path: Path) 
     (copying / "submission_secret.txt").write_text("s3cret")
     assert scan(place, queue) == 1 and queue.entries()[0].secret == "s3cret"
 
-    stuck = place.inbound / f"{me}+ps01+2026-01-01 11:00:00.000001 UTC+b"
+    stuck = place.exchange.folders.inbound / f"{me}+ps01+2026-01-01 11:00:00.000001 UTC+b"
     stuck.mkdir()
     (stuck / "ps01.ipynb").write_text("{}")
     assert scan(place, queue) == 0
@@ -326,8 +328,8 @@ def test_the_zygotes_start_importing_only_once_an_assignment_is_graded_on_submit
 
     monkeypatch.setattr(autograde_service, "Standby", Recording)
     monkeypatch.setattr(autograde_service.shutil, "which", lambda name: f"/usr/bin/{name}")
-    place = Place(tmp_path / "course", tmp_path / "exchange", COURSE)
-    place.inbound.mkdir(parents=True)
+    place = Place(tmp_path / "course", FolderAutograde.at(tmp_path / "exchange", COURSE))
+    place.exchange.folders.inbound.mkdir(parents=True)
     for name, first_cell in (("tiny", None), ("ps01", "import torch\nimport numpy as np")):
         nb = tiny_assignment()
         if first_cell:
@@ -369,7 +371,7 @@ class ScratchClass:
         self.course = make_course(tmp_path / "course")
         with (self.course / "nbgrader_config.py").open("a") as config:  # a late submission scores nothing
             config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
-        self.place = Place(self.course, tmp_path / "exchange", COURSE)
+        self.place = Place(self.course, FolderAutograde.at(tmp_path / "exchange", COURSE))
         self.student = pwd.getpwuid(os.getuid()).pw_name
         self.queue = self.place.queue()
         self.queue.configure("tiny", True, timeout=30)
@@ -390,7 +392,7 @@ class ScratchClass:
         from tests.test_grading_end_to_end import assignment
 
         stamp = nbgrader_time(claimed or utc_now())
-        folder = self.place.inbound / f"{self.student}+tiny+{stamp}+{secrets.token_hex(4)}"
+        folder = self.place.exchange.folders.inbound / f"{self.student}+tiny+{stamp}+{secrets.token_hex(4)}"
         folder.mkdir(parents=True)
         nbformat.write(assignment(), folder / "tiny.ipynb")
         (folder / "timestamp.txt").write_text(stamp)
@@ -407,7 +409,7 @@ class ScratchClass:
         finally:
             self.student = me
         owner = pwd.getpwnam(account)
-        (folder,) = self.place.inbound.glob(f"{account}+tiny+{stamp}+*")
+        (folder,) = self.place.exchange.folders.inbound.glob(f"{account}+tiny+{stamp}+*")
         for path in [folder, *folder.iterdir()]:
             os.chown(path, owner.pw_uid, owner.pw_gid)
         return stamp
@@ -477,7 +479,7 @@ def test_an_extension_moves_the_deadline_the_late_penalty_counts_from(tmp_path: 
     """`hub extend`: a student with an extension submits after the class's due date but before their own:
     no penalty, and their feedback page says which due date applied; taken back, the next submission is late.
     """
-    from autograder.hub.extensions import give
+    from autograder.hub.due_dates import give
 
     now = utc_now()  # due dates an hour from it: far from any time a slow machine takes
     scratch = ScratchClass(tmp_path)
@@ -564,8 +566,8 @@ def test_a_renamed_notebooks_feedback_is_found_by_nbgraders_fetch_feedback(tmp_p
     exchange_args = [f"--Exchange.root={scratch.place.exchange}", "--Exchange.path_includes_course=True",
                      f"--Exchange.cache={tmp_path / 'cache'}", f"--CourseDirectory.course_id={COURSE}",
                      "--Authenticator.plugin_class=nbgrader.auth.NoAuthPlugin"]
-    scratch.place.inbound.mkdir(parents=True)
-    scratch.place.inbound.chmod(0o1777)
+    scratch.place.exchange.folders.inbound.mkdir(parents=True)
+    scratch.place.exchange.folders.inbound.chmod(0o1777)
     released = scratch.place.exchange / COURSE / "outbound" / "tiny"
     released.mkdir(parents=True)
     nbformat.write(assignment(), released / "tiny.ipynb")
@@ -579,7 +581,7 @@ def test_a_renamed_notebooks_feedback_is_found_by_nbgraders_fetch_feedback(tmp_p
     (entry,) = scratch.queue.entries("tiny")
     assert (entry.state, entry.score) == (State.DONE, 3), log
     pages = list((work / "feedback").glob("*/*.html"))
-    assert len(pages) == 1, (sorted(p.name for p in scratch.place.outbound_feedback.iterdir()),
+    assert len(pages) == 1, (sorted(p.name for p in scratch.place.exchange.folders.feedback.iterdir()),
                              done.stdout + done.stderr)
     (page,) = pages
     assert page.name == "Copy of tiny (2).html" and "Score: 3.0 / 3.0" in page.read_text()
@@ -625,9 +627,9 @@ def fetched_score(server, assignment: str, stamp: str, notebook: str | None = No
 
 def queue_of(hub: Hub) -> Queue:
     """Return the hub's autograde queue, where the service keeps it (a sqlite file, or PostgreSQL)."""
-    from autograder.hub.service.autograde import Place
+    from autograder.hub.service.autograde import course_queue
 
-    return Place(Path(hub.settings.paths.course), Path("/nonexistent"), "").queue()
+    return course_queue(Path(hub.settings.paths.course))
 
 
 def service_pids(hub: Hub) -> list[int]:

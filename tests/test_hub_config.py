@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder.hub import loop
+from autograder.hub.exchange.commands.assignments import parse_due
+from autograder.hub.exchange.commands.folder import FolderCommands
 from autograder.hub.exchange.folder.tree import course_ignore
-from autograder.hub.loop import status
 from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.checks import check_root, check_settings, is_loopback
 from autograder.hub.setup.install import write_course_config
@@ -242,7 +242,7 @@ def test_status_reads_the_exchange(tmp_path: Path) -> None:
                  f"{me}+ps02+2026-01-03 10:00:00 UTC+ghi", "dl-bob+ps01+2026-01-01 10:00:00 UTC+jkl"):
         (inbound / name).mkdir(parents=True)
     (s.paths.course / "submitted" / me / "ps01").mkdir(parents=True)
-    found = status(s, "ps01")
+    found = FolderCommands(s).status("ps01")
     rows = {r.student: r for r in found.handins}
     assert set(rows) == {"dl-ann", "dl-bob", me}
     assert rows[me].submitted == "2026-01-02 10:00:00 UTC" and rows[me].collected
@@ -271,11 +271,12 @@ def test_commands_say_when_there_is_no_hub(tmp_path: Path) -> None:
 
 def test_a_due_date_is_read_as_nbgrader_reads_it_and_a_bad_one_is_refused_before_the_release(
     tmp_path: Path) -> None:
-    assert loop.parse_due("2026-12-01 17:00:00 UTC") == datetime.datetime(2026, 12, 1, 17, 0)
-    assert loop.parse_due("2026-12-01T17:00:00-05:00") == datetime.datetime(2026, 12, 1, 22, 0)
-    assert loop.parse_due("2026-12-01 17:00") == datetime.datetime(2026, 12, 1, 17, 0)  # no zone: UTC
+    assert parse_due("2026-12-01 17:00:00 UTC") == datetime.datetime(2026, 12, 1, 17, 0)
+    assert parse_due("2026-12-01T17:00:00-05:00") == datetime.datetime(2026, 12, 1, 22, 0)
+    assert parse_due("2026-12-01 17:00") == datetime.datetime(2026, 12, 1, 17, 0)  # no zone: UTC
     with pytest.raises(HubError, match="cannot read the due date 'next friday'"):
-        loop.release(settings(tmp_path), "ps01-tensors-and-devices", due="next friday")  # nothing is run
+        # refused before anything is run
+        FolderCommands(settings(tmp_path)).release("ps01-tensors-and-devices", due="next friday")
 
 
 def test_the_students_csv_for_nbgrader_keeps_names_with_commas_and_quotes_whole() -> None:

@@ -7,7 +7,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.grading.gradebook import ensure_schema, extensions, has_submission
-from autograder.hub.extensions import ExtensionError, extend, listed, main
+from autograder.hub.due_dates import ExtensionError, extend, listed, main
 
 COURSE_ID = "device-lab"
 DUE = datetime.datetime(2026, 12, 1, 17, 0, 0)

@@ -14,7 +14,7 @@ from nbgrader.api import Gradebook
 from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
 from autograder.grading.gradebook import ensure_schema
-from autograder.hub import loop
+from autograder.hub import instructor as loop
 from autograder.hub.grade_export import NBGRADER_COLUMNS, ExportFormat, nbgrader_csv, read_table, write_csv
 from autograder.hub.settings import HubSettings
 from tests.spreadsheet import FORGING_NAMES, checked

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from autograder.hub import database
+from autograder.hub.exchange.folder.autograde import FolderAutograde
 from autograder.hub.lms.passback_queue import PassbackQueue
 from autograder.hub.service.autograde import Place
 from autograder.hub.service.autograde_queue import Queue, State
@@ -63,7 +64,7 @@ def queue(course_database: str) -> Queue:
 
 def test_the_queues_follow_the_course_gradebook_into_postgres(tmp_path: Path, postgres: Postgres,
                                                                course_database: str) -> None:
-    place = Place(tmp_path, Path("/nonexistent"), "", clock=ManualClock())
+    place = Place(tmp_path, FolderAutograde.at(Path("/nonexistent"), ""), clock=ManualClock())
     q = place.queue()
     q.configure("ps01", True, per_hour=3, timeout=30.5)
     add(q, "ann", "2026-11-28 12:00:00.000001 UTC", now=1_790_000_000.123456)

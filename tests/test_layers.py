@@ -18,10 +18,10 @@ HUB_LAYERS = (
     ("folder exchange", ("exchange.folder",)),
     ("http exchange", ("exchange.http",)),
     ("setup", ("setup",)),
+    ("exchange commands", ("exchange.commands", "exchange.choice")),
     ("lms", ("lms",)),
     ("service", ("service",)),
-    ("commands", ("cli", "loop", "http_loop", "hub_process", "start", "node_start", "extensions",
-                  "grade_export")),
+    ("commands", ("cli", "instructor", "hub_process", "start", "node_start", "due_dates", "grade_export")),
 )
 # Programs started by path (as scripts, in the sandbox or before it): the standard library only; the grading
 # kernel's package also its own modules (relative imports: it runs as a copy under another name), ipykernel.

@@ -182,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autograder.hub import http_loop, loop, start
+    from autograder.hub import instructor, start
+    from autograder.hub.exchange.choice import staff_exchange
     from autograder.hub.setup import install, members
     from autograder.hub.setup.roster import Member
     from autograder.hub.text import printable
@@ -208,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
             database_url=_database_url(args.database_url, root))
         if settings.database_url:
             install.keep_database_password(settings, args.database_password_file)
-        report = loop.setup(settings, _roster_file(args))
+        report = instructor.setup(settings, _roster_file(args))
         s = report.settings
         print(f"hub for {s.course_id} in {s.paths.root}: {len(report.members)} people, grader account "
               f"{s.grader}")
@@ -229,16 +230,16 @@ def _run(args: argparse.Namespace) -> int:
         print(f"next: sudo python -m autograder hub start --root {s.paths.root}")
         return 0
     settings = HubSettings.load(root)
-    exchange_loop = http_loop if settings.exchange == "http" else loop
+    exchange = staff_exchange(settings)
     if args.action == "add-user":
         for line in members.add_user(settings, Member(args.id.lower(), args.name or args.id, args.role)):
             print(line)
     elif args.action == "start":
         start.start(settings, args.debug)
     elif args.action == "release":
-        print(exchange_loop.release(settings, args.assignment, args.force, args.due))
+        print(exchange.release(args.assignment, args.force, args.due))
     elif args.action == "status":
-        found = exchange_loop.status(settings, args.assignment)
+        found = exchange.status(args.assignment)
         for row in found.handins:
             print(printable(f"{row.student:24} {row.submitted or 'not submitted':28} "
                             f"{'collected' if row.collected else ''}"))
@@ -246,43 +247,44 @@ def _run(args: argparse.Namespace) -> int:
             print(f"not a submission: {bad.line()}")
         print(f"{sum(1 for r in found.handins if r.submitted)} of {len(found.handins)} submitted")
     elif args.action == "collect":
-        print("\n".join(exchange_loop.collect(settings, args.assignment).lines()))
+        print("\n".join(exchange.collect(args.assignment).lines()))
     elif args.action == "grade":
         extra = [*(["--timeout", args.timeout] if args.timeout else []),
                  *(["--jobs", args.jobs] if args.jobs else []),
                  *(["--sandbox", args.sandbox] if args.sandbox else []), *(["--force"] if args.force else [])]
-        for g in loop.grade_collected(settings, args.assignment, extra):
+        for g in instructor.grade_collected(settings, args.assignment, extra):
             print(f"{g.student:24} {g.score:g}/{g.max_score:g} {g.status}")
         print(f"grades, feedback and summary: {settings.paths.course / 'graded' / args.assignment}")
         if settings.lti is not None:
-            print("\n".join(printable(line) for line in loop.pass_back(settings, args.assignment)))
+            print("\n".join(printable(line) for line in instructor.pass_back(settings, args.assignment)))
     elif args.action == "passback":
         if args.mode == "flush":
-            print("\n".join(printable(line) for line in loop.flush_passback(settings)))
+            print("\n".join(printable(line) for line in instructor.flush_passback(settings)))
         else:
-            print("\n".join(printable(line) for line in loop.passback_status(settings, args.assignment)))
+            said = instructor.passback_status(settings, args.assignment)
+            print("\n".join(printable(line) for line in said))
     elif args.action == "roster":
-        print("\n".join(printable(line) for line in loop.roster_from_lms(settings)))
+        print("\n".join(printable(line) for line in instructor.roster_from_lms(settings)))
     elif args.action == "feedback":
-        print("feedback released to: " + ", ".join(exchange_loop.feedback(settings, args.assignment)))
+        print("feedback released to: " + ", ".join(exchange.feedback(args.assignment)))
     elif args.action == "autograde":
-        said = loop.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout,
+        said = instructor.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout,
                               args.hidden_tests)
         print("\n".join(printable(line) for line in said.splitlines()))
     elif args.action == "extend":
         if args.student is None:
-            for found in loop.extensions(settings, args.assignment):
+            for found in instructor.extensions(settings, args.assignment):
                 print(printable(found.line()))
         elif args.until is None and args.hours is None and not args.remove:
             raise HubError("say --until WHEN, --by HOURS or --remove (or leave the student out to list)")
         else:
-            found = loop.extend(settings, args.assignment, args.student, args.until, args.hours)
+            found = instructor.extend(settings, args.assignment, args.student, args.until, args.hours)
             print(printable(found.line()))
     elif args.action == "export":
         layout = ExportFormat(args.layout) if args.layout else None
         if layout is None and args.by_question:
             layout = ExportFormat.TABLE
-        print(f"wrote {loop.export(settings, Path(args.to).resolve(), layout, args.by_question)}")
+        print(f"wrote {instructor.export(settings, Path(args.to).resolve(), layout, args.by_question)}")
     return 0
 
 

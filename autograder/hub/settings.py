@@ -18,14 +18,14 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # (HubSettings.command): no `python -m`, no PYTHONPATH.
 GRADE = "devicelab-grade"
 EXCHANGE = "devicelab-exchange"
-EXTENSIONS = "devicelab-extensions"
+DUE_DATES = "devicelab-due-dates"
 EXCHANGE_SERVICE = "devicelab-exchange-service"
 EXCHANGE_STAFF = "devicelab-exchange-staff"
 AUTOGRADE = "devicelab-autograde"
 GRADING_WORKER = "devicelab-grading-worker"
 PASSBACK = "devicelab-passback"
 COURSE_GRADEBOOK = "devicelab-course-gradebook"
-COMMANDS = (GRADE, EXCHANGE, EXTENSIONS, EXCHANGE_SERVICE, EXCHANGE_STAFF, AUTOGRADE, GRADING_WORKER,
+COMMANDS = (GRADE, EXCHANGE, DUE_DATES, EXCHANGE_SERVICE, EXCHANGE_STAFF, AUTOGRADE, GRADING_WORKER,
             PASSBACK, COURSE_GRADEBOOK)
 # JupyterHub's plugins by their entry-point names (groups jupyterhub.spawners and jupyterhub.authenticators)
 SPAWNER = "devicelab-limited"

@@ -27,12 +27,11 @@ from autograder.grading.results import Status, StudentResult
 from autograder.grading.warm_start import Standby
 from autograder.grading.zygote import LIBRARIES, WarmStartError
 from autograder.hub.database import course_part_url
-from autograder.hub.exchange.folder import tree as exchange
-from autograder.hub.exchange.folder.tree import SECRET_FILE, BadName, Exchange
-from autograder.hub.exchange.http.api import ServiceClient, ServiceError
-from autograder.hub.exchange.http.archive import ArchiveRefused
-from autograder.hub.exchange.http.staff import give_back, take_submission
-from autograder.hub.exchange.http.work import Handout, WorkResult, hand_out, recorded_results
+from autograder.hub.exchange.choice import autograde_exchange, grading_workers
+from autograder.hub.exchange.folder.tree import course_ignore, notebook_ids
+from autograder.hub.exchange.http.autograde import HttpAutograde
+from autograder.hub.exchange.http.work import Handout, WorkResult
+from autograder.hub.exchange.interfaces import AutogradeExchange
 from autograder.hub.lms.tool import ToolFiles
 from autograder.hub.service.autograde_queue import (
     MAX_TRIES,
@@ -43,7 +42,6 @@ from autograder.hub.service.autograde_queue import (
     State,
 )
 from autograder.hub.text import printable
-from autograder.safe_copy import Refusal, read_small
 
 if TYPE_CHECKING:
     from autograder.grading.gradebook import DueDates
@@ -54,9 +52,6 @@ POLL_S = 0.25  # a submission waits at most this long once nbgrader has finished
 # try (each try grades the solution again until it passes).
 BROKEN_ENVIRONMENT = "waiting: grading is paused until the instructor fixes the grading environment"
 BROKEN_ENVIRONMENT_WAIT_S = 60
-# nbgrader's submit copies a submission into the inbound in place and writes its secret last: a folder without
-# one is still being copied. Past this age it is taken anyway (graded, with no secret to return feedback by).
-COPYING_GRACE_S = 10.0
 # a batch starts with at most this many students per core; submissions that arrive while it runs join it as
 # workers free up, at most JOINING_PER_CORE per core (then it ends, its reports are written, the next starts)
 BATCH_PER_CORE = 4
@@ -66,40 +61,23 @@ QUEUE_FILE = "queue.sqlite"
 
 @dataclass(frozen=True)
 class Place:
-    """Where the service works: the grader's course, the exchange, the course id; and its clock (seconds since
-    the epoch), the one time its queue records and its due dates are compared with."""
+    """Where the service works: the grader's course and the exchange (either backend, `exchange/choice.py`);
+    with grading workers (the HTTP exchange hands them submissions) their results are recorded here instead of
+    grading; and its clock (seconds since the epoch), the one time its queue records and its due dates are
+    compared with."""
 
     course: Path
-    exchange: Path
-    course_id: str
-    http_exchange: str = ""  # the HTTP exchange service's address (`--exchange http`); "": the folder
-    workers: bool = False  # grading workers grade the HTTP exchange's submissions; this service records them
+    exchange: AutogradeExchange
+    workers: HttpAutograde | None = None
     clock: Callable[[], float] = time.time
-
-    def service(self) -> ServiceClient:
-        """Return the HTTP exchange's API with this service's own hub token (staff)."""
-        return ServiceClient(self.http_exchange, os.environ.get("JUPYTERHUB_API_TOKEN", ""), timeout_s=60)
 
     @property
     def home(self) -> Path:
         """Return the service's folder in the course (queue, copies of submissions, results)."""
         return self.course / "autograde"
 
-    @property
-    def dirs(self) -> Exchange:
-        """Return the exchange's folders for the course."""
-        return Exchange(self.exchange, self.course_id)
-
-    @property
-    def inbound(self) -> Path:
-        return self.dirs.inbound
-
-    @property
-    def outbound_feedback(self) -> Path:
-        return self.dirs.feedback
-
     def queue(self) -> Queue:
-        return Queue(course_part_url(self.course, "autograde", self.home / QUEUE_FILE), self.clock)
+        return course_queue(self.course, self.clock)
 
     @property
     def lti(self) -> ToolFiles:
@@ -118,53 +96,37 @@ class Place:
 logger = logging.getLogger("devicelab.autograde")
 
 
+def course_queue(course: Path, clock: Callable[[], float] = time.time) -> Queue:
+    """Return the course's autograde queue (`hub autograde on|off|status` need nothing else)."""
+    return Queue(course_part_url(course, "autograde", course / "autograde" / QUEUE_FILE), clock)
+
+
 def scan(place: Place, queue: Queue) -> int:
-    """Queue every new submission of the enabled assignments (oldest first); return how many were new."""
+    """Queue every new submission of the enabled assignments (oldest first); return how many were new (with
+    grading workers: how many results were recorded)."""
     enabled = set(queue.enabled())
-    if place.http_exchange and place.workers:
-        return take_results(place, queue, enabled)
+    if place.workers is not None:
+        return take_results(place, place.workers, queue, enabled)
+    return queue_new(place, queue, enabled)
+
+
+def queue_new(place: Place, queue: Queue, enabled: set[str]) -> int:
+    """Queue the exchange's new submissions of the enabled assignments; return how many."""
     if not enabled:
         return 0
-    if place.http_exchange:
-        return scan_service(place, queue, enabled)
-    inbox = place.dirs.read_inbox(enabled, now=None)
-    known = {a: queue.known(a) for a in enabled}
+    known = {(a, student, timestamp) for a in enabled for student, timestamp in queue.known(a)}
     new = 0
-    for sub in sorted(inbox.submissions, key=lambda sub: sub.name.when):
-        student, assignment, timestamp = sub.name.student, sub.name.assignment, sub.name.timestamp
-        if (student, timestamp) in known[assignment]:
-            continue
-        secret = _secret(sub)
-        if not secret and _age_s(sub.folder) < COPYING_GRACE_S:
-            continue  # nbgrader is still copying it (its secret comes last): the next scan takes it
-        state = queue.add(student, assignment, timestamp, sub.folder.name, secret)
-        known[assignment].add((student, timestamp))
-        logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
+    for sub in place.exchange.new_submissions(enabled, known):
+        if (sub.assignment, sub.student, sub.timestamp) in known:
+            continue  # two folders of one submission time
+        state = queue.add(sub.student, sub.assignment, sub.timestamp, sub.folder, sub.secret)
+        known.add((sub.assignment, sub.student, sub.timestamp))
+        logger.info(printable(f"{sub.student} submitted {sub.assignment} at {sub.timestamp}: {state}"))
         new += 1
     return new
 
 
-def scan_service(place: Place, queue: Queue, enabled: set[str]) -> int:
-    """Queue every new submission the HTTP exchange lists (oldest first); return how many were new."""
-    try:
-        listed = [sub for a in sorted(enabled) for sub in place.service().submissions(a)]
-    except ServiceError as exc:
-        logger.info(printable(f"the exchange service listed nothing: {exc}"))
-        return 0
-    known = {a: queue.known(a) for a in enabled}
-    new = 0
-    for sub in sorted(listed, key=lambda sub: sub.timestamp):
-        student, assignment, timestamp = sub.student_id, sub.assignment_id, sub.timestamp
-        if (student, timestamp) in known[assignment]:
-            continue
-        state = queue.add(student, assignment, timestamp, timestamp, "")  # no secret: the service knows
-        known[assignment].add((student, timestamp))
-        logger.info(printable(f"{student} submitted {assignment} at {timestamp}: {state}"))
-        new += 1
-    return new
-
-
-def take_results(place: Place, queue: Queue, enabled: set[str]) -> int:
+def take_results(place: Place, workers: HttpAutograde, queue: Queue, enabled: set[str]) -> int:
     """Queue the new submissions, tell the exchange which ones the workers may grade now and how, then record
     their new results (oldest first): the gradebook, the queue, the LMS; return how many results.
 
@@ -174,13 +136,8 @@ def take_results(place: Place, queue: Queue, enabled: set[str]) -> int:
     out of the gradebook; one not recorded yet (the service stopped between the two) is recorded at the next
     scan.
     """
-    if enabled:
-        scan_service(place, queue, enabled)
-    try:
-        listed = [r for a in sorted(enabled) for r in recorded_results(place.service(), a)]
-    except ServiceError as exc:
-        logger.info(printable(f"the exchange service listed no results: {exc}"))
-        listed = []
+    queue_new(place, queue, enabled)
+    listed = workers.results(enabled)
     known = {a: queue.known(a) for a in enabled}
     pending = {e.key for e in queue.entries() if e.state in (State.QUEUED, State.GRADING)}
     new = 0
@@ -193,10 +150,9 @@ def take_results(place: Place, queue: Queue, enabled: set[str]) -> int:
             entry = next(e for e in queue.entries(r.assignment_id) if e.key == key)
             record_worker_result(place, queue, entry, r.result)
             new += 1
-    try:  # after the results: a student whose result came is free for their next submission at once
-        hand_out(place.service(), handouts(place, queue))  # told at every scan (it forgets on restart)
-    except ServiceError as exc:
-        logger.info(printable(f"the exchange service took no handouts: {exc}"))
+    # after the results: a student whose result came is free for their next submission at once; told at
+    # every scan (the service forgets on restart)
+    workers.hand_out(handouts(place, queue))
     return new
 
 
@@ -246,22 +202,6 @@ def record_worker_result(place: Place, queue: Queue, entry: Entry, posted: WorkR
     record_result(place, queue, entry, result, detail, graded=True)
 
 
-def _secret(sub) -> str:
-    """Return the submission's secret, or "" when there is none yet (or it is not a small file of theirs)."""
-    try:  # a small regular file of the student's own: never a link followed, a FIFO waited on
-        return read_small(sub.folder, SECRET_FILE, owner=sub.uid).decode("utf-8", errors="replace").strip()
-    except Refusal:
-        return ""
-
-
-def _age_s(folder: Path) -> float:
-    """Return how long ago the folder last changed (0 when it cannot be read)."""
-    try:
-        return max(0.0, time.time() - folder.lstat().st_mtime)
-    except OSError:
-        return 0.0
-
-
 @dataclass
 class Staged:
     """A batch copied out of the exchange: the work folder, the entries whose folder had gone, and notes per
@@ -287,46 +227,21 @@ def stage(place: Place, batch: list[Entry]) -> Staged:
 
 def stage_into(place: Place, batch: list[Entry], staged: Staged) -> None:
     """Copy more submissions into a batch's work folder (missing and refused ones are noted in `staged`)."""
-    skip = exchange.course_ignore(place.course)
+    skip = course_ignore(place.course)
     for e in batch:
-        if place.http_exchange:
-            take_from_service(place, e, staged, skip)
-            continue
-        found = place.dirs.submission(e.folder)
-        if isinstance(found, BadName):
-            if not os.path.lexists(place.inbound / e.folder):
+        mine = staged.work / e.student
+        mine.mkdir()
+        taken = place.exchange.take(e, mine / e.assignment, skip)
+        if taken.missing or taken.refused:
+            shutil.rmtree(mine, ignore_errors=True)
+            if taken.missing:
                 staged.missing.append(e)
             else:
-                staged.refused[e.student] = found.reason
-            continue
-        (staged.work / e.student).mkdir()
-        try:
-            taken = exchange.take(found, staged.work / e.student / e.assignment, skip)
-        except Refusal as exc:
-            staged.refused[e.student] = str(exc)
-            logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: refused: {exc}"))
-            continue
-        notes = [n for n in (taken.arrival.note(), taken.report.summary()) if n]
-        if notes:
-            staged.notes[e.student] = "; ".join(notes)
-            logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: {'; '.join(notes)}"))
-
-
-def take_from_service(place: Place, e: Entry, staged: Staged, skip) -> None:
-    """Copy one submission out of the HTTP exchange into the batch's work folder (or note why not)."""
-    (staged.work / e.student).mkdir()
-    try:
-        take_submission(place.service(), e.student, e.assignment, e.timestamp,
-                        staged.work / e.student / e.assignment, skip)
-    except ServiceError as exc:
-        if exc.status != 404:
-            staged.refused[e.student] = str(exc)
-        else:
-            (staged.work / e.student).rmdir()
-            staged.missing.append(e)
-    except ArchiveRefused as exc:
-        staged.refused[e.student] = str(exc)
-        logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: refused: {exc}"))
+                staged.refused[e.student] = taken.refused
+                logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: refused: {taken.refused}"))
+        elif taken.notes:
+            staged.notes[e.student] = taken.notes
+            logger.info(printable(f"{e.student} {e.assignment} {e.timestamp}: {taken.notes}"))
 
 
 def feedback_pages(place: Place, entry: Entry, result: StudentResult, work: Path,
@@ -371,18 +286,8 @@ def release_feedback(place: Place, entry: Entry, pages: dict[str, str],
     `submitted` is the copy of the submission that was graded: its file names are the ones the student's
     fetch_feedback looks for.
     """
-    ids = exchange.notebook_ids(place.course, entry.assignment, submitted) if submitted else None
-    if place.http_exchange:
-        try:
-            give_back(place.service(), place.course, entry.student, entry.assignment, entry.timestamp, pages,
-                      ids)
-        except ServiceError as exc:  # the grade is kept; `hub feedback` gives the pages back later
-            logger.info(printable(f"{entry.student} {entry.assignment}: feedback not given back: {exc}"))
-        return
-    if not entry.secret:
-        return  # not an nbgrader submission: nothing to hand it back through
-    exchange.release_feedback(place.dirs, place.course, entry.student, entry.assignment, entry.timestamp,
-                              entry.secret, pages, ids)
+    ids = notebook_ids(place.course, entry.assignment, submitted) if submitted else None
+    place.exchange.give_back(entry, place.course, pages, ids)
 
 
 def release_result(place: Place, queue: Queue, entry: Entry, result: StudentResult, staged: Staged,
@@ -467,7 +372,7 @@ def grade_batch(place: Place, queue: Queue, batch: list[Entry], jobs: int | None
     releaser = BatchReleaser(place, queue, batch, staged)
     joiner = Joiner(place, queue, assignment, releaser, staged, JOINING_PER_CORE * (jobs or default_jobs()))
     # feedback/ keeps nbgrader's full pages: result_pages gives a student those only after their due date
-    options = GradeOptions(jobs=jobs, timeout=setting.timeout, progress=False, hidden=(place.exchange,),
+    options = GradeOptions(jobs=jobs, timeout=setting.timeout, progress=False, hidden=place.exchange.hidden,
                            show_hidden_tests=True,
                            standby=standby)
     try:
@@ -670,7 +575,7 @@ def _loop(place: Place, jobs: int | None, once: bool, size: int, waiting: Waitin
     for e in queue.recover():
         logger.info(f"{e.student} {e.assignment} {e.timestamp}: was being graded when the service stopped; "
             + (str(State.FAILED) if e.tries >= MAX_TRIES else f"{State.QUEUED} again"))
-    logger.info(f"watching {place.inbound} for {', '.join(queue.enabled()) or 'no assignment yet'}")
+    logger.info(f"watching {place.exchange.where} for {', '.join(queue.enabled()) or 'no assignment yet'}")
     pass_back = None
     if place.lti.platform.is_file():
         from autograder.hub.lms.passback import Pacer
@@ -731,10 +636,11 @@ def main(argv: list[str] | None = None) -> int:
                             format="[autograde %(asctime)s] %(message)s",
                             datefmt="%H:%M:%S")  # the hub's log, one line each, as before
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        run(Place(course, Path(args.exchange), args.course_id, args.http_exchange, args.workers), args.jobs,
-            args.once)
+        exchange = autograde_exchange(Path(args.exchange), args.course_id, args.http_exchange)
+        workers = grading_workers(exchange) if args.workers else None
+        run(Place(course, exchange, workers), args.jobs, args.once)
         return 0
-    queue = Place(course, Path("/nonexistent"), "").queue()
+    queue = course_queue(course)
     if args.action in ("on", "off"):
         s = queue.configure(args.assignment, args.action == "on", getattr(args, "per_hour", None),
                             getattr(args, "timeout", None), getattr(args, "hidden_tests", None))

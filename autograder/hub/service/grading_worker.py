@@ -30,6 +30,7 @@ from autograder.grading.results import Status
 from autograder.hub.exchange.folder import tree as exchange
 from autograder.hub.exchange.http.api import ServiceClient, ServiceError
 from autograder.hub.exchange.http.archive import ArchiveRefused
+from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.http.staff import take_submission
 from autograder.hub.exchange.http.work import Offer, WorkResult, keep_leased, post_result, take_work
 from autograder.hub.service.autograde import Place, Waiting, result_pages
@@ -91,7 +92,7 @@ class Worker:
 
     @property
     def place(self) -> Place:
-        return Place(self.course, Path("/nonexistent"), "", self.service.url)
+        return Place(self.course, HttpAutograde(self.service.url, self.hidden))
 
     def grade(self, offer: Offer) -> WorkResult:
         """Take the leased submission, grade it, return the result and the feedback pages to post."""

@@ -21,10 +21,11 @@ import sys
 import tempfile
 import unicodedata
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.hub.exchange.folder.arrival import STAMP_FILE, Arrival, parse_utc, write_stamp
+from autograder.hub.exchange.interfaces import BadName, Collected, CollectReport
 from autograder.hub.text import printable
 from autograder.safe_copy import CopyReport, Limits, Refusal, copy_tree, read_small, write_new
 
@@ -70,18 +71,6 @@ class InboundName:
         except (ValueError, OverflowError, TypeError) as exc:
             return BadName(name, f"its time {parts[2]!r} cannot be read ({exc})")
         return cls(*parts)
-
-
-@dataclass(frozen=True)
-class BadName:
-    """A folder of the inbound that is not a submission anybody is graded for, and why."""
-
-    name: str
-    reason: str
-
-    def line(self) -> str:
-        """Return the line the instructor reads (escaped)."""
-        return printable(f"{self.name}: {self.reason}")
 
 
 @dataclass(frozen=True)
@@ -288,43 +277,6 @@ def release_feedback(ex: Exchange, course: Path, student: str, assignment: str, 
         write_new(mine, f"{notebook}.html", text.encode())
         checksum = notebook_hash(secret=secret, notebook_id=(ids or {}).get(notebook, notebook))
         write_new(ex.feedback, f"{checksum}.html", text.encode(), 0o644)
-
-
-@dataclass(frozen=True)
-class Collected:
-    """A submission collected into the course: whose, graded as made when, and what was left out of it."""
-
-    student: str
-    timestamp: str
-    notes: str
-
-
-@dataclass
-class CollectReport:
-    """What `hub collect` did: collected, already collected (unchanged), and folders not collected and why."""
-
-    collected: list[Collected] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    skipped: list[BadName] = field(default_factory=list)
-    log: list[str] = field(default_factory=list)  # what a backend's own tool said (nbgrader collect, HTTP)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> "CollectReport":
-        data = json.loads(text)
-        return cls([Collected(**c) for c in data["collected"]], data["unchanged"],
-                   [BadName(**b) for b in data["skipped"]], data.get("log", []))
-
-    def lines(self) -> list[str]:
-        """Return what the instructor reads, one line each, student-made text escaped."""
-        out = [printable(f"collected {c.student} ({c.timestamp})" + (f": {c.notes}" if c.notes else ""))
-               for c in self.collected]
-        out += [printable(f"no newer submission: {s}") for s in self.unchanged]
-        out += [f"not collected: {b.line()}" for b in self.skipped]
-        out += [printable(line) for line in self.log]
-        return out or ["no submissions to collect"]
 
 
 def collect(course: Path, ex: Exchange, assignment: str, course_id: str) -> CollectReport:

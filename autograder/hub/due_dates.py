@@ -6,7 +6,7 @@ from the assignment's due date. The grader (`hub grade`, the autograde service) 
 scratch gradebook their extension, so nbgrader's late penalty counts from the extended date, and the
 student's feedback page says which date applied.
 
-    python -m autograder.hub.extensions ASSIGNMENT [STUDENT [--until W | --by H | --remove]] \
+    devicelab-due-dates ASSIGNMENT [STUDENT [--until W | --by H | --remove]] \
         --course C --course-id ID
 """
 

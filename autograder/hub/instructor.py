@@ -1,36 +1,19 @@
-"""The instructor's commands: set up, release, status, collect, grade (with our grader), feedback, extensions,
-autograde, passback, roster, export."""
+"""What the instructor's `hub` commands do beyond the exchange (exchange/commands/ has release, status,
+collect and feedback): set up, grade (with our grader), extensions, autograde, passback, roster, export."""
 
 import csv
-import datetime
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.csv_cells import restored
-from autograder.hub.exchange.folder import tree as exchange
-from autograder.hub.exchange.folder.arrival import parse_utc
-from autograder.hub.exchange.folder.tree import BadName, CollectReport, Exchange
-from autograder.hub.extensions import Extension
+from autograder.hub.due_dates import Extension
+from autograder.hub.exchange.commands.assignments import require_built
 from autograder.hub.grade_export import ExportFormat, nbgrader_csv, read_table, write_csv
-from autograder.hub.settings import AUTOGRADE, EXCHANGE, EXTENSIONS, GRADE, PASSBACK, HubError, HubSettings
+from autograder.hub.settings import AUTOGRADE, DUE_DATES, GRADE, PASSBACK, HubError, HubSettings
 from autograder.hub.setup import accounts, install, members
 from autograder.hub.setup.accounts import GraderAccount
-from autograder.hub.setup.install import SetupReport, secure_exchange
-from autograder.hub.setup.roster import read_roster
-from autograder.hub.setup.students import course_gradebook
-from autograder.safe_copy import Refusal
-
-
-@dataclass(frozen=True)
-class Handin:
-    """One student's state for an assignment: when they last submitted (None: never), whether it was
-    collected.
-    """
-
-    student: str
-    submitted: str | None
-    collected: bool
+from autograder.hub.setup.install import SetupReport
 
 
 @dataclass(frozen=True)
@@ -54,86 +37,13 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
     return report
 
 
-def require_built(s: HubSettings, assignment: str) -> None:
-    """Refuse an assignment the course has not built a student version of (both exchanges' commands ask)."""
-    if not (s.paths.course / "release" / assignment).is_dir():
-        have = sorted(p.name for p in (s.paths.course / "release").iterdir() if p.is_dir())
-        raise HubError(f"no assignment {assignment!r} in {s.paths.course / 'release'} (have: "
-                       f"{', '.join(have)})")
-
-
-def release(s: HubSettings, assignment: str, force: bool = False, due: str | None = None) -> str:
-    """Put the student version into the exchange for every student to fetch; record its due date when given.
-    """
-    due_utc = parse_due(due) if due else None
-    require_built(s, assignment)
-    repaired = secure_exchange(s.grader, _exchange(s))
-    try:
-        exchange.release(_exchange(s), s.paths.course / "release" / assignment, assignment, force)
-    except (FileExistsError, Refusal) as exc:
-        raise HubError(str(exc)) from None
-    said = "\n".join([*repaired, f"released {assignment} to {_exchange(s).outbound / assignment}"])
-    return said if due_utc is None else f"{said}\n{record_due(s, assignment, due_utc)}"
-
-
-def record_due(s: HubSettings, assignment: str, due_utc: datetime.datetime) -> str:
-    """Record a released assignment's due date in the gradebook (as the grader); say what it means."""
-    dated = course_gradebook(GraderAccount.of(s), s.course_id, "due", assignment,
-                             f"{due_utc:%Y-%m-%d %H:%M:%S} UTC", check=False)
-    if dated.returncode != 0:
-        raise HubError(
-            f"released, but the due date was not recorded: {(dated.stdout + dated.stderr).strip()}")
-    return (f"due {due_utc:%Y-%m-%d %H:%M:%S} UTC; a later submission is late, and nbgrader's "
-            "LateSubmissionPlugin.penalty_method (nbgrader_config.py; default 'none': marked late, no "
-            "penalty) decides what it costs")
-
-
-def parse_due(text: str) -> datetime.datetime:
-    """Return a due date as naive UTC, read as nbgrader reads it (a time without a zone or offset is UTC)."""
-    try:
-        return parse_utc(text)
-    except (ValueError, OverflowError) as exc:
-        raise HubError(f"cannot read the due date {text!r} ({exc}); write it like '2026-12-01 17:00:00 UTC' "
-                       "or '2026-12-01T17:00:00-05:00'") from None
-
-
-def _exchange(s: HubSettings) -> Exchange:
-    return Exchange(s.paths.exchange, s.course_id)
-
-
-@dataclass
-class Handins:
-    """Who has submitted an assignment, and the inbound's folders that are nobody's submission."""
-
-    handins: list[Handin]
-    skipped: list[BadName] = field(default_factory=list)
-
-
-def status(s: HubSettings, assignment: str) -> Handins:
-    """Return every student on the roster with their latest own submission in the exchange."""
-    inbox = _exchange(s).read_inbox({assignment})
-    latest = {student: sub.name.timestamp for student, sub in inbox.newest().items()}
-    students = [m.username(s.prefix) for m in read_roster(s.paths.roster, s.prefix) if m.role == "student"]
-    collected = s.paths.course / "submitted"
-    return Handins([Handin(u, latest.get(u), (collected / u / assignment).is_dir())
-                   for u in sorted(set(students) | set(latest))], inbox.skipped)
-
-
-def _as_grader(s: HubSettings, action: str, assignment: str) -> str:
-    """Run an exchange action (exchange.py's main) as the grader account; return what it printed."""
-    done = GraderAccount.of(s).command(EXCHANGE, action, assignment, "--course",
-                                      str(s.paths.course), "--exchange", str(s.paths.exchange), "--course-id",
-                                      s.course_id)
-    return done.stdout.strip().splitlines()[-1]
-
-
 def _extensions_as_grader(s: HubSettings, assignment: str, student: str | None = None,
                           how: tuple[str, ...] = ()) -> object:
-    """Run extensions.py as the grader account (the gradebook is the grader's); return what it printed.
+    """Run due_dates.py as the grader account (the gradebook is the grader's); return what it printed.
 
     The names come after `--`, so that no id is ever read as an option.
     """
-    done = GraderAccount.of(s).command(EXTENSIONS, "--course", str(s.paths.course),
+    done = GraderAccount.of(s).command(DUE_DATES, "--course", str(s.paths.course),
                                       "--course-id", s.course_id, *how, "--", assignment,
                                       *([student] if student else []), timeout=120)
     said = json.loads(done.stdout.strip().splitlines()[-1])
@@ -157,12 +67,6 @@ def extensions(s: HubSettings, assignment: str) -> list[Extension]:
     return [Extension(**e) for e in _extensions_as_grader(s, assignment)]
 
 
-def collect(s: HubSettings, assignment: str) -> CollectReport:
-    """Copy each student's newest own submission into the course's submitted/ (as the grader account)."""
-    require_built(s, assignment)
-    return CollectReport.from_json(_as_grader(s, "collect", assignment))
-
-
 def grade_collected(s: HubSettings, assignment: str, extra: list[str]) -> list[Grade]:
     """Grade the collected submissions with `python -m autograder grade`, as the grader account: nbgrader's
     full pages, hidden tests and all, which `hub feedback` gives the students (the full feedback of after the
@@ -184,15 +88,6 @@ def read_grades(path: Path) -> list[Grade]:
         return [Grade(r["student"], float(r["score"] or 0), float(r["max_score"] or 0), r["status"],
                       r["detail"])
                 for r in map(restored, csv.DictReader(handle))]
-
-
-def feedback(s: HubSettings, assignment: str) -> list[str]:
-    """Release the grader's feedback pages to the students who were graded; return those students."""
-    require_built(s, assignment)
-    released = json.loads(_as_grader(s, "feedback", assignment))
-    if not released:
-        raise HubError(f"no graded submissions of {assignment} to give feedback on: run `hub grade` first")
-    return released
 
 
 def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None = None,
