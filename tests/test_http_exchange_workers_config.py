@@ -4,6 +4,7 @@ without the HTTP exchange."""
 
 import argparse
 import sys
+import urllib.parse
 from dataclasses import replace
 from pathlib import Path
 
@@ -71,6 +72,24 @@ def test_with_workers_the_exchange_hands_out_nothing_until_the_autograde_service
     told = exchange(config(settings(tmp_path, grading_workers=1, lease_s=45.0)))
     assert "--hand-out-when-told" in told and told[told.index("--lease-s") + 1] == "45"
     assert "--hand-out-when-told" not in exchange(config(settings(tmp_path)))
+
+
+def test_with_workers_the_exchange_keeps_its_leases_in_the_hubs_database_or_a_file_of_its_store(
+        tmp_path: Path) -> None:
+    """A restart of the exchange service keeps every lease (tests/test_hub_stores.py): in the hub's
+    PostgreSQL schema `exchange` when the hub has a database, else a sqlite file in the service's own store,
+    under a dot name the store never hands out as a key."""
+    def lease_database(s) -> str:
+        told = {svc["name"]: svc for svc in config(s).JupyterHub.services}["device-lab-exchange"]["command"]
+        return told[told.index("--lease-database") + 1]
+
+    s = settings(tmp_path, grading_workers=1)
+    assert lease_database(s) == f"sqlite:///{s.paths.exchange_store}/.leases/leases.sqlite"
+    pg = settings(tmp_path, grading_workers=1, database_url="postgresql+psycopg2://hub@db.example:5432/hub")
+    found = lease_database(pg)
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(found).query))
+    assert found.startswith("postgresql+psycopg2://hub@db.example:5432/hub?")
+    assert query == {"options": "-csearch_path=exchange", "passfile": str(pg.paths.grader_passfile)}
 
 
 def test_the_workers_tokens_have_the_exchanges_staff_scope_and_nothing_else(tmp_path: Path) -> None:

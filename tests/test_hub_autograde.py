@@ -417,7 +417,8 @@ class ScratchClass:
     def serve_once(self) -> str:
         """Run the service until its queue is empty; return its log."""
         done = subprocess.run([sys.executable, "-m", "autograder.hub.service.autograde", "run", "--course",
-                               str(self.course), "--exchange", str(self.place.exchange), "--course-id",
+                               str(self.course), "--exchange", str(self.place.exchange.folders.root),
+                               "--course-id",
                                COURSE, "--jobs", "1", "--once"], cwd=COURSE_ROOT, env=with_venv_on_path(),
                               check=False, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -563,12 +564,13 @@ def test_a_renamed_notebooks_feedback_is_found_by_nbgraders_fetch_feedback(tmp_p
     work = student_home / COURSE / "tiny"
     work.mkdir(parents=True)
     nbformat.write(assignment(), work / "Copy of tiny (2).ipynb")
-    exchange_args = [f"--Exchange.root={scratch.place.exchange}", "--Exchange.path_includes_course=True",
+    exchange_args = [f"--Exchange.root={scratch.place.exchange.folders.root}",
+                     "--Exchange.path_includes_course=True",
                      f"--Exchange.cache={tmp_path / 'cache'}", f"--CourseDirectory.course_id={COURSE}",
                      "--Authenticator.plugin_class=nbgrader.auth.NoAuthPlugin"]
     scratch.place.exchange.folders.inbound.mkdir(parents=True)
     scratch.place.exchange.folders.inbound.chmod(0o1777)
-    released = scratch.place.exchange / COURSE / "outbound" / "tiny"
+    released = scratch.place.exchange.folders.outbound / "tiny"
     released.mkdir(parents=True)
     nbformat.write(assignment(), released / "tiny.ipynb")
     for step in (["submit", "tiny"], None, ["fetch_feedback", "tiny"]):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.grading.sandbox import python_locations, student_package_folders
+from autograder.hub.database import part_url
 from autograder.hub.settings import EXCHANGE_SERVICE, GRADER_PACKAGE, GRADING_WORKER, HubSettings
 from autograder.hub.spawning.nodes import EXCHANGE_INDEX, FIRST_WORKER_INDEX, Node, part_address
 
@@ -55,9 +56,20 @@ def exchange_part(s: HubSettings, workers: bool) -> Part:
     """Return the exchange service (`workers`: it hands out only what the autograde service says)."""
     store = s.paths.exchange_store
     argv = (s.command(EXCHANGE_SERVICE), "--store", str(store),
-            *(("--hand-out-when-told", "--lease-s", f"{s.lease_s:g}") if workers else ()))
+            *(("--hand-out-when-told", "--lease-s", f"{s.lease_s:g}", "--lease-database", lease_database(s))
+              if workers else ()))
     folder = store if s.nodes == "namespaces" else s.paths.course
     return Part(exchange_service(s), argv, folder, EXCHANGE_INDEX, s.exchange_port)
+
+
+def lease_database(s: HubSettings) -> str:
+    """Return where the exchange service keeps the grading workers' leases: the hub's PostgreSQL database
+    (schema `exchange`) when it has one and the service runs on the hub's machine; else a sqlite file in the
+    service's store (on a node of its own, the only folder its box shows), hidden from its keys (a dot
+    name)."""
+    if s.database_url and s.nodes != "namespaces":
+        return part_url(s.database_url, "exchange", s.paths.grader_passfile)
+    return f"sqlite:///{s.paths.exchange_store / '.leases' / 'leases.sqlite'}"
 
 
 def worker_parts(s: HubSettings) -> list[Part]:

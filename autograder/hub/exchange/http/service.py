@@ -534,10 +534,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hand-out-when-told", action="store_true",
                         help="lease no submission until `PUT api/work` names the assignments (the autograde "
                              "service does, with grading workers); default: every assignment's")
+    parser.add_argument("--lease-database", default="", metavar="URL", help=(
+        "keep the grading leases in this database (a SQLAlchemy URL: a sqlite file, or the hub's PostgreSQL "
+        "schema `exchange`), where they outlive a restart of the service; default: in memory"))
     args = parser.parse_args(argv)
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    leases = Leases(args.lease_s, handed_out=set() if args.hand_out_when_told else None)
+    book = None
+    if args.lease_database:
+        from autograder.hub.exchange.http.lease_book import DatabaseLeaseBook  # SQLAlchemy: only with one
+
+        book = DatabaseLeaseBook(args.lease_database)
+    leases = Leases(args.lease_s, handed_out=set() if args.hand_out_when_told else None, book=book)
     asyncio.run(serve(FolderStore(Path(args.store)), leases))
     return 0
 

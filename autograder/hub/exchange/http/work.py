@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from typing import Protocol
 
 from autograder.grading.results import Status, StudentResult
 from autograder.hub.exchange.http.api import ServiceClient, ServiceError, SubmissionInfo
@@ -139,17 +140,60 @@ def _number(value) -> float | None:
     return float(value)
 
 
-class Leases:
-    """The leases the service holds in memory (after a restart every submission without a result is free)."""
+Key = tuple[str, str, str]  # (assignment_id, student_id, timestamp)
 
-    def __init__(self, lease_s: float = LEASE_S, clock: Callable[[], float] = time.monotonic,
-                 handed_out: set[str] | None = None) -> None:
+
+class LeaseBook(Protocol):
+    """Where the leases are kept: in memory (`MemoryLeaseBook`), or in the hub's database, where they outlive
+    a restart of the service (`lease_book.DatabaseLeaseBook`)."""
+
+    def held(self) -> dict[Key, Lease]:
+        """Return every submission's current lease (live or expired)."""
+
+    def hold(self, lease: Lease) -> None:
+        """Make this the submission's current lease, and count it as issued for the submission."""
+
+    def issued(self, key: Key) -> set[str]:
+        """Return the id of every lease issued for a submission since its last result."""
+
+    def forget(self, key: Key) -> None:
+        """Drop a submission's leases (its result is recorded)."""
+
+
+class MemoryLeaseBook:
+    """Leases in the service's memory: after a restart every submission without a result is free."""
+
+    def __init__(self) -> None:
+        self._held: dict[Key, Lease] = {}
+        self._issued: dict[Key, set[str]] = {}
+
+    def held(self) -> dict[Key, Lease]:
+        return dict(self._held)
+
+    def hold(self, lease: Lease) -> None:
+        self._held[lease.key] = lease
+        self._issued.setdefault(lease.key, set()).add(lease.lease_id)
+
+    def issued(self, key: Key) -> set[str]:
+        return set(self._issued.get(key, ()))
+
+    def forget(self, key: Key) -> None:
+        self._held.pop(key, None)
+        self._issued.pop(key, None)
+
+
+class Leases:
+    """The service's leases on submissions, kept in a `LeaseBook`; expiry is read on the wall clock (seconds
+    since the epoch), so that a lease kept in the database means the same after a restart."""
+
+    def __init__(self, lease_s: float = LEASE_S, clock: Callable[[], float] = time.time,
+                 handed_out: set[str] | None = None, book: LeaseBook | None = None) -> None:
         self.lease_s, self.clock = lease_s, clock
+        self.book = book if book is not None else MemoryLeaseBook()
         self.handed_out = handed_out  # the assignments whose submissions are leased (None: every one)
-        self.named: dict[tuple[str, str, str], Handout] | None = None  # exactly these (None: all handed out)
-        self.held: dict[tuple[str, str, str], Lease] = {}
-        self.issued: dict[tuple[str, str, str], set[str]] = {}  # every lease id handed out for a submission
-        self.recording: set[tuple[str, str, str]] = set()  # results being written now
+        self.named: dict[Key, Handout] | None = None  # exactly these (None: all handed out)
+        # results being written now: a post in flight, which a restart ends anyway
+        self.recording: set[Key] = set()
 
     def hand_out(self, handouts: Iterable[Handout]) -> None:
         """Hand out exactly these submissions from now on, each with how to grade it."""
@@ -159,60 +203,60 @@ class Leases:
     def lease(self, waiting: Iterable[SubmissionInfo]) -> Lease | None:
         """Lease the oldest of the waiting submissions that is handed out and that no live lease holds (None
         when there is none)."""
-        now = self.clock()
+        now, held = self.clock(), self.book.held()
         for sub in sorted(waiting, key=lambda s: s.timestamp):
             key = (sub.assignment_id, sub.student_id, sub.timestamp)
-            held = self.held.get(key)
-            if key in self.recording or (held is not None and held.expires > now):
+            current = held.get(key)
+            if key in self.recording or (current is not None and current.expires > now):
                 continue
             if self.named is not None and key not in self.named:
                 continue
             handout = self.named[key] if self.named is not None else Handout(*key)
-            self.held[key] = Lease(secrets.token_hex(16), handout, now + self.lease_s)
-            self.issued.setdefault(key, set()).add(self.held[key].lease_id)
-            return self.held[key]
+            lease = Lease(secrets.token_hex(16), handout, now + self.lease_s)
+            self.book.hold(lease)
+            return lease
         return None
 
     def given_up(self, waiting: Iterable[SubmissionInfo]) -> list[Handout]:
         """Return the waiting submissions whose MAX_LEASES-th lease has run out with no result posted: no
         worker finishes them (each that took one died on it), so the service records them `invalid`."""
-        now = self.clock()
+        now, held = self.clock(), self.book.held()
         keys = [(sub.assignment_id, sub.student_id, sub.timestamp) for sub in waiting]
-        return [self.held[key].handout for key in keys
-                if key in self.held and self.held[key].expires <= now and key not in self.recording
-                and len(self.issued.get(key, ())) >= MAX_LEASES]
+        return [held[key].handout for key in keys
+                if key in held and held[key].expires <= now and key not in self.recording
+                and len(self.book.issued(key)) >= MAX_LEASES]
 
-    def was_issued(self, key: tuple[str, str, str], lease_id: str) -> bool:
+    def was_issued(self, key: Key, lease_id: str) -> bool:
         """Return whether the service handed this lease out for this submission (held now, expired, or handed
         on since: the first result of a real lease is kept, never one for a lease nobody was given)."""
-        return lease_id in self.issued.get(key, ())
+        return lease_id in self.book.issued(key)
 
-    def live(self, key: tuple[str, str, str], lease_id: str) -> bool:
+    def live(self, key: Key, lease_id: str) -> bool:
         """Return whether this lease is the submission's current one and has not expired."""
-        held = self.held.get(key)
+        held = self.book.held().get(key)
         return held is not None and held.lease_id == lease_id and held.expires > self.clock()
 
-    def renew(self, key: tuple[str, str, str], lease_id: str) -> float | None:
+    def renew(self, key: Key, lease_id: str) -> float | None:
         """Extend the submission's lease, if it is this one and live, by a full lease from now; return its
         length (None: it is not held by this lease any more, and may be another worker's)."""
-        if not self.live(key, lease_id):
+        held = self.book.held().get(key)
+        if held is None or held.lease_id != lease_id or held.expires <= self.clock():
             return None
-        self.held[key] = replace(self.held[key], expires=self.clock() + self.lease_s)
+        self.book.hold(replace(held, expires=self.clock() + self.lease_s))
         return self.lease_s
 
-    def begin_recording(self, key: tuple[str, str, str]) -> bool:
+    def begin_recording(self, key: Key) -> bool:
         """Claim the right to write a submission's result (False: another post is writing it now)."""
         if key in self.recording:
             return False
         self.recording.add(key)
         return True
 
-    def end_recording(self, key: tuple[str, str, str], recorded: bool) -> None:
+    def end_recording(self, key: Key, recorded: bool) -> None:
         """Let go of a submission: its lease ends when its result was recorded."""
         self.recording.discard(key)
         if recorded:
-            self.held.pop(key, None)
-            self.issued.pop(key, None)
+            self.book.forget(key)
 
 
 @dataclass(frozen=True)
