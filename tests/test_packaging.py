@@ -53,3 +53,14 @@ def test_no_template_edits_sys_path_or_sets_pythonpath():
     assert templates
     edits = [t.name for t in templates if re.search(r"sys\.path|PYTHONPATH", t.read_text(encoding="utf-8"))]
     assert edits == []
+
+
+def test_the_developers_editable_install_runs_the_checkout_from_any_folder(tmp_path: Path):
+    """hatchling copies force-included files into editable wheels too: a copy of autograder/ in site-packages
+    would shadow the checkout for every hub part started outside it (grader/hatch_build.py stops that)."""
+    import subprocess
+    import sys
+
+    found = subprocess.run([sys.executable, "-c", "import autograder; print(autograder.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(found) == ROOT / "autograder" / "__init__.py"
