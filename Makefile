@@ -41,7 +41,7 @@ UPGRADE_PIP    = @true
 endif
 # Whole test modules to each worker, the longest first (tests/schedule.py), so that none is left to run alone.
 DIST   := --dist loadfile --no-loadscope-reorder
-# An environment shaped like Google Colab's, for tests/test_colab.py: ipywidgets 7.7.1, ipykernel 6,
+# An environment shaped like Google Colab's, for tests/lessons/test_colab.py: ipywidgets 7.7.1, ipykernel 6,
 # no nbgrader, no JupyterLab, and the helper package installed without its dependencies. Only the test suite uses
 # it (as the user who built it), so its modules are compiled when first imported, not all of torch's at install:
 # its kernels keep what they compile even where PYTHONDONTWRITEBYTECODE is set, as Colab's own do.

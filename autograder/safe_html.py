@@ -1,6 +1,6 @@
 """Make what a student wrote inert wherever staff look at it: rendered notebooks, our pages, the grader.
 
-Three layers against the attacks tests/test_hub_browser_xss.py tries:
+Three layers against the attacks tests/hub/test_hub_browser_xss.py tries:
 
 1. nbconvert's own sanitising path (`HTMLExporter.sanitize_html`: its templates pass markdown, raw cells,
    text/html and text/markdown through the `clean_html` filter and print no script for

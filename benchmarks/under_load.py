@@ -1,6 +1,7 @@
 """Benchmark: do the tests hold on a loaded machine? Run them again and again beside busy processes.
 
-    .venv/bin/python benchmarks/under_load.py modules tests/test_hub_autograde.py ... [--times 20] [--hogs 2]
+    .venv/bin/python benchmarks/under_load.py modules tests/hub/test_hub_autograde.py ... [--times 20] \
+        [--hogs 2]
     .venv/bin/python benchmarks/under_load.py ci [--times 2] [--hogs 2]
 
 `modules` runs each module `--times` times, one after the other (`pytest -p no:xdist`, CI=true, the hub tests

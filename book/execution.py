@@ -1,7 +1,8 @@
 """Execute a notebook top to bottom the way the test suite and CI do, skipping GPU-only cells without a GPU.
 
 `executed_copy` keeps each executed lesson in build/executed/, for every process of a run and later runs:
-tests/test_lessons.py and the book's build (book/site.py, tests/test_book.py) read the same execution.
+tests/lessons/test_lessons.py and the book's build (book/site.py, tests/course/test_book.py) read the same
+execution.
 """
 
 import copy

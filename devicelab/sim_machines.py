@@ -87,7 +87,8 @@ MACHINES = {
 }
 KERNEL_MIN_S = 3e-6  # the shortest kernel (ASSUMPTION: a few microseconds, as small elementwise kernels take)
 # How SimCuda and SimLoader turn the script's work into time: every choice the model makes that is not a
-# figure of a machine. Machine.describe() lists them; tests/test_lesson08.py checks each against the code.
+# figure of a machine. Machine.describe() lists them; tests/lessons/test_lesson08.py checks each against the
+# code.
 MODELLING = (
     ("convolutions, matrix products",
      ("ASSUMPTION: 2 x output elements x inner size FLOPs, at the GPU's whole FP32 peak (no tensor cores, "

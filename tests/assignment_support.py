@@ -1,4 +1,4 @@
-"""Checks shared by the tests of the graded assignments (tests/test_ps0*.py).
+"""Checks shared by the tests of the graded assignments (tests/exercises/test_ps0*.py).
 
 Each takes the assignment's notebook path and its tables:
 - CELLS_OF: exercise (its solution cell's grade_id) -> the grade_ids of the graded cells that check it;

@@ -316,7 +316,7 @@ def answers(assignment: str) -> dict[str, nbformat.NotebookNode]:
     """Return the three students' notebooks: right, wrong (every answer returns None), hostile (a cell that
     never ends). The hostile cell waits rather than spins: graded to the time limit up to three times in a hub
     test, a spinning cell took a core from the rest of the suite for 90 s; spinning cells at the time limit
-    are graded in tests/test_grading_end_to_end.py."""
+    are graded in tests/grading/test_grading_end_to_end.py."""
     release = nbformat.read(ROOT / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     source = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     right = solved(release, source)

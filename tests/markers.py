@@ -75,7 +75,7 @@ def markers_of(item: pytest.Item) -> set[str]:
 
 
 def mark_by_use(items: list[pytest.Item]) -> None:
-    """Add to each test the markers it earns (tests/test_hub_*.py get `hub` by their name)."""
+    """Add to each test the markers it earns (tests/hub/test_hub_*.py get `hub` by their name)."""
     for item in items:
         for name in sorted(markers_of(item)):
             item.add_marker(getattr(pytest.mark, name))

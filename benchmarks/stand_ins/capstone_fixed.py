@@ -2,8 +2,8 @@
 # `make gpu-record` runs it in place of the lesson's unfixed cell, so that the GPU cells of Going further
 # (which profile and time the student's fixed copy) record what a finished capstone prints; notes say so.
 # benchmarks/stand_ins/capstone_stages.py builds the fixes up from it one stage at a time, and
-# tests/test_lesson08.py checks that check("run_epoch") calls this copy clean. Not shipped to students: the
-# capstone has no worked solution.
+# tests/lessons/test_lesson08.py checks that check("run_epoch") calls this copy clean. Not shipped to
+# students: the capstone has no worked solution.
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader

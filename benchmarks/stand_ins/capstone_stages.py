@@ -2,8 +2,9 @@
 
 0. the script with only its crash fixed; 1. no syncs (no `.item()` per step); 2. pinned batches and
 `non_blocking` copies; 3. persistent worker processes; 4. the next batch copied on a side stream (the
-reference fix, benchmarks/stand_ins/capstone_fixed.py). benchmarks/capstone_gpu.py times each against the
-one before on a GPU; tests/test_lesson08.py runs them on the simulated H100 and T4. Not shipped to students.
+reference fix, benchmarks/stand_ins/capstone_fixed.py). benchmarks/capstone_gpu.py times each against the one
+before on a GPU; tests/lessons/test_lesson08.py runs them on the simulated H100 and T4. Not shipped to
+students.
 """
 
 from collections.abc import Callable

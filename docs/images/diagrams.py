@@ -1,5 +1,5 @@
 """Draw the course's diagrams: `make diagrams` (or `.venv/bin/python docs/images/diagrams.py [FOLDER]`)
-writes every SVG in DIAGRAMS into docs/images/ (or FOLDER). tests/test_diagrams.py redraws each and compares
+writes every SVG in DIAGRAMS into docs/images/ (or FOLDER). tests/lessons/test_diagrams.py redraws each and compares
 it with the committed file, so change a drawing here, then run `make diagrams` and commit both.
 
 Each picture draws only what docs/facts.md records (lesson 05 shows the queue and the upload, 06 the upload,

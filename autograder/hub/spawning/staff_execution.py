@@ -16,7 +16,7 @@ course folder, from any shell):
   student's autograded/ folder it had begun).
 - Validate: nbgrader's Validator does not let its chain be configured; the `Execute` it makes gets a kernel
   manager that starts no kernel (`RefusedKernelManager`; nbconvert applies the setting as the Execute runs,
-  and tests/test_hub_staff_execution.py fails if it stops doing so). The instructor's source notebooks are
+  and tests/hub/test_hub_staff_execution.py fails if it stops doing so). The instructor's source notebooks are
   refused too: a Validator cannot tell whose code a notebook holds (a submission copied into source/ or
   opened from submitted/ looks the same), and run as the grader that code has everything a hostile notebook
   wants. Source notebooks are validated in the course repository, as the instructor: `python -m autograder

@@ -1,0 +1,1 @@
+"""Tests of the course's commands and shared parts: build, tidy, validate, release, redact; the book."""

@@ -1,0 +1,1 @@
+"""Tests of the problem sets: their contracts, solutions, stubs and realistic mistakes."""

@@ -1,0 +1,1 @@
+"""Tests of grading a class: autograder/grading/."""

@@ -1,0 +1,1 @@
+"""Tests of the lessons' notebooks, run as students run them (JupyterLab, Colab)."""
