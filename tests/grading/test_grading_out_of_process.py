@@ -7,8 +7,8 @@ answers: on the out-of-process cells it must earn exactly what the same answers 
 whatever it does in the student's process: the kernel's message transport filtered (at the class and at the
 socket object), the guard reached through the garbage collector and erased, code swapped through ctypes
 while the audit hook is installed, answers that lie, stand-ins for torch, builtins or IPython. The same
-tricks against the in-process `square` test show what the guard still does there (tests/grading/test_grading_tamper*
-hold its promises).
+tricks against the in-process `square` test show what the guard still does there
+(tests/grading/test_grading_tamper* hold its promises).
 """
 
 import json
