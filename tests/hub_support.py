@@ -530,3 +530,11 @@ def _forked(proc: psutil.Process) -> bool:
         return proc.parent().cmdline() == proc.info["cmdline"]
     except (psutil.Error, AttributeError):
         return False
+
+
+def settings_of(command: list[str]) -> dict:
+    """Return what a part the hub starts reads from its config file (`COMMAND ... --config FILE`, written by
+    `hub setup`: autograder/hub/part_settings.py)."""
+    import json
+
+    return json.loads(Path(command[command.index("--config") + 1]).read_text(encoding="utf-8"))

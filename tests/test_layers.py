@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The hub's parts, lowest first: a module may import its own part and those below it, never one above. A part
 # is named by module paths under autograder.hub; a module belongs to the longest path that holds it.
 HUB_LAYERS = (
-    ("settings", ("settings", "database", "stores", "text")),
+    ("settings", ("settings", "part_settings", "database", "stores", "text")),
     ("spawning", ("spawning",)),
     ("exchange", ("exchange",)),
     ("folder exchange", ("exchange.folder",)),

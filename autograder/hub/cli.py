@@ -5,18 +5,17 @@ import os
 import sys
 from pathlib import Path
 
+from autograder.grading.defaults import DEFAULT_TIMEOUT, SANDBOX_CHOICES
 from autograder.hub.grade_export import ExportFormat
-from autograder.hub.service.autograde_queue import HiddenTests
+from autograder.hub.part_settings import HiddenTests
+from autograder.hub.service.autograde_queue import DEFAULT_TIMEOUT as AUTOGRADE_TIMEOUT
 from autograder.hub.settings import (
-    AUTHENTICATORS,
     DEFAULT_ROOT,
-    EXCHANGES,
-    NODES,
-    WORKER_SANDBOXES,
     HubError,
     HubSettings,
     LtiSettings,
 )
+from autograder.options import add_options, given, kept
 
 ROOT_ENV = "DEVICELAB_HUB_ROOT"
 
@@ -37,11 +36,6 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                        help="CSV with columns id,name,role (student|grader|instructor); optional with lti13 "
                             "(LMS people get accounts of their own at their first launch or from `hub roster "
                             "--from-lms`; the CSV's accounts are never given to a launch)")
-    setup.add_argument("--prefix", default="", help="prefix of every Unix account name (e.g. dl-; required "
-                                                     "with lti13: LMS people get new accounts under it only)")
-    setup.add_argument("--authenticator", choices=AUTHENTICATORS, default="pam",
-                       help="pam (Unix passwords, default), native (sign-up, approved by an admin), dummy "
-                            "(one shared password; loopback only), lti13 (launched from an LMS course page)")
     lti = setup.add_argument_group("LTI 1.3 (--authenticator lti13; docs/lms.md)")
     for name, text in [("issuer", "the platform's issuer, e.g. https://canvas.instructure.com"),
                        ("client-id", "the tool's client id at the platform"),
@@ -56,50 +50,9 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                           "@, default), preferred_username, sub, or custom_NAME for a custom parameter (a "
                           "name taken already gets a short hash; a person keeps their account whatever it "
                           "says later)")
-    setup.add_argument("--ip", default="127.0.0.1", help="address the hub listens on (default: 127.0.0.1)")
-    setup.add_argument("--port", type=int, default=8000, help="public port (default: 8000)")
-    setup.add_argument("--hub-port", type=int, default=8081, help="the hub's internal port (default: 8081)")
-    setup.add_argument("--proxy-api-port", type=int, default=8001,
-                       help="the proxy's API port (default: 8001)")
-    setup.add_argument("--service-port", type=int, default=9999, help="the formgrader service's port (9999)")
-    setup.add_argument("--cull-idle", type=int, default=3600,
-                       help="stop servers idle this many seconds (0: never)")
     setup.add_argument("--proxy", default=None, help="configurable-http-proxy executable (default: `make "
                                                      "hub-setup`'s .hub/node_modules/.bin, else PATH)")
-    setup.add_argument("--python", default=sys.executable,
-                       help="the Python environment every server runs (default: this one); every account "
-                            "must be able to run it")
-    setup.add_argument("--extra-group", default="", help="an existing Unix group every account joins")
-    setup.add_argument("--mem-limit", type=int, default=2048, metavar="MIB",
-                       help="memory of each server, its kernels included, in MiB (default: 2048; 0: none)")
-    setup.add_argument("--cpu-limit", type=float, default=1.0, metavar="CPUS",
-                       help="CPUs each server may use (default: 1; 0: none)")
-    setup.add_argument("--tasks-limit", type=int, default=1024, metavar="N",
-                       help="processes and threads each server may run (default: 1024; 0: none)")
-    setup.add_argument("--server-box", choices=["bwrap", "none"], default="bwrap",
-                       help="bwrap (default): each server in a box of its own (private /tmp and /dev/shm, "
-                            "own process view, no shared folder but the exchange; needs bubblewrap); none: "
-                            "servers share the machine's /tmp and /proc (SECURITY.md: not isolated)")
-    setup.add_argument("--exchange", choices=EXCHANGES, default=None,
-                       help="files (the first setup's default): nbgrader's exchange folder, made safe; "
-                            "http: an exchange service of the hub (no shared folder; who submits is the hub "
-                            "token's user; docs/hub.md); default: as the last setup")
-    setup.add_argument("--exchange-port", type=int, default=None,
-                       help="the HTTP exchange service's port (default: as the last setup, else 9998)")
-    setup.add_argument("--grading-workers", type=int, default=None, metavar="N",
-                       help="N grading workers as hub services, each with its own course copy (needs "
-                            "--exchange http; docs/hub.md); default: as the last setup, else 0 (none)")
-    setup.add_argument("--lease-s", type=float, default=None, metavar="SECONDS",
-                       help="how long a grading worker holds a submission: one killed while grading loses it "
-                            "to another after this (default: as the last setup, else 900)")
-    setup.add_argument("--worker-sandbox", choices=WORKER_SANDBOXES, default=None,
-                       help="the workers' sandbox (default: as the last setup, else auto: bubblewrap or "
-                            "unshare, never none unless asked)")
-    setup.add_argument("--nodes", choices=NODES, default=None,
-                       help="one (the first setup's default): every part on this machine's network; "
-                            "namespaces: the exchange service, each grading worker and each student's server "
-                            "in network and mount namespaces of their own, linked only to the hub's (needs "
-                            "--exchange http; docs/hub.md, Beyond one machine); default: as the last setup")
+    add_options(setup, HubSettings)  # each setting's flag, default, help and check: HubSettings
     setup.add_argument("--course", default=str(course_root),
                        help="the course to install (default: this repo)")
     setup.add_argument("--database-url", default=None, metavar="URL",
@@ -137,9 +90,10 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                                      "'2026-12-01T17:00:00-05:00' (no zone: UTC, as nbgrader reads it); "
                                      "later submissions are late")
         if name == "grade":
-            parser.add_argument("--timeout", default=None, help="seconds per notebook (grade's default: 300)")
+            parser.add_argument("--timeout", default=None,
+                                help=f"seconds per notebook (grade's default: {DEFAULT_TIMEOUT:g})")
             parser.add_argument("--jobs", default=None, help="students at the same time (default: CPU cores)")
-            parser.add_argument("--sandbox", default=None, choices=["auto", "bwrap", "unshare", "none"])
+            parser.add_argument("--sandbox", default=None, choices=SANDBOX_CHOICES)
             parser.add_argument("--force", action="store_true", help="grade every student again")
     extend = action("extend", "give one student more time for an assignment (nbgrader's extension: late "
                               "penalties count from their own due date); without --until/--by/--remove, "
@@ -157,7 +111,8 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
     autograde.add_argument("assignment")
     autograde.add_argument("--per-hour", type=int, default=None,
                            help="at most this many graded submissions per student per hour (0: no limit)")
-    autograde.add_argument("--timeout", type=float, default=None, help="seconds per notebook (default: 120)")
+    autograde.add_argument("--timeout", type=float, default=None,
+                           help=f"seconds per notebook (default: {AUTOGRADE_TIMEOUT:g})")
     autograde.add_argument("--hidden-tests", choices=list(HiddenTests), default=None,
                            help="feedback on submit before the due date: hidden tests' scores and the "
                                 "instructor's messages only (protected, the default), or everything (shown)")
@@ -190,22 +145,12 @@ def _run(args: argparse.Namespace) -> int:
 
     root = Path(args.root)
     if args.action == "setup":
+        last = _last_setup(root)
         settings = HubSettings(
             root=str(root), course_id=_course_id(Path(args.course)), course_source=args.course,
-            prefix=args.prefix,
-            authenticator=args.authenticator, ip=args.ip, port=args.port, hub_port=args.hub_port,
-            proxy_api_port=args.proxy_api_port, service_port=args.service_port, cull_idle_s=args.cull_idle,
-            python=args.python, extra_group=args.extra_group, mem_limit_mib=args.mem_limit,
-            cpu_limit=args.cpu_limit, tasks_limit=args.tasks_limit, server_box=args.server_box,
-            exchange=args.exchange or _last_setup(root).exchange,
-            exchange_port=args.exchange_port or _last_setup(root).exchange_port,
-            grading_workers=(_last_setup(root).grading_workers if args.grading_workers is None
-                             else args.grading_workers),
-            worker_sandbox=args.worker_sandbox or _last_setup(root).worker_sandbox,
-            lease_s=args.lease_s or _last_setup(root).lease_s,
-            nodes=args.nodes or _last_setup(root).nodes, node_subnet=_last_setup(root).node_subnet,
+            **{**kept(last, HubSettings), "node_subnet": last.node_subnet, **given(args, HubSettings)},
             proxy=args.proxy or install.find_proxy(Path(args.course)),
-            lti=_lti_settings(args) if args.authenticator == "lti13" else None,
+            lti=_lti_settings(args) if (args.authenticator or "pam") == "lti13" else None,
             database_url=_database_url(args.database_url, root))
         if settings.database_url:
             install.keep_database_password(settings, args.database_password_file)

@@ -6,13 +6,20 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from autograder.grading.defaults import SANDBOX_CHOICES
+from autograder.options import at_least, between, option
+from autograder.options import port as port_number
+
 DEFAULT_ROOT = Path("/srv/devicelab-hub")
 SETTINGS_FILE = "hub.json"
 AUTHENTICATORS = ("pam", "native", "dummy", "lti13")
 EXCHANGES = ("files", "http")
 NODES = ("one", "namespaces")  # hub setup --nodes: the machine's network, or each part in its own namespaces
-WORKER_SANDBOXES = ("auto", "bwrap", "unshare", "none")  # grading_worker.py's --sandbox
+SERVER_BOXES = ("bwrap", "none")  # each server in a box of its own (spawning/server_box.py), or not
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# how long a grading worker holds a submission before the exchange hands it out again: longer than one
+# grading (the autograde service's time limit per notebook, the kernel's start)
+LEASE_S = 900.0
 # The commands the hub's parts run, installed by devicelab-grader (grader/pyproject.toml's [project.scripts];
 # tests/test_packaging.py checks the two agree). Each runs by absolute path from the hub's environment
 # (HubSettings.command): no `python -m`, no PYTHONPATH.
@@ -50,33 +57,53 @@ class HubSettings:
     root: str
     course_id: str
     course_source: str  # the course repository whose source/, release/ and nbgrader_config.py are installed
-    prefix: str = ""
-    authenticator: str = "pam"
-    ip: str = "127.0.0.1"
-    port: int = 8000
-    hub_port: int = 8081
-    proxy_api_port: int = 8001
-    service_port: int = 9999
-    cull_idle_s: int = 3600
-    python: str = sys.executable
+    prefix: str = option("", "prefix of every Unix account name (e.g. dl-; required with lti13: LMS people "
+                             "get new accounts under it only)")
+    authenticator: str = option("pam", "pam (Unix passwords), native (sign-up, approved by an admin), dummy "
+                                       "(one shared password; loopback only), lti13 (launched from an LMS "
+                                       "course page)", choices=AUTHENTICATORS)
+    ip: str = option("127.0.0.1", "address the hub listens on")
+    port: int = option(8000, "public port", check=port_number)
+    hub_port: int = option(8081, "the hub's internal port", check=port_number)
+    proxy_api_port: int = option(8001, "the proxy's API port", check=port_number)
+    service_port: int = option(9999, "the formgrader service's port", check=port_number)
+    cull_idle_s: int = option(3600, "stop servers idle this many seconds (0: never)", flag="cull-idle",
+                              check=at_least(0))
+    python: str = option(sys.executable, "the Python environment every server runs (every account must be "
+                                         "able to run it)")
     proxy: str = ""  # configurable-http-proxy's executable; empty: the one on PATH
     dummy_password: str = ""
-    extra_group: str = ""  # a Unix group every account joins (e.g. one that may read a shared data folder)
-    mem_limit_mib: int = 2048  # each student's server, its kernels included (0: no limit)
-    cpu_limit: float = 1.0  # CPUs each server may use (0: no limit)
-    tasks_limit: int = 1024  # processes and threads each server may run (0: no limit)
-    server_box: str = "bwrap"  # each server in a box of its own (hub/spawning/server_box.py); "none": not
-    exchange: str = "files"  # nbgrader's exchange: "files" (a shared folder) or "http" (hub/exchange/http/)
-    exchange_port: int = 9998  # the HTTP exchange service's port (exchange "http")
-    grading_workers: int = 0  # grading workers the hub runs as services (exchange "http" only); 0: none
-    worker_sandbox: str = "auto"  # the workers' --sandbox (grading_worker.py: never none unless asked)
-    lease_s: float = 900.0  # how long a worker holds a submission before the exchange hands it out again
+    extra_group: str = option("", "an existing Unix group every account joins (e.g. one that may read a "
+                                  "shared data folder)")
+    mem_limit_mib: int = option(2048, "memory of each server, its kernels included, in MiB (0: none)",
+                                flag="mem-limit", metavar="MIB", check=at_least(0))
+    cpu_limit: float = option(1.0, "CPUs each server may use (0: none)", metavar="CPUS", check=at_least(0))
+    tasks_limit: int = option(1024, "processes and threads each server may run (0: none)", metavar="N",
+                              check=at_least(0))
+    server_box: str = option("bwrap", "bwrap: each server in a box of its own (private /tmp and /dev/shm, "
+                                      "own process view, no shared folder but the exchange; needs "
+                                      "bubblewrap); none: servers share the machine's /tmp and /proc "
+                                      "(SECURITY.md: not isolated)", choices=SERVER_BOXES)
+    exchange: str = option("files", "files: nbgrader's exchange folder, made safe; http: an exchange service"
+                                    " of the hub (no shared folder; who submits is the hub token's user; "
+                                    "docs/hub.md)", choices=EXCHANGES, kept=True)
+    exchange_port: int = option(9998, "the HTTP exchange service's port", check=port_number, kept=True)
+    grading_workers: int = option(0, "N grading workers as hub services, each with its own course copy "
+                                     "(needs --exchange http; docs/hub.md); 0: none",
+                                     metavar="N", check=at_least(0), kept=True)
+    worker_sandbox: str = option("auto", "the workers' sandbox (auto: bubblewrap or unshare, never none "
+                                         "unless asked)", choices=SANDBOX_CHOICES, kept=True)
+    lease_s: float = option(LEASE_S, "how long a grading worker holds a submission: one killed while grading "
+                            "loses it to another after this", metavar="SECONDS", kept=True,
+                            check=between(10, 24 * 3600, " s"))
     # JupyterHub's database, the gradebook and the queues in one PostgreSQL database (hub/database.py:
     # postgresql://ROLE@HOST:PORT/DATABASE, no password); empty: each in its sqlite file
     database_url: str = ""
-    # "namespaces": the exchange, the workers and each student's server in network and mount namespaces of
-    # their own, linked only to the hub's (hub/spawning/nodes.py), the hub at 10.X.0.1 with X = node_subnet
-    nodes: str = "one"
+    nodes: str = option("one", "one: every part on this machine's network; namespaces: the exchange service, "
+                        "each grading worker and each student's server in network and mount namespaces of "
+                        "their own, linked only to the hub's (needs --exchange http; docs/hub.md, Beyond one "
+                        "machine)", choices=NODES, kept=True)
+    # with nodes "namespaces", the hub at 10.X.0.1 with X = node_subnet (hub/spawning/nodes.py)
     node_subnet: int = 0
     lti: "LtiSettings | None" = None  # the LMS, with --authenticator lti13
 

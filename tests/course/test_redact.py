@@ -38,7 +38,8 @@ from autograder.grading.redact import (
     student_feedback_pages,
 )
 from autograder.grading.remote_calls import is_marked
-from autograder.hub.service.autograde_queue import AutogradeSetting, HiddenTests, Queue
+from autograder.hub.part_settings import HiddenTests
+from autograder.hub.service.autograde_queue import AutogradeSetting, Queue
 from tests.factories import graded_cell_meta, solution_cell_meta
 from tests.once_per_run import once_per_run
 

@@ -15,6 +15,7 @@ from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.checks import check_settings
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member
+from tests.hub_support import settings_of
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = [Member("ann", "Ann Lee", "student"), Member("ivy", "Ivy Teach", "instructor")]
@@ -38,11 +39,14 @@ def test_the_http_exchange_is_a_service_of_the_grader_and_no_folder_is_shared(tm
     c = load(s.paths.config)
     (service,) = [svc for svc in c.JupyterHub.services if svc["name"] == "device-lab-exchange"]
     assert service["user"] == "dl-grader" and service["url"] == "http://127.0.0.1:9123"
-    assert service["command"] == [str(Path(sys.executable).parent / "devicelab-exchange-service"), "--store",
-                                  str(s.paths.exchange_store)]
+    assert service["command"] == [str(Path(sys.executable).parent / "devicelab-exchange-service"), "--config",
+                                  str(s.paths.grader_etc / "exchange-service.json")]
+    assert settings_of(service["command"]) == {"store": str(s.paths.exchange_store), "lease_s": s.lease_s,
+                                               "hand_out_when_told": False, "lease_database": ""}
     (autograde,) = [svc for svc in c.JupyterHub.services if svc["name"] == "device-lab-autograde"]
-    assert autograde["command"][-4:] == ["--http-exchange", "http://127.0.0.1:9123/services/device-lab-exchange/",
-                                         "--course-id", "device-lab"]
+    told = settings_of(autograde["command"])
+    assert (told["http_exchange"], told["course_id"], told["exchange"]) == (
+        "http://127.0.0.1:9123/services/device-lab-exchange/", "device-lab", str(s.paths.exchange_store))
     assert c.LimitedSpawner.box_shared == []
     assert str(s.paths.exchange) not in s.paths.config.read_text()
     assert "PYTHONPATH" not in c.Spawner.environment  # the exchange's client classes are installed
@@ -75,7 +79,9 @@ def test_the_files_exchange_stays_the_default_and_as_it_was(tmp_path: Path) -> N
     assert "PYTHONPATH" not in c.Spawner.environment
     assert [svc["name"] for svc in c.JupyterHub.services if "exchange" in svc["name"]] == []
     assert "device-lab-autograde" not in {r["name"] for r in c.JupyterHub.load_roles}  # no API scopes
-    assert "--http-exchange" not in s.paths.config.read_text()
+    c = load(s.paths.config)
+    autograde = {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-autograde"]
+    assert settings_of(autograde["command"])["http_exchange"] == ""
     grader = load(s.paths.grader_etc / "nbgrader_config.py")
     assert grader.ExchangeFactory.collect == "autograder.hub.exchange.folder.formgrader.SafeCollect"
     assert "ExchangeFactory" not in load(s.paths.student_etc / "nbgrader_config.py")
@@ -85,7 +91,7 @@ def test_the_exchange_service_needs_a_port_of_its_own(tmp_path: Path) -> None:
     s = written(tmp_path, exchange="http", exchange_port=9999)  # the formgrader service's
     with pytest.raises(HubError, match="exchange service 9999"):
         check_settings(s)
-    with pytest.raises(HubError, match="unknown exchange"):
+    with pytest.raises(HubError, match="--exchange 'ftp': choose files, http"):
         check_settings(replace(s, exchange="ftp"))
 
 

@@ -17,6 +17,7 @@ from autograder.hub.setup.checks import check_settings
 from autograder.hub.setup.install import copy_course
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member
+from tests.hub_support import settings_of
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = [Member("ann", "Ann Lee", "student"), Member("ivy", "Ivy Teach", "instructor")]
@@ -36,6 +37,10 @@ def config(s: HubSettings):
     return PyFileConfigLoader(s.paths.config.name, path=str(s.paths.config.parent)).load_config()
 
 
+def services(c) -> dict[str, dict]:
+    return {svc["name"]: svc for svc in c.JupyterHub.services}
+
+
 def workers(c) -> dict[str, dict]:
     return {svc["name"]: svc for svc in c.JupyterHub.services if "-worker-" in svc["name"]}
 
@@ -49,8 +54,11 @@ def test_each_worker_is_a_service_of_the_grader_with_its_own_course_copy_and_the
     for name, svc in found.items():
         k = int(name.rsplit("-", 1)[1])
         assert svc["user"] == "dl-grader" and "url" not in svc and "api_token" not in svc
-        assert svc["command"] == [str(Path(sys.executable).parent / "devicelab-grading-worker"), "--url", URL,
-                                  "--course", str(s.paths.worker_course(k)), "--sandbox", "unshare"]
+        assert svc["command"] == [str(Path(sys.executable).parent / "devicelab-grading-worker"), "--config",
+                                  str(s.paths.grader_etc / f"worker-{k}.json")]
+        told = settings_of(svc["command"])
+        assert (told["url"], told["course"]) == (URL, str(s.paths.worker_course(k)))
+        assert told["sandbox"] == "unshare"
         assert svc["cwd"] == str(s.paths.worker_course(k)) and "PYTHONPATH" not in svc["environment"]
         courses.add(svc["cwd"])
     assert len(courses) == 2 and all(Path(c).is_relative_to(s.paths.course) for c in courses)
@@ -58,20 +66,20 @@ def test_each_worker_is_a_service_of_the_grader_with_its_own_course_copy_and_the
 
 def test_with_workers_the_autograde_service_records_their_results_instead_of_grading(tmp_path: Path) -> None:
     def autograde(c) -> list[str]:
-        return {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-autograde"]["command"]
+        return settings_of(services(c)["device-lab-autograde"]["command"])
 
-    assert "--workers" in autograde(config(settings(tmp_path, grading_workers=2)))
-    assert "--workers" not in autograde(config(settings(tmp_path)))
+    assert autograde(config(settings(tmp_path, grading_workers=2)))["workers"] is True
+    assert autograde(config(settings(tmp_path)))["workers"] is False
 
 
 def test_with_workers_the_exchange_hands_out_nothing_until_the_autograde_service_says_what(
         tmp_path: Path) -> None:
     def exchange(c) -> list[str]:
-        return {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-exchange"]["command"]
+        return settings_of(services(c)["device-lab-exchange"]["command"])
 
     told = exchange(config(settings(tmp_path, grading_workers=1, lease_s=45.0)))
-    assert "--hand-out-when-told" in told and told[told.index("--lease-s") + 1] == "45"
-    assert "--hand-out-when-told" not in exchange(config(settings(tmp_path)))
+    assert told["hand_out_when_told"] is True and told["lease_s"] == 45
+    assert exchange(config(settings(tmp_path)))["hand_out_when_told"] is False
 
 
 def test_with_workers_the_exchange_keeps_its_leases_in_the_hubs_database_or_a_file_of_its_store(
@@ -81,7 +89,7 @@ def test_with_workers_the_exchange_keeps_its_leases_in_the_hubs_database_or_a_fi
     under a dot name the store never hands out as a key."""
     def lease_database(s) -> str:
         told = {svc["name"]: svc for svc in config(s).JupyterHub.services}["device-lab-exchange"]["command"]
-        return told[told.index("--lease-database") + 1]
+        return settings_of(told)["lease_database"]
 
     s = settings(tmp_path, grading_workers=1)
     assert lease_database(s) == f"sqlite:///{s.paths.exchange_store}/.leases/leases.sqlite"
@@ -106,7 +114,7 @@ def test_no_workers_by_default_and_the_sandbox_is_auto(tmp_path: Path) -> None:
     assert workers(c) == {} and "grading_worker" not in s.paths.config.read_text()
     assert not any(r["name"].endswith("-workers") for r in c.JupyterHub.load_roles)
     (one,) = workers(config(settings(tmp_path, grading_workers=1))).values()
-    assert one["command"][-2:] == ["--sandbox", "auto"]
+    assert settings_of(one["command"])["sandbox"] == "auto"
 
 
 def test_workers_are_refused_without_the_http_exchange(tmp_path: Path) -> None:
@@ -114,9 +122,9 @@ def test_workers_are_refused_without_the_http_exchange(tmp_path: Path) -> None:
     with pytest.raises(HubError, match="needs --exchange http"):
         check_settings(settings(tmp_path, exchange="files", grading_workers=2))
     check_settings(settings(tmp_path, exchange="files"))  # no workers: the files exchange as today
-    with pytest.raises(HubError, match="0 \\(none\\) or more"):
+    with pytest.raises(HubError, match="--grading-workers -1: give 0 or more"):
         check_settings(settings(tmp_path, grading_workers=-1))
-    with pytest.raises(HubError, match="unknown worker sandbox"):
+    with pytest.raises(HubError, match="--worker-sandbox 'chroot': choose auto, bwrap, unshare, none"):
         check_settings(settings(tmp_path, grading_workers=1, worker_sandbox="chroot"))
 
 

@@ -16,8 +16,9 @@ from autograder.hub.exchange.http.api import ServiceClient
 from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.http.store import FolderStore
 from autograder.hub.exchange.http.work import Handout, Leases, WorkResult, hand_out, post_result, take_work
+from autograder.hub.part_settings import HiddenTests
 from autograder.hub.service import autograde
-from autograder.hub.service.autograde_queue import HOUR, HiddenTests, State
+from autograder.hub.service.autograde_queue import HOUR, State
 from autograder.hub.service.grading_worker import Worker, grading_setting
 from tests.clock import ManualClock
 from tests.hub.test_http_exchange_service import call, serving, tar_of

@@ -17,6 +17,7 @@ from autograder.hub.setup.checks import check_root, check_settings, is_loopback
 from autograder.hub.setup.install import write_course_config
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member, read_roster, write_roster
+from tests.hub_support import settings_of
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = [Member("ann", "Ann Lee", "student"), Member("bob", "Bob Ray", "student"),
@@ -122,7 +123,11 @@ def test_the_autograde_service_runs_as_the_grader_with_no_url_and_no_scopes(tmp_
     c = load(s.paths.config)
     service = {svc["name"]: svc for svc in c.JupyterHub.services}["device-lab-autograde"]
     assert service["user"] == "dl-grader" and "url" not in service and "api_token" not in service
-    assert service["command"][:2] == [str(Path(sys.executable).parent / "devicelab-autograde"), "run"]
+    assert service["command"] == [str(Path(sys.executable).parent / "devicelab-autograde"), "run", "--config",
+                                  str(s.paths.grader_etc / "autograde.json")]
+    assert settings_of(service["command"]) == {
+        "course": str(s.paths.course), "exchange": str(s.paths.exchange), "course_id": s.course_id,
+        "http_exchange": "", "workers": False, "jobs": None, "once": False}
     assert "PYTHONPATH" not in service["environment"]
     assert not any("device-lab-autograde" in r.get("services", []) for r in c.JupyterHub.load_roles)
 
@@ -359,3 +364,31 @@ def test_a_students_server_port_is_held_for_it_from_its_choice_until_it_stops() 
     configured = LimitedSpawner(port=first)  # c.Spawner.port: the configuration's choice stands
     configured._hold_port()
     assert configured.port == first and configured._held is None
+
+
+def test_each_setup_setting_is_declared_once_with_its_flag_default_help_and_check(tmp_path: Path) -> None:
+    """`hub setup`'s options are made from HubSettings' fields: the parser holds no default of its own
+    (a setting not given comes from HubSettings, or from the last setup where it is kept), its help states
+    the field's default, and a bad value is refused by the field's own check."""
+    import argparse
+
+    from autograder.hub.cli import add_arguments
+    from autograder.options import options, problems
+
+    hub = argparse.ArgumentParser()
+    add_arguments(hub, ROOT)
+    setup = next(a for a in hub._subparsers._group_actions[0].choices.values() if a.prog.endswith("setup"))
+    flags = {a.dest: a for a in setup._actions}
+    declared = options(HubSettings)
+    assert {f.name for f in declared} <= set(flags)
+    for f in declared:
+        assert flags[f.name].default is None, f.name  # no second default in the parser
+        if f.default not in ("",):
+            assert str(f.default) in flags[f.name].help, f.name
+    assert setup.parse_args(["--hub-port", "8090"]).hub_port == 8090
+    good = settings(tmp_path)
+    assert problems(good) == []
+    assert problems(replace(good, hub_port=70000, mem_limit_mib=-1)) == [
+        "--hub-port 70000: a port is 1 to 65535", "--mem-limit -1: give 0 or more"]
+    with pytest.raises(HubError, match="--server-box 'chroot': choose bwrap, none"):
+        check_settings(replace(good, server_box="chroot"))

@@ -16,6 +16,7 @@ from autograder.hub.setup.checks import check_settings
 from autograder.hub.setup.parts import exchange_url, hub_parts
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member
+from tests.hub_support import settings_of
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = [Member("ann", "Ann Lee", "student"), Member("ivy", "Ivy Teach", "instructor")]
@@ -55,7 +56,7 @@ def test_the_exchange_and_workers_are_external_services_known_by_their_tokens(tm
                                                       "api_token": f"token-of-device-lab-worker-{k}"}
     # the parts on the hub's node (formgrader, autograde) reach the exchange through the proxy too
     autograde = services["device-lab-autograde"]["command"]
-    assert autograde[autograde.index("--http-exchange") + 1] == PROXY_ROUTE == exchange_url(s)
+    assert settings_of(autograde)["http_exchange"] == PROXY_ROUTE == exchange_url(s)
 
 
 def test_a_part_starts_on_its_node_as_the_grader_in_a_box_of_its_own_folder(tmp_path: Path) -> None:
@@ -71,7 +72,7 @@ def test_a_part_starts_on_its_node_as_the_grader_in_a_box_of_its_own_folder(tmp_
     assert writable == [str(s.paths.worker_course(1))]  # its own folder, nothing else writable
     assert str(s.paths.course / "source") not in box and str(s.paths.hub) not in box
     assert line[len(box) + 9:] == list(worker_1.argv)
-    assert worker_1.argv[worker_1.argv.index("--url") + 1] == PROXY_ROUTE
+    assert worker_1.settings.url == settings_of(list(worker_1.argv))["url"] == PROXY_ROUTE
     env = part_environment(s, exchange)
     assert env["JUPYTERHUB_API_TOKEN"] == "token-of-device-lab-exchange"
     assert env["JUPYTERHUB_API_URL"] == "http://10.213.0.1:8081/hub/api"

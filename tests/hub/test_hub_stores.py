@@ -142,7 +142,8 @@ INSERT INTO submissions (student, assignment, timestamp, folder, secret, state, 
 def test_a_queue_made_before_alembic_is_adopted_in_place_with_its_rows(lease_url: str) -> None:
     from sqlalchemy import create_engine
 
-    from autograder.hub.service.autograde_queue import HiddenTests, Queue
+    from autograder.hub.part_settings import HiddenTests
+    from autograder.hub.service.autograde_queue import Queue
 
     postgres = database.is_postgres(lease_url)
     url = (database.sibling_part(lease_url, "autograde") if postgres

@@ -33,15 +33,16 @@ from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.http.work import Handout, WorkResult
 from autograder.hub.exchange.interfaces import AutogradeExchange
 from autograder.hub.lms.tool import ToolFiles
+from autograder.hub.part_settings import AutogradeSettings, HiddenTests
 from autograder.hub.service.autograde_queue import (
     MAX_TRIES,
     AutogradeSetting,
     Entry,
-    HiddenTests,
     Queue,
     State,
 )
 from autograder.hub.text import printable
+from autograder.options import parse
 
 if TYPE_CHECKING:
     from autograder.grading.gradebook import DueDates
@@ -608,38 +609,36 @@ def _loop(place: Place, jobs: int | None, once: bool, size: int, waiting: Waitin
         time.sleep(POLL_S)
 
 
+def run_service(settings: AutogradeSettings) -> int:
+    """Run the service until stopped (SIGTERM), or until its queue is empty (`once`)."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[autograde %(asctime)s] %(message)s",
+                        datefmt="%H:%M:%S")  # the hub's log, one line each, as before
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    exchange = autograde_exchange(Path(settings.exchange), settings.course_id, settings.http_exchange)
+    workers = grading_workers(exchange) if settings.workers else None
+    run(Place(Path(settings.course), exchange, workers), settings.jobs, settings.once)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        return run_service(parse(AutogradeSettings, argparse.ArgumentParser(
+            prog="autograde run", description="grade each new submission of the assignments turned on"),
+            argv[1:]))
     parser = argparse.ArgumentParser(prog="autograde", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
-    for name in ("run", "on", "off", "status"):
+    sub.add_parser("run", help="grade each new submission of the assignments turned on (run --help)")
+    for name in ("on", "off", "status"):
         p = sub.add_parser(name)
         p.add_argument("--course", required=True)
-        if name == "run":
-            p.add_argument("--exchange", required=True)
-            p.add_argument("--course-id", required=True)
-            p.add_argument("--http-exchange", default="", metavar="URL",
-                           help="take submissions from the HTTP exchange service, not the exchange folder")
-            p.add_argument("--workers", action="store_true",
-                           help="grading workers grade the HTTP exchange's submissions: record their results")
-            p.add_argument("--jobs", type=int, default=None)
-            p.add_argument("--once", action="store_true", help="stop when the queue is empty")
-        else:
-            p.add_argument("assignment")
+        p.add_argument("assignment")
         if name == "on":
             p.add_argument("--per-hour", type=int, default=None)
             p.add_argument("--timeout", type=float, default=None)
             p.add_argument("--hidden-tests", choices=list(HiddenTests), default=None)
     args = parser.parse_args(argv)
     course = Path(args.course)
-    if args.action == "run":
-        logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                            format="[autograde %(asctime)s] %(message)s",
-                            datefmt="%H:%M:%S")  # the hub's log, one line each, as before
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        exchange = autograde_exchange(Path(args.exchange), args.course_id, args.http_exchange)
-        workers = grading_workers(exchange) if args.workers else None
-        run(Place(course, exchange, workers), args.jobs, args.once)
-        return 0
     queue = course_queue(course)
     if args.action in ("on", "off"):
         s = queue.configure(args.assignment, args.action == "on", getattr(args, "per_hour", None),

@@ -22,6 +22,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from autograder.grading.results import Status
+from autograder.hub.part_settings import HiddenTests
 from autograder.hub.stores.tables import Tables
 from autograder.words import Word
 
@@ -34,14 +35,6 @@ class State(Word):
     DONE = "done"
     SUPERSEDED = "superseded"  # a newer submission of the same student took its place
     FAILED = "failed"  # not graded: gone, refused, or the service died grading it MAX_TRIES times
-
-
-class HiddenTests(Word):
-    """What feedback on submit shows of the hidden tests before the due date: only each one's score and the
-    instructor's message (protected, the default), or everything, as nbgrader's feedback does (shown)."""
-
-    PROTECTED = "protected"
-    SHOWN = "shown"
 
 
 MAX_TRIES = 3  # the service died this many times while grading a submission: it is failed, not retried

@@ -1,7 +1,8 @@
 """A grading worker: leases submissions from the HTTP exchange, grades each in the sandbox, posts the results.
 
-    python -m autograder.hub.service.grading_worker --url URL [--token-file FILE] --course DIR
-        [--assignment A]... [--sandbox auto|bwrap|unshare|none] [--once]
+    devicelab-grading-worker --url URL [--token-file FILE] --course DIR [--assignment A]...
+        [--sandbox auto|bwrap|unshare|none] [--once]
+    devicelab-grading-worker --config FILE        (as the hub runs it: `hub setup` writes the file)
 
 It talks to the exchange service only over its API, with a hub token that has the staff scope, so it runs on
 any node that holds a copy of the course (nbgrader_config.py and source/; the worker keeps its own gradebook
@@ -33,9 +34,11 @@ from autograder.hub.exchange.http.archive import ArchiveRefused
 from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.http.staff import take_submission
 from autograder.hub.exchange.http.work import Offer, WorkResult, keep_leased, post_result, take_work
+from autograder.hub.part_settings import HiddenTests, WorkerSettings
 from autograder.hub.service.autograde import Place, Waiting, result_pages
-from autograder.hub.service.autograde_queue import AutogradeSetting, HiddenTests
+from autograder.hub.service.autograde_queue import AutogradeSetting
 from autograder.hub.text import printable
+from autograder.options import parse
 
 IDLE_S = 0.25  # how long a worker waits before asking again when nothing is waiting
 logger = logging.getLogger("devicelab.grading-worker")
@@ -181,35 +184,27 @@ class Worker:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="grading_worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True, help="the exchange service's address")
-    parser.add_argument("--token-file", type=Path, default=None,
-                        help="a file holding a hub token with the staff scope (api.STAFF_SCOPE); default: "
-                             "$JUPYTERHUB_API_TOKEN, the token of a hub-managed service")
-    parser.add_argument("--course", required=True, type=Path, help="this worker's copy of the course")
-    parser.add_argument("--assignment", action="append", default=[], help="grade only these (repeatable)")
-    parser.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
-    parser.add_argument("--hidden-tests", choices=list(HiddenTests), default=HiddenTests.PROTECTED)
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per notebook")
-    parser.add_argument("--once", action="store_true", help="stop when nothing is waiting")
-    args = parser.parse_args(argv)
+    settings = parse(WorkerSettings, parser, argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[worker %(asctime)s] %(message)s",
                         datefmt="%H:%M:%S")
     os.umask(0o077)
     try:
-        sandbox = choose_sandbox(args.sandbox)
+        sandbox = choose_sandbox(settings.sandbox)
     except SandboxRefused as exc:
         print(f"grading_worker: {exc}", file=sys.stderr)
         return 2
-    token = (args.token_file.read_text(encoding="utf-8").strip() if args.token_file
+    token_file = Path(settings.token_file) if settings.token_file else None
+    token = (token_file.read_text(encoding="utf-8").strip() if token_file
              else os.environ.get("JUPYTERHUB_API_TOKEN", ""))
     if not token:
         print("grading_worker: no token: give --token-file, or run it as a hub service", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    worker = Worker(args.course.resolve(), ServiceClient(args.url, token, timeout_s=60), sandbox,
-                    tuple(args.assignment), HiddenTests(args.hidden_tests), args.timeout,
-                    (args.token_file.resolve().parent,) if args.token_file else ())
-    worker.run(until_idle=args.once)
+    service = ServiceClient(settings.url, token, timeout_s=60)
+    worker = Worker(Path(settings.course).resolve(), service, sandbox, settings.assignments,
+                    HiddenTests(settings.hidden_tests), settings.timeout,
+                    (token_file.resolve().parent,) if token_file else ())
+    worker.run(until_idle=settings.once)
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from autograder.grading.sandbox import python_locations, student_package_folders
 from autograder.hub.database import part_url
+from autograder.hub.part_settings import AutogradeSettings, ServiceSettings, WorkerSettings
 from autograder.hub.settings import EXCHANGE_SERVICE, GRADER_PACKAGE, GRADING_WORKER, HubSettings
 from autograder.hub.spawning.nodes import EXCHANGE_INDEX, FIRST_WORKER_INDEX, Node, part_address
 
@@ -20,10 +21,17 @@ class Part:
     """One process of the hub's: its hub service, its command, its own folder and its node's number."""
 
     service: str
-    argv: tuple[str, ...]
+    command: str  # its program (an installed command, HubSettings.command)
+    settings: object  # its settings (a dataclass of `autograder.options`), written to its config file
+    config_file: Path  # where `hub setup` writes them (render.py) and the program reads them (--config)
     folder: Path  # its working folder, the only one it writes (its box's home on a node of its own)
     index: int  # its node's number (nodes.Node)
     port: int = 0  # the port it serves HTTP on (0: none)
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """Return its command line: its program and its config file, nothing rebuilt from the settings."""
+        return (self.command, "--config", str(self.config_file))
 
     def node(self, s: HubSettings) -> Node:
         """Return its node in the hub's network."""
@@ -55,11 +63,11 @@ def exchange_url(s: HubSettings) -> str:
 def exchange_part(s: HubSettings, workers: bool) -> Part:
     """Return the exchange service (`workers`: it hands out only what the autograde service says)."""
     store = s.paths.exchange_store
-    argv = (s.command(EXCHANGE_SERVICE), "--store", str(store),
-            *(("--hand-out-when-told", "--lease-s", f"{s.lease_s:g}", "--lease-database", lease_database(s))
-              if workers else ()))
+    settings = ServiceSettings(str(store), s.lease_s, hand_out_when_told=workers,
+                               lease_database=lease_database(s) if workers else "")
     folder = store if s.nodes == "namespaces" else s.paths.course
-    return Part(exchange_service(s), argv, folder, EXCHANGE_INDEX, s.exchange_port)
+    return Part(exchange_service(s), s.command(EXCHANGE_SERVICE), settings,
+                s.paths.grader_etc / "exchange-service.json", folder, EXCHANGE_INDEX, s.exchange_port)
 
 
 def lease_database(s: HubSettings) -> str:
@@ -79,10 +87,24 @@ def worker_parts(s: HubSettings) -> list[Part]:
     parts = []
     for k in range(1, s.grading_workers + 1):
         course = s.paths.worker_course(k)
-        argv = (s.command(GRADING_WORKER), "--url", exchange_url(s), "--course",
-                str(course), "--sandbox", s.worker_sandbox)
-        parts.append(Part(f"{s.course_id}-worker-{k}", argv, course, FIRST_WORKER_INDEX + k - 1))
+        settings = WorkerSettings(exchange_url(s), str(course), sandbox=s.worker_sandbox)
+        parts.append(Part(f"{s.course_id}-worker-{k}", s.command(GRADING_WORKER), settings,
+                          s.paths.grader_etc / f"worker-{k}.json", course, FIRST_WORKER_INDEX + k - 1))
     return parts
+
+
+def autograde_settings(s: HubSettings) -> AutogradeSettings:
+    """Return the autograde service's settings (a managed service of the hub on either exchange): with the
+    HTTP exchange its store is the folder hidden from the sandbox, as the exchange folder is otherwise."""
+    if s.exchange != "http":
+        return AutogradeSettings(str(s.paths.course), str(s.paths.exchange), s.course_id)
+    return AutogradeSettings(str(s.paths.course), str(s.paths.exchange_store), s.course_id, exchange_url(s),
+                             workers=bool(s.grading_workers))
+
+
+def autograde_config(s: HubSettings) -> Path:
+    """Return the autograde service's config file (`devicelab-autograde run --config FILE`)."""
+    return s.paths.grader_etc / "autograde.json"
 
 
 def hub_parts(s: HubSettings) -> list[Part]:

@@ -16,8 +16,16 @@ from autograder.hub.settings import (
     HubSettings,
     grader_env,
 )
-from autograder.hub.setup.parts import exchange_service, exchange_url, hub_parts, worker_parts
+from autograder.hub.setup.parts import (
+    autograde_config,
+    autograde_settings,
+    exchange_service,
+    exchange_url,
+    hub_parts,
+    worker_parts,
+)
 from autograder.hub.setup.roster import Member
+from autograder.options import to_json
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -92,6 +100,7 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         "hub_db_url": hub_db_url(s),
         "gradebook_url": gradebook_url(s),
         "AUTOGRADE": AUTOGRADE,
+        "autograde_config": autograde_config(s),
         "spawner": SPAWNER,
         "lti_authenticator": LTI_AUTHENTICATOR,
         "grader_package": GRADER_PACKAGE,
@@ -108,6 +117,9 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         one("nbgrader_grader.py.j2", paths.grader_etc / "nbgrader_config.py"),
         one("jupyter_server_grader.py.j2", paths.grader_etc / "jupyter_server_config.py"),
         one("page_config_grader.json.j2", paths.grader_etc / "labconfig" / "page_config.json"),
+        # the settings of what the hub starts beside JupyterHub (part_settings.py): each reads its own file
+        Rendered(autograde_config(s), to_json(autograde_settings(s))),
+        *(Rendered(part.config_file, to_json(part.settings)) for part in hub_parts(s)),
     ]
 
 

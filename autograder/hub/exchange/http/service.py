@@ -58,7 +58,6 @@ from autograder.hub.exchange.http.api import (
 from autograder.hub.exchange.http.archive import ArchiveRefused, pack_files, upload_cap
 from autograder.hub.exchange.http.store import FEEDBACK, RELEASED, SUBMITTED, FolderStore, Store, check_part
 from autograder.hub.exchange.http.work import (
-    LEASE_S,
     MAX_LEASES,
     MAX_RESULT_BYTES,
     RESULT_FILE,
@@ -68,7 +67,9 @@ from autograder.hub.exchange.http.work import (
     Leases,
     WorkResult,
 )
+from autograder.hub.part_settings import ServiceSettings
 from autograder.hub.text import printable
+from autograder.options import parse
 
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's Exchange.timestamp_format
 # A request's headers and body must arrive within these (tornado's default is an hour each): an upload that
@@ -528,25 +529,16 @@ async def serve(store: Store, leases: Leases) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="exchange-service", description=__doc__.splitlines()[0])
-    parser.add_argument("--store", required=True, help="the folder the service keeps everything in")
-    parser.add_argument("--lease-s", type=float, default=LEASE_S,
-                        help="how long a grading worker holds a submission before it is handed out again")
-    parser.add_argument("--hand-out-when-told", action="store_true",
-                        help="lease no submission until `PUT api/work` names the assignments (the autograde "
-                             "service does, with grading workers); default: every assignment's")
-    parser.add_argument("--lease-database", default="", metavar="URL", help=(
-        "keep the grading leases in this database (a SQLAlchemy URL: a sqlite file, or the hub's PostgreSQL "
-        "schema `exchange`), where they outlive a restart of the service; default: in memory"))
-    args = parser.parse_args(argv)
+    settings = parse(ServiceSettings, parser, argv)
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     book = None
-    if args.lease_database:
+    if settings.lease_database:
         from autograder.hub.exchange.http.lease_book import DatabaseLeaseBook  # SQLAlchemy: only with one
 
-        book = DatabaseLeaseBook(args.lease_database)
-    leases = Leases(args.lease_s, handed_out=set() if args.hand_out_when_told else None, book=book)
-    asyncio.run(serve(FolderStore(Path(args.store)), leases))
+        book = DatabaseLeaseBook(settings.lease_database)
+    leases = Leases(settings.lease_s, handed_out=set() if settings.hand_out_when_told else None, book=book)
+    asyncio.run(serve(FolderStore(Path(settings.store)), leases))
     return 0
 
 

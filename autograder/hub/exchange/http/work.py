@@ -24,9 +24,9 @@ from typing import Protocol
 
 from autograder.grading.results import Status, StudentResult
 from autograder.hub.exchange.http.api import ServiceClient, ServiceError, SubmissionInfo
+from autograder.hub.settings import LEASE_S
 from autograder.safe_copy import Limits
 
-LEASE_S = 900.0  # longer than a submission's grading (DEFAULT_TIMEOUT per notebook, the kernel's start)
 MAX_RESULT_BYTES = 16 << 20  # a result and its feedback pages, as JSON
 MAX_LEASES = 3  # leases of one submission that may end with no result before the service gives it up
 RESULT_FILE = "result.json"
