@@ -9,12 +9,12 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from autograder.grading.results import CellScore, Status
-from autograder.words import Word
+from autograder.str_enum import StrEnum
 
 MAX_ATTEMPTS = 3
 
 
-class EventKind(Word):
+class EventKind(StrEnum):
     """What happened while a notebook ran (execution.py writes these into the progress file)."""
 
     KERNEL_DIED = "kernel-died"
@@ -35,7 +35,7 @@ class EventKind(Word):
                 EventKind.PROCESSES: Status.PROCESSES, EventKind.DISK: Status.DISK}.get(self)
 
 
-class FailureKind(Word):
+class FailureKind(StrEnum):
     """Why an attempt could not finish; each kind knows the status it gives and whether it is retried."""
 
     KERNEL_DIED = EventKind.KERNEL_DIED.value
@@ -152,7 +152,7 @@ def progress_events(progress: dict) -> list[Event]:
             for raw in progress.get("events", []) if isinstance(raw, dict) and raw.get("kind") in known]
 
 
-class Outcome(Word):
+class Outcome(StrEnum):
     """How an attempt ended."""
 
     COMPLETED = "completed"

@@ -29,12 +29,12 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 from autograder.cells import grade_id
-from autograder.words import Word
+from autograder.str_enum import StrEnum
 
 FLAGS = ("grade", "solution", "locked", "task", "points")
 
 
-class Role(Word):
+class Role(StrEnum):
     """What an instructor's cell is to the restorer, with how notes name it."""
 
     ANSWER = "answer cell"

@@ -6,14 +6,14 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder.words import Word
+from autograder.str_enum import StrEnum
 
 # Bump when a change to the grader can change grades: cached results from older versions are then regraded.
 GRADER_VERSION = "4"
 
 
 
-class Status(Word):
+class Status(StrEnum):
     """A student's status for one assignment, in the order the summary counts them."""
 
     GRADED = "graded"
@@ -33,7 +33,7 @@ class Status(Word):
                         Status.CRASHED)
 
 
-class CellKind(Word):
+class CellKind(StrEnum):
     """What a graded cell is."""
 
     TEST = "test"  # autograded

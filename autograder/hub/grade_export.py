@@ -23,14 +23,14 @@ from pathlib import Path
 
 from autograder.cells import grade_id
 from autograder.csv_cells import Cell, figure, rows_text
-from autograder.words import Word
+from autograder.str_enum import StrEnum
 
 # `nbgrader export`'s columns (nbgrader.plugins.export.CsvExportPlugin), in its order.
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name", "email",
                     "raw_score", "late_submission_penalty", "score", "max_score")
 
 
-class ExportFormat(Word):
+class ExportFormat(StrEnum):
     """The CSV layouts `hub export` writes."""
 
     TABLE = "table"

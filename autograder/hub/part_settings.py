@@ -8,10 +8,10 @@ from dataclasses import MISSING, dataclass
 from autograder.grading.defaults import SANDBOX_CHOICES
 from autograder.hub.settings import LEASE_S
 from autograder.options import at_least, between, option
-from autograder.words import Word
+from autograder.str_enum import StrEnum
 
 
-class HiddenTests(Word):
+class HiddenTests(StrEnum):
     """What feedback on submit shows of the hidden tests before the due date: only each one's score and the
     instructor's message (protected, the default), or everything, as nbgrader's feedback does (shown)."""
 

@@ -18,12 +18,12 @@ from sqlalchemy import text
 
 from autograder.hub.database import course_part_url
 from autograder.hub.stores.tables import Tables
-from autograder.words import Word
+from autograder.str_enum import StrEnum
 
 FIRST_WAIT_S = 30.0  # after the first failure; doubled after each next one
 LONGEST_WAIT_S = 3600.0
 
-class PassbackState(Word):
+class PassbackState(StrEnum):
     """Where a score is on its way to the LMS."""
 
     PENDING = "pending"

@@ -24,10 +24,10 @@ from sqlalchemy import text
 from autograder.grading.results import Status
 from autograder.hub.part_settings import HiddenTests
 from autograder.hub.stores.tables import Tables
-from autograder.words import Word
+from autograder.str_enum import StrEnum
 
 
-class State(Word):
+class State(StrEnum):
     """Where a submission is in the queue."""
 
     QUEUED = "queued"
@@ -316,7 +316,7 @@ class _Db:
 
 
 def _plain(value):
-    return str(value) if isinstance(value, str) else value  # a Word as its spelling, for any driver
+    return str(value) if isinstance(value, str) else value  # a StrEnum as its spelling, for any driver
 
 
 def _died(tries: int) -> str:

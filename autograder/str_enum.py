@@ -4,8 +4,9 @@
 from enum import Enum
 
 
-class Word(str, Enum):
-    """A str enum that prints, formats and serialises as its value (Python 3.10's stand-in for StrEnum)."""
+class StrEnum(str, Enum):
+    """A str enum that prints, formats and serialises as its value (Python 3.10's stand-in for 3.11's
+    `enum.StrEnum`)."""
 
     __str__ = str.__str__
     __format__ = str.__format__
