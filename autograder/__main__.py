@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from autograder import COURSE_ROOT
-from autograder.grading.defaults import DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT, SANDBOX_CHOICES
+from autograder.grading.defaults import DEFAULT_MEMORY_MIB, DEFAULT_SANDBOX, DEFAULT_TIMEOUT, SANDBOX_CHOICES
 
 
 def _tidy(args) -> int:
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--memory", type=_positive(int), default=DEFAULT_MEMORY_MIB,
                        help=f"memory cap per submission in MiB (default: {DEFAULT_MEMORY_MIB})")
     grade.add_argument("--out", help="output folder (default: graded/<ASSIGNMENT>/)")
-    grade.add_argument("--sandbox", choices=SANDBOX_CHOICES, default="auto",
+    grade.add_argument("--sandbox", choices=SANDBOX_CHOICES, default=DEFAULT_SANDBOX,
                        help="isolation for student code (default: the best that works here)")
     grade.add_argument("--force", action="store_true", help="regrade every student, even unchanged ones")
     grade.add_argument("--cold-start", action="store_true",
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--out", help="output folder (default: graded/demo/)")
     demo.add_argument("--jobs", type=_positive(int), default=None,
                       help="workers in parallel (default: CPU cores)")
-    demo.add_argument("--sandbox", choices=SANDBOX_CHOICES, default="auto")
+    demo.add_argument("--sandbox", choices=SANDBOX_CHOICES, default=DEFAULT_SANDBOX)
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=_demo)
     from autograder.hub.cli import add_arguments as add_hub_arguments

@@ -8,3 +8,5 @@ from autograder.grading.sandbox import MODES
 DEFAULT_TIMEOUT = 300  # wall-clock seconds per notebook
 DEFAULT_MEMORY_MIB = 4096  # memory cap per submission
 SANDBOX_CHOICES = ("auto", *MODES)  # auto: the best of sandbox.MODES that works on this machine
+DEFAULT_SANDBOX = "auto"
+SANDBOX_HELP = "the sandbox student code runs in (auto: bubblewrap or unshare, never none unless asked)"

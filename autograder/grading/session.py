@@ -41,7 +41,7 @@ from autograder.grading.attempt import (
     next_attempt,
     wrongly_blamed,
 )
-from autograder.grading.defaults import DEFAULT_MEMORY_MIB, DEFAULT_TIMEOUT
+from autograder.grading.defaults import DEFAULT_MEMORY_MIB, DEFAULT_SANDBOX, DEFAULT_TIMEOUT
 from autograder.grading.errors import (
     GradingError,
     RecordFailed,
@@ -97,7 +97,7 @@ class GradeOptions:
     jobs: int | None = None  # parallel workers; None: one per CPU core
     timeout: float = DEFAULT_TIMEOUT  # seconds per notebook
     memory_mib: int = DEFAULT_MEMORY_MIB  # per student
-    sandbox: str = "auto"  # auto or one of sandbox.MODES
+    sandbox: str = DEFAULT_SANDBOX  # auto or one of sandbox.MODES
     force: bool = False  # grade again even students whose saved result is still valid
     progress: bool = True  # show a progress bar
     hidden: tuple[Path, ...] = ()  # more folders the sandbox hides (e.g. a hub's exchange)

@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
             root=str(root), course_id=_course_id(Path(args.course)), course_source=args.course,
             **{**kept(last, HubSettings), "node_subnet": last.node_subnet, **given(args, HubSettings)},
             proxy=args.proxy or install.find_proxy(Path(args.course)),
-            lti=_lti_settings(args) if (args.authenticator or "pam") == "lti13" else None,
+            lti=_lti_settings(args) if (args.authenticator or HubSettings.authenticator) == "lti13" else None,
             database_url=_database_url(args.database_url, root))
         if settings.database_url:
             install.keep_database_password(settings, args.database_password_file)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autograder.grading.gradebook import extensions, set_extension, student_due_date
-from autograder.hub.exchange.folder.arrival import parse_utc
+from autograder.hub.exchange.arrival import parse_utc
 
 
 class ExtensionError(Exception):

@@ -5,9 +5,9 @@ process rebuilds another's command line from them."""
 
 from dataclasses import MISSING, dataclass
 
-from autograder.grading.defaults import SANDBOX_CHOICES
-from autograder.hub.settings import LEASE_S
-from autograder.options import at_least, between, option
+from autograder.grading.defaults import DEFAULT_SANDBOX, SANDBOX_CHOICES, SANDBOX_HELP
+from autograder.hub.settings import LEASE_CHECK, LEASE_S
+from autograder.options import at_least, option
 from autograder.str_enum import StrEnum
 
 
@@ -25,7 +25,7 @@ class ServiceSettings:
 
     store: str = option(MISSING, "the folder the service keeps everything in", metavar="FOLDER")
     lease_s: float = option(LEASE_S, "how long a grading worker holds a submission before it is handed out "
-                            "again", metavar="SECONDS", check=between(1, 24 * 3600, " s"))
+                            "again", metavar="SECONDS", check=LEASE_CHECK)
     hand_out_when_told: bool = option(False, "lease no submission until `PUT api/work` names the "
                                       "assignments (the autograde service does, with grading workers); else "
                                       "every assignment's")
@@ -44,8 +44,7 @@ class WorkerSettings:
                              "$JUPYTERHUB_API_TOKEN, the token of a hub-managed service", metavar="FILE")
     assignments: tuple[str, ...] = option((), "grade only this assignment (repeatable)", flag="assignment",
                                           metavar="ASSIGNMENT")
-    sandbox: str = option("auto", "the sandbox student code runs in (auto: bubblewrap or unshare, never none "
-                          "unless asked)", choices=SANDBOX_CHOICES)
+    sandbox: str = option(DEFAULT_SANDBOX, SANDBOX_HELP, choices=SANDBOX_CHOICES)
     hidden_tests: str = option(HiddenTests.PROTECTED, "what feedback shows of the hidden tests before the "
                                "due date, unless the autograde service says", choices=tuple(HiddenTests))
     timeout: float | None = option(None, "seconds per notebook, unless the autograde service says",

@@ -6,7 +6,7 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from autograder.grading.defaults import SANDBOX_CHOICES
+from autograder.grading.defaults import DEFAULT_SANDBOX, SANDBOX_CHOICES, SANDBOX_HELP
 from autograder.options import at_least, between, option
 from autograder.options import port as port_number
 
@@ -20,6 +20,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # how long a grading worker holds a submission before the exchange hands it out again: longer than one
 # grading (the autograde service's time limit per notebook, the kernel's start)
 LEASE_S = 900.0
+LEASE_CHECK = between(10, 24 * 3600, " s")  # a grading must fit in one; a day at most
 # The commands the hub's parts run, installed by devicelab-grader (grader/pyproject.toml's [project.scripts];
 # tests/test_packaging.py checks the two agree). Each runs by absolute path from the hub's environment
 # (HubSettings.command): no `python -m`, no PYTHONPATH.
@@ -91,11 +92,11 @@ class HubSettings:
     grading_workers: int = option(0, "N grading workers as hub services, each with its own course copy "
                                      "(needs --exchange http; docs/hub.md); 0: none",
                                      metavar="N", check=at_least(0), kept=True)
-    worker_sandbox: str = option("auto", "the workers' sandbox (auto: bubblewrap or unshare, never none "
-                                         "unless asked)", choices=SANDBOX_CHOICES, kept=True)
+    worker_sandbox: str = option(DEFAULT_SANDBOX, f"the grading workers': {SANDBOX_HELP}",
+                                 choices=SANDBOX_CHOICES, kept=True)
     lease_s: float = option(LEASE_S, "how long a grading worker holds a submission: one killed while grading "
                             "loses it to another after this", metavar="SECONDS", kept=True,
-                            check=between(10, 24 * 3600, " s"))
+                            check=LEASE_CHECK)
     # JupyterHub's database, the gradebook and the queues in one PostgreSQL database (hub/database.py:
     # postgresql://ROLE@HOST:PORT/DATABASE, no password); empty: each in its sqlite file
     database_url: str = ""

@@ -3,7 +3,7 @@
 import datetime
 from pathlib import Path
 
-from autograder.hub.exchange.folder.arrival import (
+from autograder.hub.exchange.arrival import (
     STAMP_FILE,
     TOLERANCE,
     Arrival,

@@ -26,7 +26,7 @@ from nbgrader.api import Gradebook
 
 from autograder import COURSE_ROOT
 from autograder.course import with_venv_on_path
-from autograder.hub.exchange.folder.arrival import nbgrader_time
+from autograder.hub.exchange.arrival import nbgrader_time
 from autograder.hub.exchange.folder.autograde import FolderAutograde
 from autograder.hub.service.autograde_queue import MAX_TRIES, Queue, State
 from autograder.hub.setup.hub_api import HubAPI

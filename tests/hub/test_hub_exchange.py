@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from autograder import safe_copy
+from autograder.hub.exchange.arrival import STAMP_FILE, nbgrader_time
 from autograder.hub.exchange.folder import tree as exchange
-from autograder.hub.exchange.folder.arrival import STAMP_FILE, nbgrader_time
 from autograder.hub.exchange.folder.tree import BadName, Exchange, InboundName
 from autograder.hub.text import printable
 from autograder.safe_copy import Limits, Refusal, copy_tree, read_small

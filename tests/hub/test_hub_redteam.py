@@ -23,7 +23,7 @@ import nbformat
 import pytest
 
 from autograder.grading.redact import FEEDBACK_PREFIX
-from autograder.hub.exchange.folder.arrival import nbgrader_time
+from autograder.hub.exchange.arrival import nbgrader_time
 from autograder.hub.service.autograde_queue import State
 from autograder.hub.setup.hub_api import HubAPI
 from tests.hub.test_hub_autograde import queue_of, wait_for_feedback

@@ -7,6 +7,7 @@ from autograder.hub.exchange.commands.http import HttpCommands
 from autograder.hub.exchange.folder.autograde import FolderAutograde
 from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.interfaces import AutogradeExchange, StaffExchange
+from autograder.hub.part_settings import AutogradeSettings
 from autograder.hub.settings import HubSettings
 
 
@@ -15,10 +16,12 @@ def staff_exchange(s: HubSettings) -> StaffExchange:
     return HttpCommands(s) if s.exchange == "http" else FolderCommands(s)
 
 
-def autograde_exchange(folder: Path, course_id: str, url: str = "") -> AutogradeExchange:
-    """Return the autograde service's side of the exchange: the service at `url` when given (its exchange
-    folder is still hidden from the sandbox), else the folder."""
-    return HttpAutograde(url, (folder,)) if url else FolderAutograde.at(folder, course_id)
+def autograde_exchange(s: AutogradeSettings) -> AutogradeExchange:
+    """Return the autograde service's side of the exchange: the HTTP exchange service when its settings name
+    one (its store still hidden from the sandbox), else the exchange folder."""
+    if s.http_exchange:
+        return HttpAutograde(s.http_exchange, (Path(s.exchange),))
+    return FolderAutograde.at(Path(s.exchange), s.course_id)
 
 
 def grading_workers(exchange: AutogradeExchange) -> HttpAutograde:

@@ -1,13 +1,15 @@
 """Autograde on submit: a JupyterHub service, run as the grader account, that grades each new submission.
 
-Every POLL_S seconds it lists the exchange's inbound folder for the assignments the instructor turned on, and
-queues each new submission (autograde_queue.py). It takes batches off the queue, copies them out of the
-exchange, grades them with our grader (`grade_class`: parallel workers, the sandbox, the tamper guard) into
-the course gradebook, and releases each student's feedback the way `nbgrader release_feedback` does, so the
-student's Assignments tab offers Fetch Feedback. It has no HTTP port: the instructor's switches are
-`python -m autograder hub autograde on|off|status`, which write the queue's file as the grader account.
+Every POLL_S seconds it asks the exchange (either backend, exchange/interfaces.py's `AutogradeExchange`) for
+the new submissions of the assignments the instructor turned on, and queues each (autograde_queue.py). It
+takes batches off the queue, copies them out of the exchange, grades them with our grader (`grade_class`:
+parallel workers, the sandbox, the tamper guard) into the course gradebook, and releases each student's
+feedback the way `nbgrader release_feedback` does, so the student's Assignments tab offers Fetch Feedback. It
+has no HTTP port: the instructor's switches are `python -m autograder hub autograde on|off|status`, which
+write the queue's file as the grader account.
 
-    python -m autograder.hub.service.autograde run --course DIR --exchange DIR --course-id ID
+    devicelab-autograde run --config FILE       (as the hub runs it: `hub setup` writes the file)
+    devicelab-autograde run --course DIR --exchange DIR --course-id ID [--http-exchange URL [--workers]]
 """
 
 import argparse
@@ -614,7 +616,7 @@ def run_service(settings: AutogradeSettings) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[autograde %(asctime)s] %(message)s",
                         datefmt="%H:%M:%S")  # the hub's log, one line each, as before
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    exchange = autograde_exchange(Path(settings.exchange), settings.course_id, settings.http_exchange)
+    exchange = autograde_exchange(settings)
     workers = grading_workers(exchange) if settings.workers else None
     run(Place(Path(settings.course), exchange, workers), settings.jobs, settings.once)
     return 0

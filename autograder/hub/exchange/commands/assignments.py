@@ -3,7 +3,7 @@ was built, and its due date."""
 
 import datetime
 
-from autograder.hub.exchange.folder.arrival import parse_utc
+from autograder.hub.exchange.arrival import parse_utc
 from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.roster import read_roster

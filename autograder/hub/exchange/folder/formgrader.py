@@ -1,7 +1,7 @@
 """nbgrader exchange plugins for the grader service, so formgrader's buttons take the hub's safe paths.
 
 formgrader's *Collect* button runs nbgrader's own collect, which follows links and grades a folder in another
-student's name; here it runs `exchange.collect` (owner checked, links refused, caps) instead. Its *Release*
+student's name; here it runs `tree.collect` (owner checked, links refused, caps) instead. Its *Release*
 button cannot work on a root-owned exchange: it says to use `hub release`.
 """
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.hub.exchange.folder.arrival import STAMP_FILE, Arrival, parse_utc, write_stamp
+from autograder.hub.exchange.arrival import STAMP_FILE, Arrival, parse_utc, write_stamp
 from autograder.hub.exchange.interfaces import BadName, Collected, CollectReport
 from autograder.hub.text import printable
 from autograder.safe_copy import CopyReport, Limits, Refusal, copy_tree, read_small, write_new

@@ -29,7 +29,7 @@ from nbgrader.exchange.abc import (
 from nbgrader.utils import parse_utc
 from traitlets import Bool, Float, Unicode, default
 
-from autograder.hub.exchange.folder.arrival import STAMP_FILE, write_stamp
+from autograder.hub.exchange.arrival import STAMP_FILE, write_stamp
 from autograder.hub.exchange.http.api import (
     FETCHED_FEEDBACK_LIMITS,
     RELEASE_LIMITS,

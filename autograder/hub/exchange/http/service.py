@@ -1,6 +1,6 @@
 """The exchange service: nbgrader's release, fetch, submit, collect and feedback over HTTP.
 
-    python -m autograder.hub.exchange.http.service --store DIR
+    devicelab-exchange-service --store DIR     (or --config FILE, as the hub runs it: `hub setup` writes it)
 
 The hub runs it as the grader account (a managed service with a URL; its store is a folder only that account
 can enter). Every request carries a hub token (a student's server's JUPYTERHUB_API_TOKEN, the formgrader

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from autograder.hub.exchange.folder.arrival import STAMP_FILE, write_stamp
+from autograder.hub.exchange.arrival import STAMP_FILE, write_stamp
 from autograder.hub.exchange.http.api import SUBMISSION_LIMITS, ServiceClient
 from autograder.hub.exchange.http.archive import pack_files, unpack
 from autograder.safe_copy import write_new
