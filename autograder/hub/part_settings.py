@@ -5,7 +5,7 @@ process rebuilds another's command line from them."""
 
 from dataclasses import MISSING, dataclass
 
-from autograder.grading.defaults import DEFAULT_SANDBOX, SANDBOX_CHOICES, SANDBOX_HELP
+from autograder.grading.defaults import DEFAULT_SANDBOX, SANDBOX_CHOICES, SANDBOX_HELP, timeout_problem
 from autograder.hub.settings import LEASE_CHECK, LEASE_S
 from autograder.options import at_least, option
 from autograder.str_enum import StrEnum
@@ -48,8 +48,7 @@ class WorkerSettings:
     hidden_tests: str = option(HiddenTests.PROTECTED, "what feedback shows of the hidden tests before the "
                                "due date, unless the autograde service says", choices=tuple(HiddenTests))
     timeout: float | None = option(None, "seconds per notebook, unless the autograde service says",
-                                   kind=float, check=lambda t: None if t is None or t > 0 else "give seconds "
-                                   "above 0")
+                                   kind=float, check=timeout_problem)
     once: bool = option(False, "stop when nothing is waiting")
 
 

@@ -232,6 +232,23 @@ def test_an_hourly_limit_delays_and_never_drops(queue: Queue) -> None:
     assert [e.timestamp for e in at(queue, 3602).next_batch(8)] == ["t2"]  # an hour after her first one
 
 
+@pytest.mark.parametrize("timeout", [0, -5, 24 * 3600 + 1])
+def test_a_time_limit_the_workers_would_refuse_is_refused_when_it_is_set(tmp_path: Path, timeout: float,
+                                                                         capsys) -> None:
+    """One bound for a time limit per notebook (grading/defaults.py): the queue refuses what a grading
+    worker's handout would refuse later (where it was only a log line, and nothing was ever graded)."""
+    from autograder.hub.exchange.http.work import Handout
+    from autograder.hub.service import autograde as service
+
+    with pytest.raises(ValueError, match="at most 86400 s"):
+        Queue(tmp_path / "queue.sqlite").configure("ps01", True, timeout=timeout)
+    with pytest.raises(ValueError, match="timeout is a number of seconds"):
+        Handout.from_json({"assignment_id": "ps01", "student_id": "ann", "timestamp": "t",
+                           "timeout": timeout})
+    assert service.main(["on", "--course", str(tmp_path), "ps01", "--timeout", str(timeout)]) == 2
+    assert "at most 86400 s" in capsys.readouterr().err
+
+
 def test_the_queue_survives_a_reopen(tmp_path: Path) -> None:
     q = Queue(tmp_path / "queue.sqlite", clock=ManualClock())
     q.configure("ps01", True, per_hour=3, timeout=30)

@@ -643,8 +643,12 @@ def main(argv: list[str] | None = None) -> int:
     course = Path(args.course)
     queue = course_queue(course)
     if args.action in ("on", "off"):
-        s = queue.configure(args.assignment, args.action == "on", getattr(args, "per_hour", None),
-                            getattr(args, "timeout", None), getattr(args, "hidden_tests", None))
+        try:
+            s = queue.configure(args.assignment, args.action == "on", getattr(args, "per_hour", None),
+                                getattr(args, "timeout", None), getattr(args, "hidden_tests", None))
+        except ValueError as exc:
+            print(f"autograde {args.action}: {exc}", file=sys.stderr)
+            return 2
         print(f"autograde {args.assignment}: {'on' if s.enabled else 'off'}"
               + (f", at most {s.per_hour} graded submissions per student per hour" if s.per_hour else "")
               + f", {s.timeout:g} s per notebook, hidden tests {s.hidden_tests}"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from autograder.grading.defaults import timeout_problem
 from autograder.grading.results import Status
 from autograder.hub.part_settings import HiddenTests
 from autograder.hub.stores.tables import Tables
@@ -120,6 +121,8 @@ class Queue:
                   timeout: float | None = None,
                   hidden_tests: HiddenTests | str | None = None) -> AutogradeSetting:
         """Turn autograding of an assignment on or off (keeping its other settings unless given)."""
+        if timeout_problem(timeout):
+            raise ValueError(f"--timeout {timeout:g}: {timeout_problem(timeout)}")
         if hidden_tests is not None and hidden_tests not in set(HiddenTests):
             raise ValueError(f"hidden tests are {' or '.join(HiddenTests)}, not {hidden_tests!r}")
         old = self.setting(assignment)

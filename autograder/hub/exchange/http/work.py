@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
+from autograder.grading.defaults import timeout_problem
 from autograder.grading.results import Status, StudentResult
 from autograder.hub.exchange.http.api import ServiceClient, ServiceError, SubmissionInfo
 from autograder.hub.settings import LEASE_S
@@ -60,9 +61,8 @@ class Handout:
             raise ValueError("a submission names its assignment_id, student_id and timestamp")
         if protect is not None and not isinstance(protect, bool):
             raise ValueError("protect_hidden_tests is true, false or null")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                    or not 0 < timeout <= 24 * 3600):
-            raise ValueError("timeout is a number of seconds or null")
+        if timeout_problem(timeout):
+            raise ValueError(f"timeout is a number of seconds or null: {timeout_problem(timeout)}")
         if due is not None:
             try:
                 moment = datetime.datetime.fromisoformat(str(due))
