@@ -514,13 +514,14 @@ def hub_parts(hub: Hub) -> dict[str, psutil.Process]:
         if len(line) < 2 or not line[0].endswith(("python", "python3")):
             continue
         command = Path(line[1]).name
-        store = str(hub.settings.paths.exchange_store)
-        if command == EXCHANGE_SERVICE and store in line:
+        # each part names only its config file, which `hub setup` wrote in this hub's etc/grader/
+        config = Path(line[line.index("--config") + 1]) if "--config" in line[:-1] else None
+        if config is None or config.parent != hub.settings.paths.grader_etc:
+            continue
+        if command == EXCHANGE_SERVICE and config.name == "exchange-service.json":
             found.setdefault("exchange", []).append(proc)
-        elif command == GRADING_WORKER and "--course" in line:
-            course = Path(line[line.index("--course") + 1])
-            if course.parent == hub.settings.paths.course / "workers":
-                found.setdefault(course.name, []).append(proc)
+        elif command == GRADING_WORKER and config.name.startswith("worker-"):
+            found.setdefault(config.stem, []).append(proc)
     return {name: proc for name, procs in found.items() for proc in procs if not _forked(proc)}
 
 

@@ -652,8 +652,8 @@ def queue_of(hub: Hub) -> Queue:
 
 
 def service_pids(hub: Hub) -> list[int]:
-    """Return the autograde service's process ids (its command names this hub's course folder)."""
-    pids, course = [], str(hub.settings.paths.course)
+    """Return the autograde service's process ids (its command names this hub's config file for it)."""
+    pids, course = [], str(hub.settings.paths.grader_etc / "autograde.json")
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
