@@ -8,6 +8,7 @@ from pathlib import Path
 
 from autograder.csv_cells import restored
 from autograder.hub.due_dates import Extension
+from autograder.hub.exchange.choice import staff_exchange
 from autograder.hub.exchange.commands.assignments import require_built
 from autograder.hub.grade_export import ExportFormat, nbgrader_csv, read_table, write_csv
 from autograder.hub.settings import AUTOGRADE, DUE_DATES, GRADE, PASSBACK, HubError, HubSettings
@@ -29,7 +30,7 @@ class Grade:
 
 def setup(s: HubSettings, roster: Path) -> SetupReport:
     """Make the whole hub (setup.install) and, with an LMS, the hub's side of it (lms.admission)."""
-    report = install.setup(s, roster)
+    report = install.setup(s, roster, lambda settings: staff_exchange(settings).prepare())
     if report.settings.lti is not None:
         from autograder.hub.lms.admission import prepare_lms  # pylti1p3, cryptography: only with an LMS
 

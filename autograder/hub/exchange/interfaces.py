@@ -91,6 +91,10 @@ class CollectReport:
 class StaffExchange(Protocol):
     """The instructor's side of the exchange, as root's `hub` commands use it."""
 
+    def prepare(self) -> list[str]:
+        """Make (or repair) the exchange's own place at `hub setup`, once the grader account exists; return
+        a line per repair."""
+
     def release(self, assignment: str, force: bool = False, due: str | None = None) -> str:
         """Release the built student version for every student to fetch; return what the instructor reads."""
 

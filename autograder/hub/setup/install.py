@@ -5,6 +5,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -167,8 +168,10 @@ def configure(s: HubSettings, members: list[Member]) -> None:
         folder.chmod(0o755)
 
 
-def setup(s: HubSettings, roster: Path) -> SetupReport:
-    """Make the hub: accounts, folders, course, gradebook, configuration (the LMS's part: lms.admission)."""
+def setup(s: HubSettings, roster: Path, prepare_exchange: Callable[[HubSettings], object]) -> SetupReport:
+    """Make the hub: accounts, folders, course, gradebook, configuration (the LMS's part: lms.admission);
+    `prepare_exchange` makes the exchange's own place once the grader account exists (its backend's
+    `prepare`, exchange/choice.py)."""
     accounts.require_root("hub setup")
     # Every folder and file setup makes has the mode it names, never the caller's umask (a root shell's
     # 077 would hide the students' own configuration from them), and what nbgrader and pip make is 0755 too.
@@ -194,8 +197,7 @@ def setup(s: HubSettings, roster: Path) -> SetupReport:
     grader = accounts.ensure_account(s.grader, f"{s.course_id} grader", s.extra_group)
     check_python(s)
     check_server_box(s.server_box, grader)
-    if s.exchange == "files":  # the HTTP exchange's service makes its own store, in the course
-        secure_exchange(s.grader, Exchange(s.paths.exchange, s.course_id))
+    prepare_exchange(s)
     install_course(s, grader)
     share_database_password(s, grader)
     configure(s, members)

@@ -30,6 +30,10 @@ class FolderCommands:
     def folders(self) -> tree.Exchange:
         return tree.Exchange(self.s.paths.exchange, self.s.course_id)
 
+    def prepare(self) -> list[str]:
+        """Make (or repair) the exchange folder's tree: root's, with nbgrader's modes."""
+        return secure_exchange(self.s.grader, self.folders)
+
     def release(self, assignment: str, force: bool = False, due: str | None = None) -> str:
         """Put the student version into the outbound; record its due date when given."""
         due_utc = parse_due(due) if due else None

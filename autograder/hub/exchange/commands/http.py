@@ -35,6 +35,11 @@ class HttpCommands:
 
     s: HubSettings
 
+    def prepare(self) -> list[str]:
+        """Nothing: the exchange service makes its own store, in the course (setup.install makes it ahead on
+        a node of its own, whose box shows that folder only)."""
+        return []
+
     def release(self, assignment: str, force: bool = False, due: str | None = None) -> str:
         """Release the student version through the exchange service; record its due date when given."""
         due_utc = parse_due(due) if due else None
