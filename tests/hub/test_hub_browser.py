@@ -82,7 +82,16 @@ def save(page) -> None:
     late and took the keystroke (the hub turns its plugin off, tests/hub/test_hub_config.py)."""
     page.wait_for_selector(".jp-mod-dirty")
     page.keyboard.press("Control+S")
-    page.wait_for_function("!document.querySelector('.jp-mod-dirty')")
+    try:
+        page.wait_for_function("!document.querySelector('.jp-mod-dirty')")
+    except Exception:  # say what the page showed instead (once at load 5 on two cores: nothing saved)
+        shot = ROOT / "artifacts" / "screenshots" / "hub-save-failed.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot))
+        dialogs = page.locator(".jp-Dialog").all_inner_texts()
+        status = page.locator("#jp-main-statusbar").all_inner_texts()
+        raise AssertionError(f"Ctrl+S saved nothing in 120 s; dialogs {dialogs}, status bar {status}, "
+                             f"screenshot {shot}") from None
 
 
 def open_assignments(page) -> None:
