@@ -80,11 +80,13 @@ def save(page) -> None:
 
     One Ctrl+S saves: the students' JupyterLab never asks its news question, which on a loaded machine came
     late and took the keystroke (the hub turns its plugin off, tests/hub/test_hub_config.py)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # (browser_support skips without it)
+
     page.wait_for_selector(".jp-mod-dirty")
     page.keyboard.press("Control+S")
     try:
         page.wait_for_function("!document.querySelector('.jp-mod-dirty')")
-    except Exception:  # say what the page showed instead (once at load 5 on two cores: nothing saved)
+    except PlaywrightTimeout:  # say what the page showed instead (once at load 5 on two cores: nothing saved)
         shot = ROOT / "artifacts" / "screenshots" / "hub-save-failed.png"
         shot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shot))
