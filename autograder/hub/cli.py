@@ -37,19 +37,7 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                             "(LMS people get accounts of their own at their first launch or from `hub roster "
                             "--from-lms`; the CSV's accounts are never given to a launch)")
     lti = setup.add_argument_group("LTI 1.3 (--authenticator lti13; docs/lms.md)")
-    for name, text in [("issuer", "the platform's issuer, e.g. https://canvas.instructure.com"),
-                       ("client-id", "the tool's client id at the platform"),
-                       ("deployment-id", "the tool's deployment id (other deployments are refused)"),
-                       ("keyset-url", "the platform's public key set (JWKS) URL"),
-                       ("authorize-url", "the platform's OIDC authorization URL"),
-                       ("token-url", "the platform's OAuth2 token URL (grade passback and roster)"),
-                       ("context-id", "the LMS course's context id (required: other courses are refused)")]:
-        lti.add_argument(f"--lti-{name}", default="", help=text)
-    lti.add_argument("--lti-username-claim", default="email",
-                     help="the launch claim that suggests a new account's name: email (its part before the "
-                          "@, default), preferred_username, sub, or custom_NAME for a custom parameter (a "
-                          "name taken already gets a short hash; a person keeps their account whatever it "
-                          "says later)")
+    add_options(lti, LtiSettings)
     setup.add_argument("--proxy", default=None, help="configurable-http-proxy executable (default: `make "
                                                      "hub-setup`'s .hub/node_modules/.bin, else PATH)")
     add_options(setup, HubSettings)  # each setting's flag, default, help and check: HubSettings
@@ -253,11 +241,7 @@ def _last_setup(root: Path) -> HubSettings:
 
 def _lti_settings(args: argparse.Namespace) -> LtiSettings:
     """Return the LTI settings of `hub setup`'s --lti-* options."""
-    return LtiSettings(issuer=args.lti_issuer, client_id=args.lti_client_id,
-                       deployment_id=args.lti_deployment_id,
-                       keyset_url=args.lti_keyset_url, authorize_url=args.lti_authorize_url,
-                       token_url=args.lti_token_url, context_id=args.lti_context_id,
-                       username_claim=args.lti_username_claim)
+    return LtiSettings(**given(args, LtiSettings))
 
 
 def _roster_file(args: argparse.Namespace) -> Path:

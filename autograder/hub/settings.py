@@ -160,14 +160,22 @@ class HubSettings:
 class LtiSettings:
     """The LMS (LTI 1.3 platform) the hub is registered with, and the one course it serves."""
 
-    issuer: str  # the platform's issuer (iss)
-    client_id: str  # the tool's client id at the platform (the token's audience)
-    deployment_id: str  # the tool's deployment in the LMS; a launch from another one is refused
-    keyset_url: str  # the platform's public keys (JWKS)
-    authorize_url: str  # the platform's OIDC authorization endpoint
-    token_url: str = ""  # the platform's OAuth2 token endpoint (grade passback and roster need it)
-    context_id: str = ""  # the course in the LMS (`hub setup` requires it); a launch from another is refused
-    username_claim: str = "email"  # the claim that suggests account names (email: the part before the @)
+    issuer: str = option("", "the platform's issuer (iss), e.g. https://canvas.instructure.com",
+                         flag="lti-issuer")
+    client_id: str = option("", "the tool's client id at the platform (the token's audience)",
+                            flag="lti-client-id")
+    deployment_id: str = option("", "the tool's deployment id (a launch from another one is refused)",
+                                flag="lti-deployment-id")
+    keyset_url: str = option("", "the platform's public key set (JWKS) URL", flag="lti-keyset-url")
+    authorize_url: str = option("", "the platform's OIDC authorization URL", flag="lti-authorize-url")
+    token_url: str = option("", "the platform's OAuth2 token URL (grade passback and roster need it)",
+                            flag="lti-token-url")
+    context_id: str = option("", "the LMS course's context id (required: a launch from another course is "
+                             "refused)", flag="lti-context-id")
+    username_claim: str = option("email", "the launch claim that suggests a new account's name: email (its "
+                                 "part before the @), preferred_username, sub, or custom_NAME for a custom "
+                                 "parameter (a name taken already gets a short hash; a person keeps their "
+                                 "account whatever it says later)", flag="lti-username-claim")
 
 
 @dataclass(frozen=True)
