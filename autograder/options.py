@@ -93,12 +93,28 @@ def kept(last: Any, cls: type) -> dict[str, Any]:
     return {f.name: getattr(last, f.name) for f in options(cls) if f.metadata["kept"]}
 
 
+def argv_of(settings: Any) -> list[str]:
+    """Return the command-line options that give a settings dataclass's values other than its defaults (for a
+    command that hands its user's options on to a program run as another account)."""
+    found = []
+    for f in options(type(settings)):
+        value = getattr(settings, f.name)
+        if value == f.default:
+            continue
+        if isinstance(value, bool):
+            found.append(flag_of(f) if value else "--no-" + flag_of(f)[2:])
+        else:
+            for one in value if isinstance(value, tuple) else (value,):
+                found += [flag_of(f), f"{one:g}" if isinstance(one, float) else str(one)]
+    return found
+
+
 def problems(settings: Any) -> list[str]:
     """Return what is wrong with each option's value (its choices, its check), as `--flag value: why`."""
     found = []
     for f in options(type(settings)):
         value, meta = getattr(settings, f.name), f.metadata
-        if meta["choices"] and value not in meta["choices"]:
+        if meta["choices"] and value is not None and value not in meta["choices"]:
             why = f"choose {', '.join(map(str, meta['choices']))}"
         else:
             why = meta["check"](value) if meta["check"] else None

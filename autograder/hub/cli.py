@@ -7,8 +7,7 @@ from pathlib import Path
 
 from autograder.grading.defaults import DEFAULT_TIMEOUT, SANDBOX_CHOICES
 from autograder.hub.grade_export import ExportFormat
-from autograder.hub.part_settings import HiddenTests
-from autograder.hub.service.autograde_queue import DEFAULT_TIMEOUT as AUTOGRADE_TIMEOUT
+from autograder.hub.part_settings import AutogradeSwitches
 from autograder.hub.settings import (
     DEFAULT_ROOT,
     HubError,
@@ -97,13 +96,7 @@ def add_arguments(hub: argparse.ArgumentParser, course_root: Path) -> None:
                                     "service), or stop; status lists its queue")
     autograde.add_argument("mode", choices=["on", "off", "status"])
     autograde.add_argument("assignment")
-    autograde.add_argument("--per-hour", type=int, default=None,
-                           help="at most this many graded submissions per student per hour (0: no limit)")
-    autograde.add_argument("--timeout", type=float, default=None,
-                           help=f"seconds per notebook (default: {AUTOGRADE_TIMEOUT:g})")
-    autograde.add_argument("--hidden-tests", choices=list(HiddenTests), default=None,
-                           help="feedback on submit before the due date: hidden tests' scores and the "
-                                "instructor's messages only (protected, the default), or everything (shown)")
+    add_options(autograde, AutogradeSwitches)
     export = action("export", "write the gradebook's grades as CSV")
     export.add_argument("--to", default="grades.csv", help="CSV file to write (default: grades.csv)")
     export.add_argument("--by-question", action="store_true",
@@ -201,8 +194,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "feedback":
         print("feedback released to: " + ", ".join(exchange.feedback(args.assignment)))
     elif args.action == "autograde":
-        said = instructor.autograde(settings, args.mode, args.assignment, args.per_hour, args.timeout,
-                              args.hidden_tests)
+        said = instructor.autograde(settings, args.mode, args.assignment,
+                                    AutogradeSwitches(**given(args, AutogradeSwitches)))
         print("\n".join(printable(line) for line in said.splitlines()))
     elif args.action == "extend":
         if args.student is None:

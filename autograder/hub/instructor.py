@@ -11,10 +11,12 @@ from autograder.hub.due_dates import Extension
 from autograder.hub.exchange.choice import staff_exchange
 from autograder.hub.exchange.commands.assignments import require_built
 from autograder.hub.grade_export import ExportFormat, nbgrader_csv, read_table, write_csv
+from autograder.hub.part_settings import AutogradeSwitches
 from autograder.hub.settings import AUTOGRADE, DUE_DATES, GRADE, PASSBACK, HubError, HubSettings
 from autograder.hub.setup import accounts, install, members
 from autograder.hub.setup.accounts import GraderAccount
 from autograder.hub.setup.install import SetupReport
+from autograder.options import argv_of
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,12 @@ def read_grades(path: Path) -> list[Grade]:
                 for r in map(restored, csv.DictReader(handle))]
 
 
-def autograde(s: HubSettings, mode: str, assignment: str, per_hour: int | None = None,
-              timeout: float | None = None, hidden_tests: str | None = None) -> str:
-    """Turn autograde-on-submit on or off for an assignment, or list its queue (as the grader account)."""
+def autograde(s: HubSettings, mode: str, assignment: str,
+              switches: AutogradeSwitches | None = None) -> str:
+    """Turn autograde-on-submit on (with its switches) or off for an assignment, or list its queue (as the
+    grader account)."""
     require_built(s, assignment)
-    options = [*(["--per-hour", str(per_hour)] if per_hour is not None and mode == "on" else []),
-               *(["--timeout", str(timeout)] if timeout is not None and mode == "on" else []),
-               *(["--hidden-tests", hidden_tests] if hidden_tests is not None and mode == "on" else [])]
+    options = argv_of(switches) if mode == "on" and switches is not None else []
     done = GraderAccount.of(s).command(AUTOGRADE, mode, "--course",
                                       str(s.paths.course), assignment, *options, timeout=120)
     return done.stdout

@@ -19,6 +19,23 @@ class HiddenTests(StrEnum):
     SHOWN = "shown"
 
 
+AUTOGRADE_TIMEOUT = 120.0  # seconds per notebook on submit, unless the instructor sets --timeout
+
+
+@dataclass(frozen=True)
+class AutogradeSwitches:
+    """`hub autograde on ASSIGNMENT`'s settings of an assignment (those not given keep their last value, at
+    first the queue's defaults); root's command hands them to the autograde service's own `on`."""
+
+    per_hour: int | None = option(None, "at most this many graded submissions per student per hour (0: no "
+                                  "limit)", kind=int, check=lambda n: None if n is None else at_least(0)(n))
+    timeout: float | None = option(None, f"seconds per notebook (at first {AUTOGRADE_TIMEOUT:g})",
+                                   kind=float, check=timeout_problem)
+    hidden_tests: str | None = option(None, "feedback on submit before the due date: the hidden tests' "
+                                      "scores and the instructor's messages only (protected, at first), or "
+                                      "everything (shown)", choices=tuple(HiddenTests))
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """The HTTP exchange service (exchange/http/service.py)."""

@@ -58,3 +58,13 @@ def test_a_config_file_with_an_unknown_setting_or_a_bad_value_is_refused(tmp_pat
     with pytest.raises(ValueError, match="--mode 'odd': choose fast, slow"):
         read_json(Demo, bad)
     assert problems(Demo("x")) == []
+
+
+def test_a_commands_options_handed_on_to_another_program_mean_the_same_there() -> None:
+    """`hub autograde on A --timeout 30` hands its own options to the autograde service's `on` (argv_of):
+    read back by the same fields, they are the same settings; defaults are not repeated."""
+    from autograder.options import argv_of
+
+    for settings in (Demo("x"), Demo("x", 4, "slow", ("a", "b"), True, 2.5)):
+        assert run(*argv_of(settings)) == settings
+    assert argv_of(Demo("x")) == ["--folder", "x"]

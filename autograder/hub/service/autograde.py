@@ -35,7 +35,7 @@ from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.http.work import Handout, WorkResult
 from autograder.hub.exchange.interfaces import AutogradeExchange
 from autograder.hub.lms.tool import ToolFiles
-from autograder.hub.part_settings import AutogradeSettings, HiddenTests
+from autograder.hub.part_settings import AutogradeSettings, AutogradeSwitches, HiddenTests
 from autograder.hub.service.autograde_queue import (
     MAX_TRIES,
     AutogradeSetting,
@@ -44,7 +44,7 @@ from autograder.hub.service.autograde_queue import (
     State,
 )
 from autograder.hub.text import printable
-from autograder.options import parse
+from autograder.options import add_options, parse
 
 if TYPE_CHECKING:
     from autograder.grading.gradebook import DueDates
@@ -636,9 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--course", required=True)
         p.add_argument("assignment")
         if name == "on":
-            p.add_argument("--per-hour", type=int, default=None)
-            p.add_argument("--timeout", type=float, default=None)
-            p.add_argument("--hidden-tests", choices=list(HiddenTests), default=None)
+            add_options(p, AutogradeSwitches)
     args = parser.parse_args(argv)
     course = Path(args.course)
     queue = course_queue(course)

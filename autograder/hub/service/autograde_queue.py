@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 from autograder.grading.defaults import timeout_problem
 from autograder.grading.results import Status
-from autograder.hub.part_settings import HiddenTests
+from autograder.hub.part_settings import AUTOGRADE_TIMEOUT, HiddenTests
 from autograder.hub.stores.tables import Tables
 from autograder.str_enum import StrEnum
 
@@ -39,7 +39,6 @@ class State(StrEnum):
 
 
 MAX_TRIES = 3  # the service died this many times while grading a submission: it is failed, not retried
-DEFAULT_TIMEOUT = 120  # seconds per notebook, unless the instructor sets --timeout
 HOUR = 3600.0
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class AutogradeSetting:
     assignment: str
     enabled: bool
     per_hour: int = 0  # 0: no limit
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = AUTOGRADE_TIMEOUT
     hidden_tests: HiddenTests = HiddenTests.PROTECTED
 
     def protects_hidden_tests(self, due: datetime | None, now: datetime) -> bool:
