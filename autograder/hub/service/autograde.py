@@ -109,7 +109,7 @@ def scan(place: Place, queue: Queue) -> int:
     grading workers: how many results were recorded)."""
     enabled = set(queue.enabled())
     if place.workers is not None:
-        return take_results(place, place.workers, queue, enabled)
+        return record_worker_results(place, place.workers, queue, enabled)
     return queue_new(place, queue, enabled)
 
 
@@ -129,7 +129,7 @@ def queue_new(place: Place, queue: Queue, enabled: set[str]) -> int:
     return new
 
 
-def take_results(place: Place, workers: HttpAutograde, queue: Queue, enabled: set[str]) -> int:
+def record_worker_results(place: Place, workers: HttpAutograde, queue: Queue, enabled: set[str]) -> int:
     """Queue the new submissions, tell the exchange which ones the workers may grade now and how, then record
     their new results (oldest first): the gradebook, the queue, the LMS; return how many results.
 
