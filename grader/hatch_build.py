@@ -24,3 +24,8 @@ class EditableIsTheCheckout(BuildHookInterface):
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(f"devicelab-grader is installed editable: its code is {checkout}/autograder\n")
         build_data["force_include_editable"] = {path: MARKER}
+        self.marker = path
+
+    def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
+        if version == "editable":
+            os.unlink(self.marker)  # the wheel holds its copy

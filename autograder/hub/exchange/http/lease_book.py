@@ -22,10 +22,12 @@ class DatabaseLeaseBook:
     def held(self) -> dict[Key, Lease]:
         with self.tables.read() as conn:
             rows = conn.execute(select(HeldLease.__table__)).all()
-        return {(r.assignment_id, r.student_id, r.timestamp): Lease(
-            r.lease_id, Handout(r.assignment_id, r.student_id, r.timestamp,
-                                None if r.protect_hidden_tests is None else bool(r.protect_hidden_tests),
-                                r.timeout, r.due), r.expires) for r in rows}
+        return {(r.assignment_id, r.student_id, r.timestamp): _lease(r) for r in rows}
+
+    def current(self, key: Key) -> Lease | None:
+        with self.tables.read() as conn:
+            row = conn.execute(select(HeldLease.__table__).where(*_at(HeldLease, key))).first()
+        return None if row is None else _lease(row)
 
     def hold(self, lease: Lease) -> None:
         h = lease.handout
@@ -51,6 +53,13 @@ class DatabaseLeaseBook:
         with self.tables.write() as conn:
             conn.execute(delete(HeldLease.__table__).where(*_at(HeldLease, key)))
             conn.execute(delete(IssuedLease.__table__).where(*_at(IssuedLease, key)))
+
+
+def _lease(r) -> Lease:
+    """Return the lease a row of held_leases holds."""
+    protect = None if r.protect_hidden_tests is None else bool(r.protect_hidden_tests)
+    return Lease(r.lease_id, Handout(r.assignment_id, r.student_id, r.timestamp, protect, r.timeout, r.due),
+                 r.expires)
 
 
 def _at(model, key: Key) -> tuple:

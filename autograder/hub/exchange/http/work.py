@@ -150,6 +150,9 @@ class LeaseBook(Protocol):
     def held(self) -> dict[Key, Lease]:
         """Return every submission's current lease (live or expired)."""
 
+    def current(self, key: Key) -> Lease | None:
+        """Return one submission's current lease (live or expired; None: it has none)."""
+
     def hold(self, lease: Lease) -> None:
         """Make this the submission's current lease, and count it as issued for the submission."""
 
@@ -169,6 +172,9 @@ class MemoryLeaseBook:
 
     def held(self) -> dict[Key, Lease]:
         return dict(self._held)
+
+    def current(self, key: Key) -> Lease | None:
+        return self._held.get(key)
 
     def hold(self, lease: Lease) -> None:
         self._held[lease.key] = lease
@@ -233,13 +239,13 @@ class Leases:
 
     def live(self, key: Key, lease_id: str) -> bool:
         """Return whether this lease is the submission's current one and has not expired."""
-        held = self.book.held().get(key)
+        held = self.book.current(key)
         return held is not None and held.lease_id == lease_id and held.expires > self.clock()
 
     def renew(self, key: Key, lease_id: str) -> float | None:
         """Extend the submission's lease, if it is this one and live, by a full lease from now; return its
         length (None: it is not held by this lease any more, and may be another worker's)."""
-        held = self.book.held().get(key)
+        held = self.book.current(key)
         if held is None or held.lease_id != lease_id or held.expires <= self.clock():
             return None
         self.book.hold(replace(held, expires=self.clock() + self.lease_s))
