@@ -357,6 +357,9 @@ def test_a_submission_no_worker_finishes_ends_invalid_once(tmp_path: Path) -> No
         assert (ann["status"], ann["score"]) == ("invalid", None), ann
         assert f"{MAX_LEASES} leases" in ann["detail"] and ann["timestamp"] == stamp
         late = WorkResult("graded", 10, 10).to_json()
+        assert call(url, "ann-token", "GET", "feedback/ps01")[0] == 404  # held until the gradebook has it
+        given = call(url, "ivy-token", "POST", f"results/ps01/ann/{urllib.parse.quote(stamp)}/feedback")
+        assert given == (200, b'{"given_back": true}'), given
         with tarfile.open(fileobj=io.BytesIO(call(url, "ann-token", "GET", "feedback/ps01")[1])) as pages:
             page = b"".join(pages.extractfile(m).read() for m in pages.getmembers() if m.isfile()).decode()
         assert "no grading worker finished it" in page and "<img" not in page and "&lt;img" in page, page

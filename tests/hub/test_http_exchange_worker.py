@@ -18,7 +18,7 @@ import pytest
 from autograder.hub.exchange.http import service as service_module
 from autograder.hub.exchange.http.api import ServiceClient, ServiceError
 from autograder.hub.exchange.http.store import FolderStore
-from autograder.hub.exchange.http.work import Leases, WorkResult, post_result, take_work
+from autograder.hub.exchange.http.work import Leases, WorkResult, give_back_result, post_result, take_work
 from autograder.hub.service import grading_worker
 from autograder.hub.service.grading_worker import SandboxRefused, Worker, choose_sandbox
 from tests.clock import ManualClock
@@ -84,9 +84,25 @@ def test_a_stale_worker_posting_after_its_lease_was_handed_on_is_recorded_once(l
     assert post_result(grader(url), stale, result(2, "stale")) is False  # nor the same post again
     (only,) = recorded(url)
     assert (only["student_id"], only["score"], only["worker"]) == ("ann", 2.0, "stale")
+    assert call(url, "ann-token", "GET", "feedback/ps01")[0] == 404  # held until the gradebook has it
+    assert give_back_result(grader(url), "ann", "ps01", stale.timestamp) is True
     (page,) = own_feedback(url).values()
     assert page == b"<p>stale: 2/3</p>"
     assert take_work(grader(url)) is None  # a submission with a result is never handed out again
+
+
+def test_only_staff_give_back_a_recorded_results_pages(leased) -> None:
+    """A worker's pages are held until the autograde service has recorded their result; a student cannot
+    release them, nor anyone the pages of a submission with no result."""
+    url, _ = leased
+    offer = take_work(grader(url))
+    path = f"results/ps01/ann/{urllib.parse.quote(offer.timestamp)}/feedback"
+    assert call(url, "ivy-token", "POST", path)[0] == 404  # no result recorded yet
+    assert post_result(grader(url), offer, result(1, "w1")) is True
+    assert call(url, "ann-token", "POST", path)[0] == 403
+    assert call(url, "ann-token", "GET", "feedback/ps01")[0] == 404
+    assert call(url, "ivy-token", "POST", path)[0] == 200
+    assert list(own_feedback(url).values()) == [b"<p>w1: 1/3</p>"]
 
 
 def test_a_result_for_a_lease_the_service_never_issued_is_refused(leased) -> None:
@@ -231,6 +247,8 @@ def test_a_worker_grades_a_submission_in_the_sandbox_and_posts_it_back(tmp_path:
         (only,) = recorded(url)
         assert only["status"] == "graded" and only["score"] == only["max_score"] > 0, (only.get("detail"),
                                                                                        only)
+        (stamp,) = [r["timestamp"] for r in recorded(url)]
+        assert give_back_result(grader(url), "ann", assignment, stamp) is True
         status, body = call(url, "ann-token", "GET", f"feedback/{assignment}")
         with tarfile.open(fileobj=io.BytesIO(body)) as archive:
             (name,) = archive.getnames()

@@ -3,7 +3,9 @@
 the LMS passback. Without a hub: the exchange service in a thread, a worker with the real grader in its own
 course copy, the service's code on the instructor's course."""
 
+import io
 import shutil
+import tarfile
 from pathlib import Path
 
 import nbformat
@@ -62,7 +64,9 @@ def test_the_service_records_the_workers_results_in_the_gradebook_once(tmp_path:
         assert queue.next_batch(10) == []
 
         Worker(worker_course, ServiceClient(url, "grader-token", timeout_s=30), sandbox).run(until_idle=True)
+        assert call(url, "ann-token", "GET", f"feedback/{assignment}")[0] == 404  # not before the gradebook
         assert autograde.scan(place, queue) == 2 and autograde.scan(place, queue) == 0  # each recorded once
+        assert call(url, "ann-token", "GET", f"feedback/{assignment}")[0] == 200
         got = scores(course, assignment)
         done = {e.student: e for e in queue.entries(assignment)}
         assert {e.state for e in done.values()} == {State.DONE}
@@ -81,17 +85,25 @@ def test_an_older_result_arriving_after_a_newer_one_is_superseded(tmp_path: Path
         staff = ServiceClient(url, "grader-token", timeout_s=30)
         older, newer = take_work(staff), take_work(staff)
         assert older.timestamp < newer.timestamp
-        missing = WorkResult("missing", None, None, "no notebook", {}, "w1")  # no cells: no gradebook scores
+        def missing(which: str) -> WorkResult:  # no cells: no gradebook scores
+            return WorkResult("missing", None, None, "no notebook", {"ps01": f"<p>{which}</p>"}, "w1")
+
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")
         place = autograde.Place(course, (ex := HttpAutograde(url, (tmp_path / "store",))), ex)
         queue = place.queue()
         queue.configure("ps01", True, None, None, None)
-        assert post_result(staff, newer, missing)
+        assert post_result(staff, newer, missing("newer"))
         assert autograde.scan(place, queue) == 1  # the newer one's worker was faster
-        assert post_result(staff, older, missing)
+        assert post_result(staff, older, missing("older"))
         assert autograde.scan(place, queue) == 0
         states = {e.timestamp: e.state for e in queue.entries("ps01")}
         assert states == {newer.timestamp: State.DONE, older.timestamp: State.SUPERSEDED}
+        # ann sees the feedback of the result the gradebook has, never the superseded one's
+        status, body = call(url, "ann-token", "GET", "feedback/ps01")
+        assert status == 200, body
+        with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+            pages = {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+        assert pages == {f"{newer.timestamp}/ps01.html": b"<p>newer</p>"}
 
 
 def test_workers_get_only_what_the_service_hands_out_and_nothing_before_it_says(tmp_path: Path,

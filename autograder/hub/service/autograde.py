@@ -64,7 +64,7 @@ QUEUE_FILE = "queue.sqlite"
 
 @dataclass(frozen=True)
 class Place:
-    """Where the service works: the grader's course and the exchange (either backend, `exchange/choice.py`);
+    """Where the service works: the grader's course and the exchange (either backend, `setup/exchanges.py`);
     with grading workers (the HTTP exchange hands them submissions) their results are recorded here instead of
     grading; and its clock (seconds since the epoch), the one time its queue records and its due dates are
     compared with."""
@@ -152,6 +152,7 @@ def record_worker_results(place: Place, workers: HttpAutograde, queue: Queue, en
         if state in (State.QUEUED, State.GRADING):
             entry = next(e for e in queue.entries(r.assignment_id) if e.key == key)
             record_worker_result(place, queue, entry, r.result)
+            workers.give_back_result(entry)  # the pages the worker posted: only once the gradebook has it
             new += 1
     # after the results: a student whose result came is free for their next submission at once; told at
     # every scan (the service forgets on restart)

@@ -9,8 +9,9 @@ from pathlib import Path
 from autograder.hub.exchange.http.api import ServiceClient, ServiceError
 from autograder.hub.exchange.http.archive import ArchiveRefused
 from autograder.hub.exchange.http.staff import give_back, take_submission
-from autograder.hub.exchange.http.work import Handout, Recorded, hand_out, recorded_results
+from autograder.hub.exchange.http.work import Handout, Recorded, give_back_result, hand_out, recorded_results
 from autograder.hub.exchange.interfaces import Arrived, Held, Skip, Taken
+from autograder.hub.part_settings import AutogradeSettings
 from autograder.hub.text import printable
 
 logger = logging.getLogger("devicelab.autograde")
@@ -23,6 +24,12 @@ class HttpAutograde:
     where: str
     hidden: tuple[Path, ...] = ()
     token: str = ""  # "": the service's own, JUPYTERHUB_API_TOKEN
+
+    @classmethod
+    def from_settings(cls, s: AutogradeSettings) -> "HttpAutograde":
+        """Return the exchange service the autograde service's settings name (its store hidden all the
+        same)."""
+        return cls(s.http_exchange, (Path(s.exchange),))
 
     def service(self) -> ServiceClient:
         token = self.token or os.environ.get("JUPYTERHUB_API_TOKEN", "")
@@ -68,6 +75,15 @@ class HttpAutograde:
         except ServiceError as exc:
             logger.info(printable(f"the exchange service listed no results: {exc}"))
             return []
+
+    def give_back_result(self, submission: Held) -> None:
+        """Give a worker's feedback pages to the student, once their result is in the gradebook (a failure is
+        logged: the grade is kept, and `hub feedback` gives pages back later)."""
+        try:
+            give_back_result(self.service(), submission.student, submission.assignment, submission.timestamp)
+        except ServiceError as exc:
+            logger.info(printable(f"{submission.student} {submission.assignment}: feedback not given back: "
+                                  f"{exc}"))
 
     def hand_out(self, handouts: list[Handout]) -> None:
         """Tell the service exactly which submissions the workers may grade now, and how."""

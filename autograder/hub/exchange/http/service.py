@@ -24,6 +24,11 @@ archive.py's refusals.
     PUT  api/work {"assignments": [A, ...]}       hand out only these assignments' submissions (staff)
     PUT  api/results/A/S/T?lease=L                a worker's result and feedback pages, recorded once (staff)
     GET  api/results[?assignment=A]               the recorded results (staff)
+    POST api/results/A/S/T/feedback               give a recorded result's pages to its student (staff)
+
+A worker's feedback pages are held, not given to the student, until the autograde service has recorded
+their result: it may leave the result out (a newer submission of the student's superseded it), and a
+student never sees feedback the gradebook does not have.
 """
 
 import argparse
@@ -58,6 +63,7 @@ from autograder.hub.exchange.http.api import (
 from autograder.hub.exchange.http.archive import ArchiveRefused, pack_files, upload_cap
 from autograder.hub.exchange.http.store import FEEDBACK, RELEASED, SUBMITTED, FolderStore, Store, check_part
 from autograder.hub.exchange.http.work import (
+    HELD_FEEDBACK,
     MAX_LEASES,
     MAX_RESULT_BYTES,
     RESULT_FILE,
@@ -414,6 +420,22 @@ class ResultHandler(ApiHandler):
         self.send_json({"recorded": True, "lease_was_live": live})
 
 
+class ResultFeedbackHandler(ApiHandler):
+    async def post(self, assignment: str, student: str, stamp: str) -> None:
+        """Give a recorded result's held pages to its student (the autograde service, once it is graded)."""
+        self.require_staff()
+        key = (_part(assignment), _part(student), _part(stamp))
+        if not self.store.children((RESULTS, *key)):
+            raise web.HTTPError(404, "no result of this submission is recorded")
+        try:
+            held = await asyncio.to_thread(self.store.get, (HELD_FEEDBACK, *key))
+        except KeyError:  # recorded before pages were held: given back when it was recorded
+            self.send_json({"given_back": False})
+            return
+        await asyncio.to_thread(self.store.put, (FEEDBACK, *key), io.BytesIO(held), FEEDBACK_LIMITS, True)
+        self.send_json({"given_back": True})
+
+
 class ResultsHandler(ApiHandler):
     def get(self) -> None:
         self.require_staff()
@@ -425,13 +447,13 @@ class ResultsHandler(ApiHandler):
 
 
 async def record(store: Store, leases: Leases, key: tuple[str, str, str], result: WorkResult) -> None:
-    """Write a submission's result and its feedback pages, once (the caller has begun recording it: the
+    """Write a submission's result and hold its feedback pages, once (the caller has begun recording it: the
     leases' end_recording is called here, however it ends). Raises ArchiveRefused or FileExistsError."""
     recorded = False
-    try:  # the pages first: a recorded result always has its feedback given back
+    try:  # the pages first: a recorded result always has its pages to give back
         pages = {f"{name}.html": text.encode() for name, text in result.pages.items()}
-        await asyncio.to_thread(store.put, (FEEDBACK, *key), io.BytesIO(pack_files(pages)), FEEDBACK_LIMITS,
-                                True)
+        await asyncio.to_thread(store.put, (HELD_FEEDBACK, *key), io.BytesIO(pack_files(pages)),
+                                FEEDBACK_LIMITS, True)
         kept = io.BytesIO(pack_files({RESULT_FILE: result.to_json()}))
         await asyncio.to_thread(store.put, (RESULTS, *key), kept, RESULT_LIMITS, False)
         recorded = True
@@ -505,6 +527,7 @@ def make_app(store: Store, auth, prefix: str = "/", leases: Leases | None = None
         (f"{api}/work/{NAME}/{NAME}/{NAME}", LeaseHandler, args),
         (f"{api}/results", ResultsHandler, args),
         (f"{api}/results/{NAME}/{NAME}/{NAME}", ResultHandler, args),
+        (f"{api}/results/{NAME}/{NAME}/{NAME}/feedback", ResultFeedbackHandler, args),
     ])
 
 

@@ -32,6 +32,8 @@ MAX_RESULT_BYTES = 16 << 20  # a result and its feedback pages, as JSON
 MAX_LEASES = 3  # leases of one submission that may end with no result before the service gives it up
 RESULT_FILE = "result.json"
 RESULTS = "results"  # the store's trees of results: ("results", assignment, student, timestamp)
+# a worker's feedback pages, held until the autograde service has recorded their result in the gradebook
+HELD_FEEDBACK = "held-feedback"  # ("held-feedback", assignment, student, timestamp)
 RESULT_LIMITS = Limits(file_bytes=MAX_RESULT_BYTES, total_bytes=MAX_RESULT_BYTES, entries=1, depth=1)
 
 
@@ -304,6 +306,13 @@ def recorded_results(service: ServiceClient, assignment: str) -> list[Recorded]:
         key = (str(raw.pop("student_id")), str(raw.pop("assignment_id")), str(raw.pop("timestamp")))
         found.append(Recorded(*key, WorkResult.from_json(json.dumps(raw).encode())))
     return found
+
+
+def give_back_result(service: ServiceClient, student: str, assignment: str, timestamp: str) -> bool:
+    """Give a recorded result's feedback pages to its student (`POST api/results/A/S/T/feedback`, staff);
+    return False when the service held none (a result recorded before pages were held)."""
+    body = service.call("POST", f"{RESULTS}/{assignment}/{student}/{timestamp}/feedback")
+    return bool(json.loads(body or b"{}").get("given_back"))
 
 
 def hand_out(service: ServiceClient, handouts: Iterable[Handout]) -> None:
