@@ -136,7 +136,7 @@ def _named_in(path: Path) -> list[str]:
 def test_every_module_named_in_a_template_or_command_line_exists():
     """`hub setup` writes module paths into the configuration (spawner, authenticator, services, nbgrader's
     plugins) and the hub's commands run modules by name as the grader account: each one must resolve."""
-    templates = sorted((ROOT / "autograder/hub/setup/templates").glob("*.j2"))
+    templates = sorted((ROOT / "autograder/hub/setup/templates").rglob("*.j2"))
     assert {name for path in templates for name in _named_in(path)}, "the templates name nbgrader's plugins"
     named = sorted({name for path in [*templates, *modules("autograder"), ROOT / "Makefile"]
                     for name in _named_in(path)})

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from autograder.hub.hub_process import HubCommand
 from autograder.hub.settings import HubSettings, grader_env
 from autograder.hub.setup import accounts
-from autograder.hub.setup.parts import Part, hub_parts, readable_folders
+from autograder.hub.setup.exchanges import exchange_setup
+from autograder.hub.setup.parts import Part, readable_folders
 from autograder.hub.spawning import nodes
 from autograder.hub.spawning.server_box import BoxPlan, box_prefix
 
@@ -100,7 +101,7 @@ def supervise(s: HubSettings, command: HubCommand) -> int:
         signal.signal(sig, on_signal)
     nodes.hub_down(s.node_subnet)  # what a killed run left
     nodes.hub_up(s.node_subnet, (s.port, s.hub_port))  # the proxy's and the API's: all a part may reach
-    parts = [Running(p) for p in hub_parts(s)]
+    parts = [Running(p) for p in exchange_setup(s).parts(s)]
     hub = None
     try:
         hub = subprocess.Popen(command.argv, cwd=command.cwd, env=command.env)

@@ -6,7 +6,7 @@ process rebuilds another's command line from them."""
 from dataclasses import MISSING, dataclass
 
 from autograder.grading.defaults import DEFAULT_SANDBOX, SANDBOX_CHOICES, SANDBOX_HELP, timeout_problem
-from autograder.hub.settings import LEASE_CHECK, LEASE_S
+from autograder.hub.settings import EXCHANGES, LEASE_CHECK, LEASE_S
 from autograder.options import at_least, option
 from autograder.str_enum import StrEnum
 
@@ -77,8 +77,9 @@ class AutogradeSettings:
     exchange: str = option(MISSING, "the exchange's root folder (hidden from student code in any case)",
                            metavar="FOLDER")
     course_id: str = option(MISSING, "the course's id in the exchange")
-    http_exchange: str = option("", "take submissions from the HTTP exchange service at this address, not "
-                                "the exchange folder", metavar="URL")
+    backend: str = option("files", "the exchange's backend (hub setup --exchange; setup/exchanges.py)",
+                          choices=EXCHANGES)
+    http_exchange: str = option("", "the HTTP exchange service's address (backend http)", metavar="URL")
     workers: bool = option(False, "grading workers grade the HTTP exchange's submissions: record their "
                            "results")
     jobs: int | None = option(None, "students graded at once (default: the CPU cores)", kind=int,

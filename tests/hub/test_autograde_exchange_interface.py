@@ -7,15 +7,13 @@ import inspect
 from pathlib import Path
 
 import pytest
+from traitlets.utils.importstring import import_item
 
 from autograder.grading.results import Status, StudentResult
-from autograder.hub.exchange.commands.folder import FolderCommands
-from autograder.hub.exchange.commands.http import HttpCommands
-from autograder.hub.exchange.folder.autograde import FolderAutograde
-from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.interfaces import AutogradeExchange, StaffExchange
 from autograder.hub.service.autograde import Place, release_result, scan, settle_unstaged, stage
 from autograder.hub.service.autograde_queue import State
+from autograder.hub.setup.exchanges import BACKENDS
 from tests.memory_exchange import MemoryExchange
 
 
@@ -90,10 +88,13 @@ def _methods(protocol: type) -> dict[str, inspect.Signature]:
             if callable(member) and not name.startswith("_")}
 
 
-@pytest.mark.parametrize(("protocol", "backend"), [
-    (AutogradeExchange, FolderAutograde), (AutogradeExchange, HttpAutograde),
-    (AutogradeExchange, MemoryExchange),
-    (StaffExchange, FolderCommands), (StaffExchange, HttpCommands)])
+BACKEND_CLASSES = [(AutogradeExchange, MemoryExchange),
+                   *((AutogradeExchange, import_item(b.autograde)) for b in BACKENDS.values()),
+                   *((StaffExchange, import_item(b.staff)) for b in BACKENDS.values())]
+
+
+@pytest.mark.parametrize(("protocol", "backend"), BACKEND_CLASSES,
+                         ids=[f"{p.__name__}-{b.__name__}" for p, b in BACKEND_CLASSES])
 def test_each_backend_offers_every_method_of_its_interface_as_declared(protocol: type, backend: type) -> None:
     wanted = _methods(protocol)
     assert wanted  # the interface declares something

@@ -127,7 +127,7 @@ def test_the_autograde_service_runs_as_the_grader_with_no_url_and_no_scopes(tmp_
                                   str(s.paths.grader_etc / "autograde.json")]
     assert settings_of(service["command"]) == {
         "course": str(s.paths.course), "exchange": str(s.paths.exchange), "course_id": s.course_id,
-        "http_exchange": "", "workers": False, "jobs": None, "once": False}
+        "backend": "files", "http_exchange": "", "workers": False, "jobs": None, "once": False}
     assert "PYTHONPATH" not in service["environment"]
     assert not any("device-lab-autograde" in r.get("services", []) for r in c.JupyterHub.load_roles)
 

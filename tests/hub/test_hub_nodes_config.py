@@ -13,7 +13,8 @@ from traitlets.config.loader import PyFileConfigLoader
 from autograder.hub.node_start import part_command, part_environment
 from autograder.hub.settings import HubError, HubSettings
 from autograder.hub.setup.checks import check_settings
-from autograder.hub.setup.parts import exchange_url, hub_parts
+from autograder.hub.setup.exchanges import exchange_setup
+from autograder.hub.setup.parts import exchange_url
 from autograder.hub.setup.render import render_all, write_all
 from autograder.hub.setup.roster import Member
 from tests.hub_support import settings_of
@@ -33,7 +34,7 @@ def settings(tmp_path: Path, **changes) -> HubSettings:
 def config(s: HubSettings):
     write_all(render_all(s, MEMBERS))
     s.paths.cli_token.write_text("t0ken\n")
-    for part in hub_parts(s):
+    for part in exchange_setup(s).parts(s):
         part.token_file(s).write_text(f"token-of-{part.service}\n")
     return PyFileConfigLoader(s.paths.config.name, path=str(s.paths.config.parent)).load_config()
 
@@ -61,7 +62,7 @@ def test_the_exchange_and_workers_are_external_services_known_by_their_tokens(tm
 
 def test_a_part_starts_on_its_node_as_the_grader_in_a_box_of_its_own_folder(tmp_path: Path) -> None:
     s = settings(tmp_path)
-    exchange, worker_1, _ = hub_parts(s)
+    exchange, worker_1, _ = exchange_setup(s).parts(s)
     config(s)
     line = part_command(s, worker_1)
     assert line[:4] == ["ip", "netns", "exec", "dl213n2"]

@@ -1,31 +1,28 @@
-"""The one place that picks the exchange's backend: the hub's setting `exchange` ("folder" or "http")."""
+"""Build the hub's exchange backend, as setup/exchanges.py names it (the one place that picks one): the
+instructor's side from the hub's settings, the autograde service's from its own."""
 
-from pathlib import Path
+from traitlets.utils.importstring import import_item
 
-from autograder.hub.exchange.commands.folder import FolderCommands
-from autograder.hub.exchange.commands.http import HttpCommands
-from autograder.hub.exchange.folder.autograde import FolderAutograde
 from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.interfaces import AutogradeExchange, StaffExchange
 from autograder.hub.part_settings import AutogradeSettings
 from autograder.hub.settings import HubSettings
+from autograder.hub.setup.exchanges import BACKENDS, exchange_setup
 
 
 def staff_exchange(s: HubSettings) -> StaffExchange:
     """Return the instructor's side of the hub's exchange."""
-    return HttpCommands(s) if s.exchange == "http" else FolderCommands(s)
+    return import_item(exchange_setup(s).staff)(s)
 
 
 def autograde_exchange(s: AutogradeSettings) -> AutogradeExchange:
-    """Return the autograde service's side of the exchange: the HTTP exchange service when its settings name
-    one (its store still hidden from the sandbox), else the exchange folder."""
-    if s.http_exchange:
-        return HttpAutograde(s.http_exchange, (Path(s.exchange),))
-    return FolderAutograde.at(Path(s.exchange), s.course_id)
+    """Return the autograde service's side of the exchange its settings name."""
+    return import_item(BACKENDS[s.backend].autograde).from_settings(s)
 
 
 def grading_workers(exchange: AutogradeExchange) -> HttpAutograde:
-    """Return the exchange the grading workers lease submissions from: only the HTTP exchange has them."""
+    """Return the exchange the grading workers lease submissions from (a backend that hands work out)."""
     if not isinstance(exchange, HttpAutograde):
-        raise TypeError("grading workers take their submissions from the HTTP exchange (--http-exchange)")
+        raise TypeError(f"grading workers take their submissions from the HTTP exchange, not "
+                        f"{type(exchange).__name__}")
     return exchange

@@ -7,8 +7,9 @@ Two users, two interfaces, each method returning one type:
   batch's work folder, feedback given back.
 
 The folder backend (`exchange/folder/`: nbgrader's exchange folder, made safe) and the HTTP backend
-(`exchange/http/`: a hub service) each implement both; `exchange/choice.py` alone picks one. A third backend
-(object storage, a cluster's own store) is then one class of each.
+(`exchange/http/`: a hub service) each implement both; `setup/exchanges.py` alone picks one
+(`exchange/choice.py` builds it). A third backend (object storage, a cluster's own store) is then one class of
+each, named there with its template fragments.
 """
 
 import json

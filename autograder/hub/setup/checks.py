@@ -17,6 +17,7 @@ from autograder.hub.settings import (
     HubSettings,
 )
 from autograder.hub.setup import accounts
+from autograder.hub.setup.exchanges import exchange_setup
 from autograder.hub.spawning.server_box import box_works
 from autograder.options import problems
 
@@ -52,23 +53,22 @@ def check_settings(s: HubSettings) -> None:
                        "native.")
     if s.authenticator == "lti13":
         check_lti(s)
-    if s.grading_workers and s.exchange != "http":
-        raise HubError(f"--grading-workers {s.grading_workers} needs --exchange http: workers take "
-                       "submissions from the HTTP exchange service's API (the files exchange has none)")
-    if s.nodes == "namespaces" and (s.exchange != "http" or s.server_box != "bwrap"):
-        raise HubError("--nodes namespaces needs --exchange http (the parts share no folder: they talk over "
-                       "the hub's proxy) and --server-box bwrap (each part's own mount namespace)")
+    exchange = exchange_setup(s)
+    wrong = exchange.problems(s)
+    if wrong:
+        raise HubError("; ".join(wrong))
+    if s.nodes == "namespaces" and s.server_box != "bwrap":
+        raise HubError("--nodes namespaces needs --server-box bwrap (each part's own mount namespace)")
     if s.nodes == "namespaces" and not shutil.which("ip"):
         raise HubError("--nodes namespaces needs iproute2's `ip` (Debian: apt-get install iproute2)")
     if s.nodes == "namespaces" and not shutil.which("nft"):
         raise HubError("--nodes namespaces needs nftables' `nft`, which filters what each node's link lets "
                        "through (Debian: apt-get install nftables)")
-    ports = [s.port, s.hub_port, s.proxy_api_port, s.service_port,
-             *([s.exchange_port] if s.exchange == "http" else [])]
-    if len(set(ports)) != len(ports):
-        raise HubError(f"the hub's ports must differ: public {s.port}, hub {s.hub_port}, proxy API "
-                       f"{s.proxy_api_port}, formgrader service {s.service_port}"
-                       + (f", exchange service {s.exchange_port}" if s.exchange == "http" else ""))
+    ports = {"public": s.port, "hub": s.hub_port, "proxy API": s.proxy_api_port,
+             "formgrader service": s.service_port, **exchange.ports(s)}
+    if len(set(ports.values())) != len(ports):
+        raise HubError("the hub's ports must differ: "
+                       + ", ".join(f"{what} {port}" for what, port in ports.items()))
     if not (Path(s.bin_dir) / "jupyterhub").exists():
         raise HubError(f"no jupyterhub in {s.bin_dir}: install the hub extra (pip install -e '.[hub]')")
     if not s.proxy or not os.access(s.proxy, os.X_OK):

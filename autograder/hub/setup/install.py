@@ -24,7 +24,7 @@ from autograder.hub.setup.checks import (
     check_server_box,
     check_settings,
 )
-from autograder.hub.setup.parts import hub_parts
+from autograder.hub.setup.exchanges import exchange_setup
 from autograder.hub.setup.render import gradebook_url, render_all, write_all
 from autograder.hub.setup.roster import Member, read_roster, write_roster
 from autograder.hub.setup.students import register_students
@@ -133,7 +133,8 @@ def make_folders(s: HubSettings) -> None:
     if not paths.cli_token.exists():
         paths.cli_token.write_text(secrets.token_hex(32) + "\n")
     paths.cli_token.chmod(0o600)
-    for part in hub_parts(s) if s.nodes == "namespaces" else []:  # the hub knows a part on a node by token
+    # the hub knows a part on a node by its token
+    for part in exchange_setup(s).parts(s) if s.nodes == "namespaces" else []:
         token = part.token_file(s)
         if not token.exists():
             token.write_text(secrets.token_hex(32) + "\n")
@@ -171,7 +172,7 @@ def configure(s: HubSettings, members: list[Member]) -> None:
 def setup(s: HubSettings, roster: Path, prepare_exchange: Callable[[HubSettings], object]) -> SetupReport:
     """Make the hub: accounts, folders, course, gradebook, configuration (the LMS's part: lms.admission);
     `prepare_exchange` makes the exchange's own place once the grader account exists (its backend's
-    `prepare`, exchange/choice.py)."""
+    `prepare`, setup/exchanges.py)."""
     accounts.require_root("hub setup")
     # Every folder and file setup makes has the mode it names, never the caller's umask (a root shell's
     # 077 would hide the students' own configuration from them), and what nbgrader and pip make is 0755 too.

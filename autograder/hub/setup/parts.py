@@ -11,7 +11,7 @@ from pathlib import Path
 
 from autograder.grading.sandbox import python_locations, student_package_folders
 from autograder.hub.database import part_url
-from autograder.hub.part_settings import AutogradeSettings, ServiceSettings, WorkerSettings
+from autograder.hub.part_settings import ServiceSettings, WorkerSettings
 from autograder.hub.settings import EXCHANGE_SERVICE, GRADER_PACKAGE, GRADING_WORKER, HubSettings
 from autograder.hub.spawning.nodes import EXCHANGE_INDEX, FIRST_WORKER_INDEX, Node, part_address
 
@@ -81,9 +81,7 @@ def lease_database(s: HubSettings) -> str:
 
 
 def worker_parts(s: HubSettings) -> list[Part]:
-    """Return the grading workers, each with its own course copy (exchange "http" only)."""
-    if s.exchange != "http":
-        return []
+    """Return the HTTP exchange's grading workers, each with its own course copy."""
     parts = []
     for k in range(1, s.grading_workers + 1):
         course = s.paths.worker_course(k)
@@ -93,26 +91,9 @@ def worker_parts(s: HubSettings) -> list[Part]:
     return parts
 
 
-def autograde_settings(s: HubSettings) -> AutogradeSettings:
-    """Return the autograde service's settings (a managed service of the hub on either exchange): with the
-    HTTP exchange its store is the folder hidden from the sandbox, as the exchange folder is otherwise."""
-    if s.exchange != "http":
-        return AutogradeSettings(str(s.paths.course), str(s.paths.exchange), s.course_id)
-    return AutogradeSettings(str(s.paths.course), str(s.paths.exchange_store), s.course_id, exchange_url(s),
-                             workers=bool(s.grading_workers))
-
-
 def autograde_config(s: HubSettings) -> Path:
     """Return the autograde service's config file (`devicelab-autograde run --config FILE`)."""
     return s.paths.grader_etc / "autograde.json"
-
-
-def hub_parts(s: HubSettings) -> list[Part]:
-    """Return every part the hub runs beside JupyterHub (none without the HTTP exchange)."""
-    if s.exchange != "http":
-        return []
-    workers = worker_parts(s)
-    return [exchange_part(s, bool(workers)), *workers]
 
 
 def readable_folders(s: HubSettings) -> tuple[Path, ...]:

@@ -16,14 +16,8 @@ from autograder.hub.settings import (
     HubSettings,
     grader_env,
 )
-from autograder.hub.setup.parts import (
-    autograde_config,
-    autograde_settings,
-    exchange_service,
-    exchange_url,
-    hub_parts,
-    worker_parts,
-)
+from autograder.hub.setup.exchanges import exchange_setup
+from autograder.hub.setup.parts import autograde_config, exchange_service, exchange_url
 from autograder.hub.setup.roster import Member
 from autograder.options import to_json
 
@@ -76,7 +70,8 @@ def gradebook_url(s: HubSettings) -> str:
 
 def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
     """Return every generated file for these settings and this roster."""
-    env, paths = _environment(), s.paths
+    env, paths, exchange = _environment(), s.paths, exchange_setup(s)
+    parts = exchange.parts(s)
     users = {m.username(s.prefix): m for m in members}
     context = {
         "s": s,
@@ -93,8 +88,9 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         "grader_env": grader_env(s),
         "exchange_service": exchange_service(s),
         "exchange_url": exchange_url(s),
-        "workers": worker_parts(s),
-        "parts": hub_parts(s),
+        "exchange": exchange,  # its fragments of the configs: templates/exchange/<name>/
+        "workers": exchange.workers(s),
+        "parts": parts,
         "on_nodes": s.nodes == "namespaces",
         "staff_scope": STAFF_SCOPE,
         "hub_db_url": hub_db_url(s),
@@ -118,8 +114,8 @@ def render_all(s: HubSettings, members: list[Member]) -> list[Rendered]:
         one("jupyter_server_grader.py.j2", paths.grader_etc / "jupyter_server_config.py"),
         one("page_config_grader.json.j2", paths.grader_etc / "labconfig" / "page_config.json"),
         # the settings of what the hub starts beside JupyterHub (part_settings.py): each reads its own file
-        Rendered(autograde_config(s), to_json(autograde_settings(s))),
-        *(Rendered(part.config_file, to_json(part.settings)) for part in hub_parts(s)),
+        Rendered(autograde_config(s), to_json(exchange.autograde_settings(s))),
+        *(Rendered(part.config_file, to_json(part.settings)) for part in parts),
     ]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from autograder.hub.exchange.folder import tree
 from autograder.hub.exchange.interfaces import Arrived, BadName, Held, Skip, Taken
+from autograder.hub.part_settings import AutogradeSettings
 from autograder.hub.text import printable
 from autograder.safe_copy import Refusal, read_small
 
@@ -34,6 +35,11 @@ class FolderAutograde:
     @classmethod
     def at(cls, root: Path, course_id: str) -> "FolderAutograde":
         return cls(tree.Exchange(root, course_id))
+
+    @classmethod
+    def from_settings(cls, s: AutogradeSettings) -> "FolderAutograde":
+        """Return the exchange folder the autograde service's settings name."""
+        return cls.at(Path(s.exchange), s.course_id)
 
     def new_submissions(self, assignments: set[str], known: set[tuple[str, str, str]]) -> list[Arrived]:
         """Return the inbound's new submissions whose owner is the student they name, oldest first; one
