@@ -4,39 +4,54 @@
 order, each worker taking the next module when it has two tests or fewer left. The suite is CPU-bound on the
 project's 2-core machine except where the hub tests wait (for a time limit, a server, a batch): on
 2026-11-26 the cores were idle for 160 s of a 782 s run, most of it while test_hub_autograde and
-test_hub_end_to_end waited side by side. In this order (found by `benchmarks/suite_time.py order`, which
-simulates the two workers on each test's CPU and wall time measured alone; then checked by a full run), the
-hub modules, which mostly wait, mostly run on one worker beside the grading and notebook modules, which use
-the cores, on the other; the long ones start early, the short ones fill in at the end.
+test_hub_end_to_end waited side by side. In this order (the longest wall first, from a whole run measured
+by `benchmarks/suite_time.py measure`; its `order` search needs each module measured alone), the hub
+modules, which mostly wait, start early beside the grading and notebook modules, which use the cores; the
+short ones fill in at the end.
 """
 
 from collections.abc import Sequence
 
-# Test modules in the order they start, with their CPU and wall seconds when run alone on the project's
-# 2-core machine (2026-11-26); every other module follows them in collection order.
+# Test modules in the order they start, longest first, with their CPU and wall seconds in a whole run on two
+# workers on the project's 2-core machine (2026-12-03, `suite_time.py measure`; walls include the other
+# worker's share of the cores). Modules that mostly wait (the real hubs) go first beside the ones that use the
+# cores; every other module follows them in collection order. Before this order the hub modules ran last in
+# collection order (tests/hub/ after tests/grading/), the PostgreSQL hub alone for its last 150 s.
 LONGEST_FIRST = (
-    "test_hub_lti",  # CPU 46, wall 47
-    "test_hub_autograde",  # CPU 119, wall 195
-    "test_grading_nbgrader_compat",  # CPU 121, wall 81
-    "test_lessons",  # CPU 48, wall 48
-    "test_book",  # beside test_lessons: the two share one run of each lesson (executed_copy), from both ends
-    "test_grading_honest_answers",  # CPU 85, wall 53
-    "test_grading_tamper",  # CPU 45, wall 35
-    "test_hub_server_limits",  # CPU 21, wall 25
-    "test_hub_isolation",  # CPU 20, wall 31 (2026-11-28)
-    "test_hub_hidden_tests",  # CPU 38, wall 35
-    "test_grading_tamper_round2",  # CPU 25, wall 25
-    "test_hub_end_to_end",  # CPU 63, wall 112
-    "test_hub_browser_xss",  # CPU 43, wall 53
-    "test_hub_browser",  # CPU 49, wall 45
-    "test_browser",  # CPU 91, wall 75
-    "test_grading_end_to_end",  # CPU 93, wall 96
-    "test_hub_lti_browser",  # CPU 29, wall 28
-    "test_colab",  # CPU 69, wall 71
-    "test_validate",  # CPU 40, wall 51
-    "test_hub_redteam",  # CPU 65, wall 67
-    "test_grading_zygote",  # CPU 38, wall 40
-    "test_grading_honest_corpus",  # CPU 19, wall 12
+    "test_hub_postgres",  # CPU 96, wall 235
+    "test_grading_honest_answers",  # CPU 202, wall 186
+    "test_hub_end_to_end",  # CPU 58, wall 175
+    "test_hub_autograde",  # CPU 97, wall 169
+    "test_hub_nodes",  # CPU 92, wall 150
+    "test_ps08_several_devices",  # CPU 108, wall 120
+    "test_grading_nbgrader_compat",  # CPU 93, wall 101
+    "test_colab",  # CPU 74, wall 94
+    "test_hub_redteam",  # CPU 79, wall 94
+    "test_grading_out_of_process_ps02_ps03",  # CPU 52, wall 92
+    "test_grading_end_to_end",  # CPU 75, wall 84
+    "test_hub_lti",  # CPU 75, wall 83
+    "test_lessons",  # CPU 7, wall 7 (lessons run by test_book first are read back)
+    "test_book",  # CPU 105, wall 74: beside test_lessons, both read one run of each lesson (executed_copy)
+    "test_hub_http_workers",  # CPU 42, wall 65
+    "test_hub_http_exchange",  # CPU 50, wall 64
+    "test_browser",  # CPU 70, wall 59
+    "test_hub_browser_xss",  # CPU 44, wall 57
+    "test_validate",  # CPU 34, wall 49
+    "test_ps06_streams_and_profiling",  # CPU 44, wall 47
+    "test_grading_tamper",  # CPU 37, wall 45
+    "test_ps02_moving_tensors",  # CPU 40, wall 43
+    "test_grading_zygote",  # CPU 25, wall 42
+    "test_hub_hidden_tests",  # CPU 34, wall 41
+    "test_lesson08",  # CPU 38, wall 40
+    "test_hub_browser",  # CPU 43, wall 39
+    "test_hub_isolation",  # CPU 24, wall 37
+    "test_hub_server_limits",  # CPU 18, wall 30
+    "test_grading_tamper_round2",  # CPU 23, wall 28
+    "test_hub_lti_browser",  # CPU 25, wall 27
+    "test_grading_execution",  # CPU 2, wall 23
+    "test_hub_nodes_network",  # CPU 1, wall 21
+    "test_grading_solution_check",  # CPU 21, wall 21
+    "test_ps03_device_mismatch",  # CPU 17, wall 20
 )
 
 
