@@ -13,7 +13,7 @@
   left there cannot run in the next notebook's kernel before its guard has recorded the pristine path;
 - the grading kernel's guard (guard_kernel/, tamper.py): graded test cells are marked as such in their
   execute requests, a test cell that the guard cannot confirm ran on the pristine path fails, and every
-  change a cell made to the execution path becomes a "tamper" event;
+  change a cell made to the execution path becomes a "tamper" event (guard_verdicts.py);
 - out-of-process test cells (remote_calls.py): a test cell the instructor's notebook marks so is run here,
   from the instructor's notebook, calling the student's functions in the kernel with plain data across;
 - the files a notebook writes while it runs are copied back beside the graded notebook, as they would be
@@ -39,7 +39,6 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
-from nbgrader import utils
 from nbgrader.preprocessors import Execute
 from traitlets import Dict, Float, Integer, Unicode, default
 
@@ -48,6 +47,7 @@ from autograder.grading.attempt import EventKind
 from autograder.grading.channels import KernelMessageError, SlicedKernelClient
 from autograder.grading.defaults import DEFAULT_TIMEOUT
 from autograder.grading.guard_kernel.guard import GRADER_KEY
+from autograder.grading.guard_verdicts import GuardVerdicts, error_output
 from autograder.grading.remote_calls import (
     END,
     MAX_REPLY_CHARS,
@@ -58,15 +58,12 @@ from autograder.grading.remote_calls import (
     serve_code,
 )
 from autograder.grading.sandbox import MAX_FILE_MIB, MAX_TASKS, refused_tasks
-from autograder.grading.tamper import CellRecords, ChannelReader, describe_change, suspicious_code
 from autograder.grading.verdict import REPLIES
 from autograder.safe_copy import Limits, Refusal, copy_tree, read_small
 
 MEMORY_ERROR_HINTS = ("can't allocate memory", "cannot allocate memory", "out of memory",
                       "defaultcpuallocator")
 NOT_RUN = "NotRunByGrader"
-UNCONFIRMED = "TestNotConfirmed"
-RECORD_WAIT = 5.0  # seconds to wait for the guard's record of a finished test cell
 MAX_PROGRESS_BYTES = 16 * 2**20
 # What a kernel loads from its HOME as it starts (IPYTHONDIR, JUPYTER_CONFIG_DIR, JUPYTER_DATA_DIR, the user
 # site and XDG config): emptied before each kernel of an attempt starts.
@@ -83,11 +80,6 @@ def is_memory_error(output: dict) -> bool:
     """Return True when an error output says the code ran out of memory."""
     text = f"{output.get('ename', '')}: {output.get('evalue', '')}".lower()
     return output.get("ename") == "MemoryError" or any(hint in text for hint in MEMORY_ERROR_HINTS)
-
-
-def _error_output(ename: str, evalue: str) -> NotebookNode:
-    return NotebookNode(output_type="error", ename=ename, evalue=evalue,
-                        traceback=[f"\x1b[0;31m{ename}\x1b[0m: {evalue}"])
 
 
 def _size(content: dict) -> int:
@@ -196,12 +188,8 @@ class GraderExecute(Execute):
         self._events: list[dict] = (list(read_progress(self.progress_file).get("events", []))
                                     if self.progress_file else [])
         self._cell = None
-        self._channel: ChannelReader | None = None
-        self._sent: dict[str, int] = {}  # execute request msg_id -> cell index
-        self._answered: set[str] = set()  # execute request msg_ids the kernel has replied to
-        self._flagged: set[str] = set()
+        self._guard = GuardVerdicts(nb, lambda index, message: self._event(EventKind.TAMPER, index, message))
         self._replies: dict[int, str] = {}  # cell index -> the status of the kernel's reply (verdict.py)
-        self._calls: dict[str, int] = {}  # msg_ids of calls into the kernel (remote_calls.py) -> test cell
         self._plan = (Plan.read(Path(self.source_folder) / f"{self._notebook}.ipynb") if self.source_folder
                       else Plan())
         self._kernel_lost = False
@@ -219,7 +207,7 @@ class GraderExecute(Execute):
             self._event(EventKind.UNRESPONSIVE, self._cell, "did not stop when interrupted")
             raise
         finally:
-            self._close_channel()
+            self._guard.close()
             self._copy_written_files()
             self._write_progress("finished")
         return result
@@ -236,8 +224,7 @@ class GraderExecute(Execute):
                              Path(self.work_folder))
             kwargs["cwd"] = self.work_folder
         if self.guard_channel:
-            self._close_channel()
-            self._channel = ChannelReader(self.guard_channel)
+            self._guard.open(self.guard_channel)
         return await super().async_start_new_kernel(**kwargs)
 
     start_new_kernel = run_sync(async_start_new_kernel)
@@ -254,9 +241,9 @@ class GraderExecute(Execute):
                        "user_expressions": user_expressions or {}, "allow_stdin": bool(allow_stdin),
                        "stop_on_error": stop_on_error}
             msg = kc.session.msg("execute_request", content,
-                                 metadata={GRADER_KEY: {"test": self._is_test(self._cell)}})
+                                 metadata={GRADER_KEY: {"test": self._guard.is_test(self._cell)}})
             kc.shell_channel.send(msg)
-            self._sent[msg["header"]["msg_id"]] = self._cell
+            self._guard.sent[msg["header"]["msg_id"]] = self._cell
             return msg["header"]["msg_id"]
 
         kc.execute = execute
@@ -264,105 +251,16 @@ class GraderExecute(Execute):
 
         async def get_msg(*args, **kwargs):
             msg = await ensure_async(shell_get_msg(*args, **kwargs))
-            self._observe_reply(msg)
+            self._guard.observe_reply(msg, self._replies)
             return msg
 
         kc.shell_channel.get_msg = get_msg
         kc._grader_marks = True
 
-    def _observe_reply(self, msg: dict) -> None:
-        """Fail a cell the kernel replied to twice: the first reply was not the kernel's own (a forgery)."""
-        msg_id = str((msg.get("parent_header") or {}).get("msg_id", ""))
-        if msg.get("msg_type") != "execute_reply" or msg_id not in self._sent:
-            return
-        if msg_id not in self._answered:
-            self._answered.add(msg_id)
-            return
-        index = self._sent[msg_id]
-        self._replies[index] = "answered twice"
-        cell = self.nb.cells[index]
-        if self._is_test(index) and not any(o.get("ename") == UNCONFIRMED for o in cell.outputs):
-            cell.outputs.append(_error_output(UNCONFIRMED, "the grader could not run this test as written, "
-                                                           "so it earns no points"))
-        self._flag(index, "was answered twice: code in the kernel sent the grader a reply of its own")
-
     async def _read_waiting_replies(self) -> None:
         """Read the replies already waiting (a test cell's real one comes after a forged one): none unseen."""
         while self.kc is not None and await ensure_async(self.kc.shell_channel.msg_ready()):
             await self.kc.shell_channel.get_msg(timeout=0)
-
-    def _is_test(self, index) -> bool:
-        cell = self.nb.cells[index] if index is not None else None
-        return cell is not None and bool(utils.is_grade(cell)) and not utils.is_solution(cell)
-
-    def _cell_name(self, index) -> str:
-        if index is None:
-            return "the notebook:"
-        cell = self.nb.cells[index]
-        gid = grade_id(cell)
-        if gid and utils.is_solution(cell):
-            return f"answer cell '{gid}'"
-        if gid and utils.is_grade(cell):
-            return f"test cell '{gid}'"
-        return f"cell {index + 1}" + (f" ('{gid}')" if gid else "")
-
-    def _flag(self, index, words: str) -> None:
-        message = f"{self._cell_name(index)} {words}"
-        if message not in self._flagged:
-            self._flagged.add(message)
-            self._event(EventKind.TAMPER, index, message)
-
-    def _flagged_with(self, index, words: str) -> bool:
-        """Return True when the kernel already flagged this cell for the same thing (in any detail)."""
-        return any(m.startswith(f"{self._cell_name(index)} {words}") for m in self._flagged)
-
-    def _check_test(self, cell, cell_index) -> None:
-        """Fail a graded test cell that the guard cannot confirm ran as written on the pristine path."""
-        if self._channel is None or not self._is_test(cell_index):
-            return
-        msg_id = next(reversed(self._sent), None)  # the request just sent for this cell
-        records = (self._channel.wait_for(msg_id, RECORD_WAIT) if msg_id and self._sent[msg_id] == cell_index
-                   else CellRecords())
-        if records.confirmed:
-            return
-        cell.outputs.append(_error_output(UNCONFIRMED, "the grader could not run this test as written, "
-                                                       "so it earns no points"))
-        if records.before is None or records.after is None:
-            self._flag(cell_index, "ran without the grader's check of the kernel (its record is missing)")
-        elif records.changes("before"):
-            self._flag(cell_index, "ran after code left running in the background changed the kernel")
-        else:
-            self._flag(cell_index, "was changed while it ran (by the code it called)")
-
-    def _close_channel(self) -> None:
-        """Read the guard's last records and turn every change it undid into a flag."""
-        channel, self._channel = getattr(self, "_channel", None), None
-        if channel is None:
-            return
-        channel.close()
-        background: dict[str, list[str]] = {}
-        for msg_id, index in self._sent.items():
-            records = channel.records.get(msg_id, CellRecords())
-            for change in records.changes("before"):
-                cells = background.setdefault(describe_change(change), [])
-                if (name := self._cell_name(index)) not in cells:
-                    cells.append(name)
-        for words, cells in background.items():
-            shown = ", ".join(cells[:3]) + (f" and {len(cells) - 3} more" if len(cells) > 3 else "")
-            self._flag(None, f"code left running in the background {words} (found before {shown})")
-        for msg_id, index in [*self._sent.items(), *self._calls.items()]:
-            records = channel.records.get(msg_id, CellRecords())
-            for change in records.changes("after"):
-                self._flag(index, describe_change(change))
-            for finding in records.findings():
-                self._flag(index, finding)
-        if channel.flooded:
-            self._flag(None, "something other than the grading kernel wrote to the grader's channel")
-        for index, cell in enumerate(self.nb.cells):
-            if cell.cell_type == "code" and not utils.is_locked(cell) and not self._is_test(index):
-                for words in suspicious_code(cell.source):
-                    if not self._flagged_with(index, words):
-                        self._flag(index, f"{words} (in its code)")
 
     # --- time budget ---------------------------------------------------------------------------------
 
@@ -395,7 +293,7 @@ class GraderExecute(Execute):
             if not any(e["kind"] == EventKind.TIMEOUT for e in self._events):
                 self._event(EventKind.TIMEOUT, cell_index, "the notebook's time limit ran out")
         if reason is not None:
-            cell.outputs = [_error_output(NOT_RUN, reason)]
+            cell.outputs = [error_output(NOT_RUN, reason)]
             self._event(EventKind.SKIPPED, cell_index, reason)
             return cell
         self._write_progress("running")
@@ -403,12 +301,12 @@ class GraderExecute(Execute):
         self._kept_cell = 0
         self._dropped_cell = 0
         self._mark_requests()
-        if self._is_test(cell_index) and grade_id(cell) in self._plan.tests:
+        if self._guard.is_test(cell_index) and grade_id(cell) in self._plan.tests:
             return await self._run_outside(cell, cell_index)
         refused = refused_tasks(self.task_events) if self.task_events else 0
         cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-        self._check_test(cell, cell_index)
-        if self._is_test(cell_index):
+        self._guard.check_test(cell, cell_index)
+        if self._guard.is_test(cell_index):
             await self._read_waiting_replies()
         if self.task_events and refused_tasks(self.task_events) > refused:
             self._event(EventKind.PROCESSES, cell_index, f"tried to start more than {MAX_TASKS} processes "
@@ -449,7 +347,7 @@ class GraderExecute(Execute):
             namespace = self._plan.namespace()
         except Exception as exc:  # noqa: BLE001  (the instructor's set-up cells: every test fails, and says so)
             why = f"the grader could not run the notebook's set-up cells ({type(exc).__name__}: {exc})"
-            cell.outputs = [_error_output("SetUpFailed", why)]
+            cell.outputs = [error_output("SetUpFailed", why)]
             self._replies[cell_index] = "error"
             return cell
         calls = KernelCalls(self, cell_index, deadline)
@@ -588,7 +486,7 @@ class KernelCalls:
                    "user_expressions": {}, "allow_stdin": True, "stop_on_error": False}
         msg = kc.session.msg("execute_request", content, metadata={GRADER_KEY: {"test": False}})
         self.msg_id = msg["header"]["msg_id"]
-        self.execute._calls[self.msg_id] = self.cell_index
+        self.execute._guard.calls[self.msg_id] = self.cell_index
         kc.shell_channel.send(msg)
 
     async def until_input(self, name: str) -> None:

@@ -37,7 +37,8 @@ from nbgrader import utils
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 from traitlets import List, Unicode
 
-from autograder.grading.execution import NOT_RUN, UNCONFIRMED
+from autograder.grading.execution import NOT_RUN
+from autograder.grading.guard_verdicts import UNCONFIRMED
 
 FEEDBACK_PREFIX = "# Feedback:"  # a line of a hidden block that students read when that block fails
 DEFAULT_MESSAGE = ("Your answer passes the visible tests but not every case: check the cases they do not try "

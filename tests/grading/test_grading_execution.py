@@ -5,7 +5,8 @@ guard, or one whose guard was silenced)."""
 import nbformat
 import pytest
 
-from autograder.grading.execution import NOT_RUN, UNCONFIRMED, GraderExecute
+from autograder.grading.execution import NOT_RUN, GraderExecute
+from autograder.grading.guard_verdicts import UNCONFIRMED
 from tests.factories import graded_cell_meta, solution_cell_meta
 
 pytestmark = pytest.mark.notebook
