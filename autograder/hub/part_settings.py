@@ -77,9 +77,10 @@ class AutogradeSettings:
     exchange: str = option(MISSING, "the exchange's root folder (hidden from student code in any case)",
                            metavar="FOLDER")
     course_id: str = option(MISSING, "the course's id in the exchange")
-    backend: str = option("files", "the exchange's backend (hub setup --exchange; setup/exchanges.py)",
+    backend: str = option(MISSING, "the exchange's backend (hub setup --exchange; setup/exchanges.py)",
                           choices=EXCHANGES)
-    http_exchange: str = option("", "the HTTP exchange service's address (backend http)", metavar="URL")
+    http_exchange: str = option("", "the HTTP exchange service's address (backend http, which needs it)",
+                                metavar="URL")
     workers: bool = option(False, "grading workers grade the HTTP exchange's submissions: record their "
                            "results")
     jobs: int | None = option(None, "students graded at once (default: the CPU cores)", kind=int,

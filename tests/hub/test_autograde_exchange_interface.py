@@ -5,9 +5,9 @@ declares them."""
 
 import inspect
 from pathlib import Path
+from pkgutil import resolve_name
 
 import pytest
-from traitlets.utils.importstring import import_item
 
 from autograder.grading.results import Status, StudentResult
 from autograder.hub.exchange.interfaces import AutogradeExchange, StaffExchange
@@ -89,8 +89,8 @@ def _methods(protocol: type) -> dict[str, inspect.Signature]:
 
 
 BACKEND_CLASSES = [(AutogradeExchange, MemoryExchange),
-                   *((AutogradeExchange, import_item(b.autograde)) for b in BACKENDS.values()),
-                   *((StaffExchange, import_item(b.staff)) for b in BACKENDS.values())]
+                   *((AutogradeExchange, resolve_name(b.autograde)) for b in BACKENDS.values()),
+                   *((StaffExchange, resolve_name(b.staff)) for b in BACKENDS.values())]
 
 
 @pytest.mark.parametrize(("protocol", "backend"), BACKEND_CLASSES,

@@ -6,9 +6,9 @@ import re
 import sys
 from dataclasses import replace
 from pathlib import Path
+from pkgutil import resolve_name
 
 import pytest
-from traitlets.utils.importstring import import_item
 
 from autograder.hub.exchange.choice import autograde_exchange, grading_workers, staff_exchange
 from autograder.hub.settings import EXCHANGES, HubError, HubSettings
@@ -35,9 +35,9 @@ def test_every_choice_of_exchange_is_a_backend_and_only_those() -> None:
 def test_each_backend_builds_the_classes_it_names_on_both_sides(tmp_path: Path, name: str) -> None:
     s = settings(tmp_path, name)
     backend = exchange_setup(s)
-    assert type(staff_exchange(s)) is import_item(backend.staff)
+    assert type(staff_exchange(s)) is resolve_name(backend.staff)
     built = autograde_exchange(backend.autograde_settings(s))
-    assert type(built) is import_item(backend.autograde)
+    assert type(built) is resolve_name(backend.autograde)
     hidden = s.paths.exchange_store if name == "http" else s.paths.exchange
     assert hidden in built.hidden  # the sandbox hides the exchange's files from student code on every backend
 
@@ -62,3 +62,16 @@ def test_only_a_backend_that_hands_work_out_gets_grading_workers(tmp_path: Path)
     workers = exchange_setup(http).workers(http)
     assert [p.service for p in workers] == ["device-lab-worker-1", "device-lab-worker-2"]
     assert grading_workers(autograde_exchange(exchange_setup(http).autograde_settings(http))).where
+
+
+def test_the_autograde_service_refuses_settings_that_contradict_their_backend(tmp_path: Path) -> None:
+    from autograder.hub.part_settings import AutogradeSettings
+
+    files = settings(tmp_path, "files")
+    told = exchange_setup(files).autograde_settings(files)
+    for wrong in (replace(told, http_exchange="http://127.0.0.1:9/"), replace(told, workers=True),
+                  replace(told, backend="http")):
+        with pytest.raises(ValueError, match="only it, needs the exchange service's address"):
+            autograde_exchange(wrong)
+    with pytest.raises(TypeError):  # the backend is named, never guessed (an old config file lacks it)
+        AutogradeSettings(course="c", exchange="e", course_id="x")

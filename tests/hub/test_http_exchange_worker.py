@@ -105,6 +105,38 @@ def test_only_staff_give_back_a_recorded_results_pages(leased) -> None:
     assert list(own_feedback(url).values()) == [b"<p>w1: 1/3</p>"]
 
 
+def test_held_pages_never_replace_feedback_given_back_already(leased) -> None:
+    """`hub feedback` put nbgrader's full pages there first (autograde turned off and on around `hub grade`):
+    the worker's pages, given back later, leave them as they are."""
+    url, _ = leased
+    offer = take_work(grader(url))
+    stamp = urllib.parse.quote(offer.timestamp)
+    assert post_result(grader(url), offer, result(1, "w1")) is True
+    assert call(url, "ivy-token", "PUT", f"feedback/ps01/ann/{stamp}", tar_of({"ps01.html": b"<p>full</p>"})
+                )[0] == 200
+    assert give_back_result(grader(url), "ann", "ps01", offer.timestamp) is False
+    assert list(own_feedback(url).values()) == [b"<p>full</p>"]
+
+
+def test_a_result_kept_already_is_never_recorded_over_nor_its_held_pages(tmp_path: Path) -> None:
+    """A worker's result came in while the service was giving the same submission up (its leases had run
+    out): the second recording is refused before it touches the first one's held pages."""
+    import asyncio
+
+    from autograder.hub.exchange.http.service import record
+
+    store, leases = FolderStore(tmp_path / "store"), Leases()
+    key = ("ps01", "ann", "2026-12-03 10:00:00.000000 UTC")
+    assert leases.begin_recording(key)
+    asyncio.run(record(store, leases, key, result(3, "w1")))
+    assert leases.begin_recording(key)  # the given-up path begins its own recording
+    with pytest.raises(FileExistsError):
+        asyncio.run(record(store, leases, key, WorkResult("invalid", None, None, "given up",
+                                                          {"ps01": "<p>not graded</p>"}, "exchange service")))
+    with tarfile.open(fileobj=io.BytesIO(store.get(("held-feedback", *key)))) as pages:
+        assert [pages.extractfile(m).read() for m in pages.getmembers() if m.isfile()] == [b"<p>w1: 3/3</p>"]
+
+
 def test_a_result_for_a_lease_the_service_never_issued_is_refused(leased) -> None:
     """Issue 61: a worker's token PUT a result with `?lease=none` for a submission the queue was holding back;
     it was recorded, and the gradebook showed full marks for a wrong answer nobody graded."""

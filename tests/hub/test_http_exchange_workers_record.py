@@ -127,3 +127,40 @@ def test_workers_get_only_what_the_service_hands_out_and_nothing_before_it_says(
         assert autograde.scan(place, queue) == 0  # no result yet; the workers may now take ps02
         offer = take_work(staff)
         assert offer is not None and offer.assignment_id == "ps02" and take_work(staff) is None
+
+
+def test_pages_not_given_back_leave_the_result_pending_until_the_next_scan_gives_them(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """The exchange service did not answer the give-back: the grade is in the gradebook, but the entry is not
+    done, so the next scan records it again (no change) and gives the pages back; nothing is lost."""
+    from autograder.hub.exchange.http import autograde as http_autograde
+    from autograder.hub.exchange.http.api import ServiceError
+
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copyfile(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    with serving(FolderStore(tmp_path / "store")) as url:
+        assert call(url, "ivy-token", "PUT", "assignments/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+        assert call(url, "ann-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[0] == 200
+        staff = ServiceClient(url, "grader-token", timeout_s=30)
+        offer = take_work(staff)
+        assert post_result(staff, offer, WorkResult("missing", None, None, "no notebook",
+                                                    {"ps01": "<p>yours</p>"}, "w1"))
+        monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "grader-token")
+        place = autograde.Place(course, (ex := HttpAutograde(url, (tmp_path / "store",))), ex)
+        queue = place.queue()
+        queue.configure("ps01", True, None, None, None)
+        real = http_autograde.give_back_result
+
+        def unreachable(*args):
+            raise ServiceError(503, "the exchange is busy")
+
+        monkeypatch.setattr(http_autograde, "give_back_result", unreachable)
+        assert autograde.scan(place, queue) == 0
+        assert [e.state for e in queue.entries("ps01")] != [State.DONE]
+        assert call(url, "ann-token", "GET", "feedback/ps01")[0] == 404
+        monkeypatch.setattr(http_autograde, "give_back_result", real)
+        assert autograde.scan(place, queue) == 1 and autograde.scan(place, queue) == 0
+        assert [e.state for e in queue.entries("ps01")] == [State.DONE]
+        status, body = call(url, "ann-token", "GET", "feedback/ps01")
+        assert status == 200 and b"<p>yours</p>" in body, (status, body)

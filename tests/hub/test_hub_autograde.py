@@ -435,8 +435,8 @@ class ScratchClass:
         """Run the service until its queue is empty; return its log."""
         done = subprocess.run([sys.executable, "-m", "autograder.hub.service.autograde", "run", "--course",
                                str(self.course), "--exchange", str(self.place.exchange.folders.root),
-                               "--course-id",
-                               COURSE, "--jobs", "1", "--once"], cwd=COURSE_ROOT, env=with_venv_on_path(),
+                               "--course-id", COURSE, "--backend", "files", "--jobs", "1", "--once"],
+                              cwd=COURSE_ROOT, env=with_venv_on_path(),
                               check=False, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr

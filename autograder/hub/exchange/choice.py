@@ -1,7 +1,7 @@
 """Build the hub's exchange backend, as setup/exchanges.py names it (the one place that picks one): the
 instructor's side from the hub's settings, the autograde service's from its own."""
 
-from traitlets.utils.importstring import import_item
+from pkgutil import resolve_name
 
 from autograder.hub.exchange.http.autograde import HttpAutograde
 from autograder.hub.exchange.interfaces import AutogradeExchange, StaffExchange
@@ -12,12 +12,17 @@ from autograder.hub.setup.exchanges import BACKENDS, exchange_setup
 
 def staff_exchange(s: HubSettings) -> StaffExchange:
     """Return the instructor's side of the hub's exchange."""
-    return import_item(exchange_setup(s).staff)(s)
+    return resolve_name(exchange_setup(s).staff)(s)
 
 
 def autograde_exchange(s: AutogradeSettings) -> AutogradeExchange:
-    """Return the autograde service's side of the exchange its settings name."""
-    return import_item(BACKENDS[s.backend].autograde).from_settings(s)
+    """Return the autograde service's side of the exchange its settings name (ValueError for settings that
+    contradict their backend: an exchange service's address without the HTTP backend, or none with it)."""
+    if bool(s.http_exchange) != (s.backend == "http") or (s.workers and s.backend != "http"):
+        raise ValueError(f"backend {s.backend} with http_exchange {s.http_exchange!r} and workers "
+                         f"{s.workers}: the HTTP backend, and only it, needs the exchange service's address "
+                         "and has workers")
+    return resolve_name(BACKENDS[s.backend].autograde).from_settings(s)
 
 
 def grading_workers(exchange: AutogradeExchange) -> HttpAutograde:

@@ -9,7 +9,9 @@ has no HTTP port: the instructor's switches are `python -m autograder hub autogr
 write the queue's file as the grader account.
 
     devicelab-autograde run --config FILE       (as the hub runs it: `hub setup` writes the file)
-    devicelab-autograde run --course DIR --exchange DIR --course-id ID [--http-exchange URL [--workers]]
+    devicelab-autograde run --course DIR --exchange DIR --course-id ID --backend files
+    devicelab-autograde run --course DIR --exchange STORE --course-id ID --backend http --http-exchange URL \
+        [--workers]
 """
 
 import argparse
@@ -131,7 +133,8 @@ def queue_new(place: Place, queue: Queue, enabled: set[str]) -> int:
 
 def record_worker_results(place: Place, workers: HttpAutograde, queue: Queue, enabled: set[str]) -> int:
     """Queue the new submissions, tell the exchange which ones the workers may grade now and how, then record
-    their new results (oldest first): the gradebook, the queue, the LMS; return how many results.
+    their new results (oldest first): the gradebook, the student's feedback pages, the queue, the LMS; return
+    how many results.
 
     The queue's rules hold as when this service grades: the hourly limit, one submission at a time per
     student, a newer submission superseding a queued older one. A result comes into the queue as its
@@ -151,9 +154,8 @@ def record_worker_results(place: Place, workers: HttpAutograde, queue: Queue, en
         state = queue.add(r.student_id, r.assignment_id, r.timestamp, r.timestamp, "")
         if state in (State.QUEUED, State.GRADING):
             entry = next(e for e in queue.entries(r.assignment_id) if e.key == key)
-            record_worker_result(place, queue, entry, r.result)
-            workers.give_back_result(entry)  # the pages the worker posted: only once the gradebook has it
-            new += 1
+            if record_worker_result(place, queue, entry, r.result, workers):
+                new += 1
     # after the results: a student whose result came is free for their next submission at once; told at
     # every scan (the service forgets on restart)
     workers.hand_out(handouts(place, queue))
@@ -189,8 +191,11 @@ def handouts(place: Place, queue: Queue) -> list[Handout]:
     return handouts
 
 
-def record_worker_result(place: Place, queue: Queue, entry: Entry, posted: WorkResult) -> None:
-    """Write a worker's result into the course gradebook, then record it as the service's own grades are."""
+def record_worker_result(place: Place, queue: Queue, entry: Entry, posted: WorkResult, workers: HttpAutograde
+                         ) -> bool:
+    """Write a worker's result into the course gradebook, give its feedback pages to the student, then record
+    it as the service's own grades are; return False when the pages were not given back (the entry stays
+    pending: the next scan records it again, which changes nothing, and tries again)."""
     from autograder.grading import gradebook as gbook
 
     if posted.graded:  # the submission's student and assignment are the service's, never the worker's word
@@ -202,8 +207,11 @@ def record_worker_result(place: Place, queue: Queue, entry: Entry, posted: WorkR
     db_url = gbook.course_db_url(place.course)
     with gbook.locked(db_url):
         gbook.record(db_url, gbook.course_id(place.course), entry.assignment, result)
+    if not workers.give_back_result(entry):  # the pages the worker posted: only once the gradebook has it
+        return False
     detail = "; ".join(n for n in (posted.detail, f"graded by {posted.worker}" if posted.worker else "") if n)
     record_result(place, queue, entry, result, detail, graded=True)
+    return True
 
 
 @dataclass

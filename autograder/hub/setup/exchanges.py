@@ -77,7 +77,8 @@ class FilesSetup:
         return wrong
 
     def autograde_settings(self, s: HubSettings) -> AutogradeSettings:
-        return AutogradeSettings(str(s.paths.course), str(s.paths.exchange), s.course_id, self.name)
+        return AutogradeSettings(course=str(s.paths.course), exchange=str(s.paths.exchange),
+                                 course_id=s.course_id, backend=self.name)
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,9 @@ class HttpSetup:
 
     def autograde_settings(self, s: HubSettings) -> AutogradeSettings:
         # its store is the folder hidden from the sandbox, as the exchange folder is otherwise
-        return AutogradeSettings(str(s.paths.course), str(s.paths.exchange_store), s.course_id, self.name,
-                                 exchange_url(s), workers=bool(s.grading_workers))
+        return AutogradeSettings(course=str(s.paths.course), exchange=str(s.paths.exchange_store),
+                                 course_id=s.course_id, backend=self.name, http_exchange=exchange_url(s),
+                                 workers=bool(s.grading_workers))
 
 
 # the choices of settings.EXCHANGES, each one backend

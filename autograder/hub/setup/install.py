@@ -63,10 +63,10 @@ def install_course(s: HubSettings, grader: accounts.Account) -> None:
     course.mkdir(parents=True, exist_ok=True)
     copy_course(origin, course)
     write_course_config(s)
-    for k in range(1, s.grading_workers + 1):  # each worker's own copy: its gradebook and graded/ are its own
-        copy_course(origin, s.paths.worker_course(k))
+    for worker in exchange_setup(s).workers(s):  # each one's own copy: its gradebook and graded/ are its own
+        copy_course(origin, worker.folder)
         if (origin / "nbgrader_config.py").is_file():
-            shutil.copy2(origin / "nbgrader_config.py", s.paths.worker_course(k) / "nbgrader_config.py")
+            shutil.copy2(origin / "nbgrader_config.py", worker.folder / "nbgrader_config.py")
     if s.nodes == "namespaces":  # the exchange's node is shown this folder only: it is there before it starts
         s.paths.exchange_store.mkdir(mode=0o700, exist_ok=True)
     _chown_tree(course, grader)
@@ -171,8 +171,8 @@ def configure(s: HubSettings, members: list[Member]) -> None:
 
 def setup(s: HubSettings, roster: Path, prepare_exchange: Callable[[HubSettings], object]) -> SetupReport:
     """Make the hub: accounts, folders, course, gradebook, configuration (the LMS's part: lms.admission);
-    `prepare_exchange` makes the exchange's own place once the grader account exists (its backend's
-    `prepare`, setup/exchanges.py)."""
+    `prepare_exchange` makes the exchange's own place once the grader account exists (the `prepare` of the
+    backend's StaffExchange, which setup/exchanges.py names)."""
     accounts.require_root("hub setup")
     # Every folder and file setup makes has the mode it names, never the caller's umask (a root shell's
     # 077 would hide the students' own configuration from them), and what nbgrader and pip make is 0755 too.

@@ -6,6 +6,7 @@ linked only to the hub's, in a box (server_box.py) that shows it its own folder,
 packages, and no other part's folder; JupyterHub knows them as external services with a token each.
 """
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,12 @@ class Part:
     folder: Path  # its working folder, the only one it writes (its box's home on a node of its own)
     index: int  # its node's number (nodes.Node)
     port: int = 0  # the port it serves HTTP on (0: none)
+    about: str = ""  # what it does, as the generated config says above it
+
+    @property
+    def about_lines(self) -> list[str]:
+        """Return `about` in lines that fit the generated config beside their comment sign."""
+        return textwrap.wrap(self.about, 106)
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -66,8 +73,11 @@ def exchange_part(s: HubSettings, workers: bool) -> Part:
     settings = ServiceSettings(str(store), s.lease_s, hand_out_when_told=workers,
                                lease_database=lease_database(s) if workers else "")
     folder = store if s.nodes == "namespaces" else s.paths.course
+    about = ("The exchange (autograder/hub/exchange/http/service.py): release, fetch, submit, collect and "
+             "feedback over HTTP, its files in a folder of the grader account's"
+             + (" (it hands workers only the submissions the autograde service names)." if workers else "."))
     return Part(exchange_service(s), s.command(EXCHANGE_SERVICE), settings,
-                s.paths.grader_etc / "exchange-service.json", folder, EXCHANGE_INDEX, s.exchange_port)
+                s.paths.grader_etc / "exchange-service.json", folder, EXCHANGE_INDEX, s.exchange_port, about)
 
 
 def lease_database(s: HubSettings) -> str:
@@ -86,8 +96,12 @@ def worker_parts(s: HubSettings) -> list[Part]:
     for k in range(1, s.grading_workers + 1):
         course = s.paths.worker_course(k)
         settings = WorkerSettings(exchange_url(s), str(course), sandbox=s.worker_sandbox)
+        about = (f"Grading worker {k} (autograder/hub/service/grading_worker.py): leases a submission from "
+                 "the exchange service, grades it in the sandbox in its own course copy, posts the result; "
+                 "no URL. A lease it held when killed runs out and goes to another worker.")
         parts.append(Part(f"{s.course_id}-worker-{k}", s.command(GRADING_WORKER), settings,
-                          s.paths.grader_etc / f"worker-{k}.json", course, FIRST_WORKER_INDEX + k - 1))
+                          s.paths.grader_etc / f"worker-{k}.json", course, FIRST_WORKER_INDEX + k - 1,
+                          about=about))
     return parts
 
 

@@ -76,14 +76,16 @@ class HttpAutograde:
             logger.info(printable(f"the exchange service listed no results: {exc}"))
             return []
 
-    def give_back_result(self, submission: Held) -> None:
-        """Give a worker's feedback pages to the student, once their result is in the gradebook (a failure is
-        logged: the grade is kept, and `hub feedback` gives pages back later)."""
+    def give_back_result(self, submission: Held) -> bool:
+        """Give a worker's feedback pages to the student, once their result is in the gradebook; return False
+        (and log why) when the service did not, so that the caller tries again at its next scan."""
         try:
             give_back_result(self.service(), submission.student, submission.assignment, submission.timestamp)
         except ServiceError as exc:
-            logger.info(printable(f"{submission.student} {submission.assignment}: feedback not given back: "
-                                  f"{exc}"))
+            logger.info(printable(f"{submission.student} {submission.assignment}: feedback not given back "
+                                  f"yet: {exc}"))
+            return False
+        return True
 
     def hand_out(self, handouts: list[Handout]) -> None:
         """Tell the service exactly which submissions the workers may grade now, and how."""

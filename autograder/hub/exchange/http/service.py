@@ -24,7 +24,8 @@ archive.py's refusals.
     PUT  api/work {"assignments": [A, ...]}       hand out only these assignments' submissions (staff)
     PUT  api/results/A/S/T?lease=L                a worker's result and feedback pages, recorded once (staff)
     GET  api/results[?assignment=A]               the recorded results (staff)
-    POST api/results/A/S/T/feedback               give a recorded result's pages to its student (staff)
+    POST api/results/A/S/T/feedback               give a recorded result's pages to its student, unless
+                                                  feedback was given back already (staff)
 
 A worker's feedback pages are held, not given to the student, until the autograde service has recorded
 their result: it may leave the result out (a newer submission of the student's superseded it), and a
@@ -427,12 +428,19 @@ class ResultFeedbackHandler(ApiHandler):
         key = (_part(assignment), _part(student), _part(stamp))
         if not self.store.children((RESULTS, *key)):
             raise web.HTTPError(404, "no result of this submission is recorded")
+        if self.store.children((FEEDBACK, *key)):  # given back already: `hub feedback`'s full pages, or these
+            self.send_json({"given_back": False})
+            return
         try:
             held = await asyncio.to_thread(self.store.get, (HELD_FEEDBACK, *key))
         except KeyError:  # recorded before pages were held: given back when it was recorded
             self.send_json({"given_back": False})
             return
-        await asyncio.to_thread(self.store.put, (FEEDBACK, *key), io.BytesIO(held), FEEDBACK_LIMITS, True)
+        try:
+            await asyncio.to_thread(self.store.put, (FEEDBACK, *key), io.BytesIO(held), FEEDBACK_LIMITS)
+        except FileExistsError:  # given back meanwhile
+            self.send_json({"given_back": False})
+            return
         self.send_json({"given_back": True})
 
 
@@ -451,6 +459,8 @@ async def record(store: Store, leases: Leases, key: tuple[str, str, str], result
     leases' end_recording is called here, however it ends). Raises ArchiveRefused or FileExistsError."""
     recorded = False
     try:  # the pages first: a recorded result always has its pages to give back
+        if store.children((RESULTS, *key)):  # one came in meanwhile (a worker's, beside a given-up lease)
+            raise FileExistsError("/".join(key))
         pages = {f"{name}.html": text.encode() for name, text in result.pages.items()}
         await asyncio.to_thread(store.put, (HELD_FEEDBACK, *key), io.BytesIO(pack_files(pages)),
                                 FEEDBACK_LIMITS, True)

@@ -1,10 +1,12 @@
 """Where the exchange service keeps released assignments, submissions and feedback: one small interface.
 
 A tree is named by a key of checked parts: ("released", assignment), ("submitted", assignment, student,
-timestamp), ("feedback", assignment, student, timestamp). `FolderStore` keeps each tree as a folder under a
-root only the service's account can enter. An S3-compatible store would implement the same Protocol by
-keeping each tree as one object (its tar stream, checked by `archive.unpack` into a scratch folder before it
-is written) and listing keys by prefix; none is written yet.
+timestamp), ("feedback", assignment, student, timestamp); with grading workers also ("results", ...) and
+("held-feedback", ...), a worker's result and the pages held until the autograde service records it
+(work.py). `FolderStore` keeps each tree as a folder under a root only the service's account can enter. An
+S3-compatible store would implement the same Protocol by keeping each tree as one object (its tar stream,
+checked by `archive.unpack` into a scratch folder before it is written) and listing keys by prefix; none is
+written yet.
 """
 
 import os

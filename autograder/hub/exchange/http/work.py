@@ -310,7 +310,8 @@ def recorded_results(service: ServiceClient, assignment: str) -> list[Recorded]:
 
 def give_back_result(service: ServiceClient, student: str, assignment: str, timestamp: str) -> bool:
     """Give a recorded result's feedback pages to its student (`POST api/results/A/S/T/feedback`, staff);
-    return False when the service held none (a result recorded before pages were held)."""
+    return False when they were not given now: feedback was there already, or the service held none (a result
+    recorded before pages were held). Raise ServiceError when the service did not do it."""
     body = service.call("POST", f"{RESULTS}/{assignment}/{student}/{timestamp}/feedback")
     return bool(json.loads(body or b"{}").get("given_back"))
 
