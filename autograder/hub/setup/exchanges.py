@@ -10,8 +10,7 @@ instructor's commands (`interfaces.StaffExchange`) and the autograde service's s
 template fragments and the two classes it names.
 """
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from autograder.hub.part_settings import AutogradeSettings
 from autograder.hub.settings import HubSettings
@@ -24,10 +23,7 @@ class ExchangeSetup(Protocol):
     name: str  # its value of `hub setup --exchange`
     staff: str  # its `interfaces.StaffExchange`, as module.Class (built from the HubSettings)
     autograde: str  # its `interfaces.AutogradeExchange`, as module.Class (built by from_settings)
-
-    @property
-    def templates(self) -> str:
-        """Return the folder of its fragments of the generated configs, under templates/."""
+    templates: str  # the folder of its fragments of the generated configs, under templates/
 
     def parts(self, s: HubSettings) -> list[Part]:
         """Return the programs it runs beside JupyterHub, the grading workers among them."""
@@ -45,17 +41,13 @@ class ExchangeSetup(Protocol):
         """Return the autograde service's settings (a managed service of the hub on every backend)."""
 
 
-@dataclass(frozen=True)
 class FilesSetup:
     """nbgrader's exchange folder, made safe: shared with every server, written by nbgrader's own classes."""
 
-    name: str = "files"
-    staff: str = "autograder.hub.exchange.commands.folder.FolderCommands"
-    autograde: str = "autograder.hub.exchange.folder.autograde.FolderAutograde"
-
-    @property
-    def templates(self) -> str:
-        return f"exchange/{self.name}"
+    name: ClassVar[str] = "files"
+    staff: ClassVar[str] = "autograder.hub.exchange.commands.folder.FolderCommands"
+    autograde: ClassVar[str] = "autograder.hub.exchange.folder.autograde.FolderAutograde"
+    templates: ClassVar[str] = "exchange/files"
 
     def parts(self, s: HubSettings) -> list[Part]:
         return []
@@ -81,17 +73,13 @@ class FilesSetup:
                                  course_id=s.course_id, backend=self.name)
 
 
-@dataclass(frozen=True)
 class HttpSetup:
     """The exchange service of the hub (exchange/http/): no shared folder, and the grading workers' leases."""
 
-    name: str = "http"
-    staff: str = "autograder.hub.exchange.commands.http.HttpCommands"
-    autograde: str = "autograder.hub.exchange.http.autograde.HttpAutograde"
-
-    @property
-    def templates(self) -> str:
-        return f"exchange/{self.name}"
+    name: ClassVar[str] = "http"
+    staff: ClassVar[str] = "autograder.hub.exchange.commands.http.HttpCommands"
+    autograde: ClassVar[str] = "autograder.hub.exchange.http.autograde.HttpAutograde"
+    templates: ClassVar[str] = "exchange/http"
 
     def parts(self, s: HubSettings) -> list[Part]:
         workers = self.workers(s)
