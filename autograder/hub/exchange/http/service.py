@@ -428,17 +428,10 @@ class ResultFeedbackHandler(ApiHandler):
         key = (_part(assignment), _part(student), _part(stamp))
         if not self.store.children((RESULTS, *key)):
             raise web.HTTPError(404, "no result of this submission is recorded")
-        if self.store.children((FEEDBACK, *key)):  # given back already: `hub feedback`'s full pages, or these
-            self.send_json({"given_back": False})
-            return
-        try:
+        try:  # never over feedback given back already: `hub feedback`'s full pages, or these
             held = await asyncio.to_thread(self.store.get, (HELD_FEEDBACK, *key))
-        except KeyError:  # recorded before pages were held: given back when it was recorded
-            self.send_json({"given_back": False})
-            return
-        try:
             await asyncio.to_thread(self.store.put, (FEEDBACK, *key), io.BytesIO(held), FEEDBACK_LIMITS)
-        except FileExistsError:  # given back meanwhile
+        except (KeyError, FileExistsError):  # none held (recorded before pages were held), or given back
             self.send_json({"given_back": False})
             return
         self.send_json({"given_back": True})
