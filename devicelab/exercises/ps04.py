@@ -302,9 +302,10 @@ def _fixed_tagger(fixed_tagger) -> None:
     copy_weights(model, reference)
     x = torch.randn(2, 5, 16)
     got = model(x)
-    assert isinstance(got, torch.Tensor) and torch.allclose(got, reference(x)), (
-        "On the CPU the fixed model should compute exactly what Tagger computes: fix where tensors live, not "
-        "the maths.")
+    # the graded test's tolerance: float32 rounding, far below what a change to the maths makes
+    assert isinstance(got, torch.Tensor) and torch.allclose(got, reference(x), atol=1e-5), (
+        "On the CPU the fixed model should compute what Tagger computes: fix where tensors live, not the "
+        "maths.")
     assert len(list(model.parameters())) == 6, (
         f"The model has {len(list(model.parameters()))} parameters; its body and both heads have 6: an "
         "optimizer given model.parameters() would not train some of its layers.")
