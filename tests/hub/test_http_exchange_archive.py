@@ -170,3 +170,33 @@ def test_the_store_puts_whole_trees_or_nothing(tmp_path: Path) -> None:
     assert store.children((RELEASED,)) == ["ps01"] and list(store.files((RELEASED, "ps01"))) == ["ps01.ipynb"]
     with pytest.raises(KeyError):
         store.get((RELEASED, "ps02"))
+
+
+def test_the_store_removes_a_whole_tree_and_a_missing_one_is_nothing(tmp_path: Path) -> None:
+    store = FolderStore(tmp_path / "store")
+    for stamp in ("t1", "t2"):
+        store.put((SUBMITTED, "ps01", "ann", stamp), stream(member("sub/a", data=b"1")), SMALL)
+    store.remove((SUBMITTED, "ps01", "ann", "t1"))
+    assert store.children((SUBMITTED, "ps01", "ann")) == ["t2"] and not any(tmp_path.glob("store/.*"))
+    store.remove((SUBMITTED, "ps01", "ann", "t1"))
+    store.remove((SUBMITTED, "ps02", "bob", "t1"))
+    assert list(store.files((SUBMITTED, "ps01", "ann", "t2"))) == ["sub/a"]
+    with pytest.raises(ArchiveRefused):
+        store.remove((SUBMITTED, "..", "ann"))
+
+
+@pytest.mark.parametrize("inside", [False, True])
+@pytest.mark.parametrize("planted", [(SUBMITTED, "ps01", "ann", "t1"), (SUBMITTED, "ps01")])
+def test_the_store_never_removes_through_a_link_planted_in_it(tmp_path: Path, planted: tuple,
+                                                               inside: bool) -> None:
+    """A link where the key's folder, or one above it, should be: what it points to (outside the store, or
+    another key's tree in it) is no tree of that key's, and stays."""
+    store = FolderStore(tmp_path / "store")
+    target = store.root / RELEASED / "ps02" if inside else tmp_path / "outside"
+    (target / "ann" / "t1").mkdir(parents=True)
+    (target / "ann" / "t1" / "keep").write_text("mine")
+    link = store.root.joinpath(*planted)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target / "ann" / "t1" if len(planted) == 4 else target, target_is_directory=True)
+    store.remove((SUBMITTED, "ps01", "ann", "t1"))
+    assert (target / "ann" / "t1" / "keep").read_text() == "mine" and link.is_symlink()

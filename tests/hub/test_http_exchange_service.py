@@ -36,7 +36,7 @@ from autograder.hub.exchange.http.archive import upload_cap
 from autograder.hub.exchange.http.service import SUBMISSION_LIMITS, make_app
 from autograder.hub.exchange.http.staff import stage_feedback
 from autograder.hub.exchange.http.store import SUBMITTED, FolderStore
-from autograder.hub.exchange.http.work import Leases, Offer, WorkResult, keep_leased
+from autograder.hub.exchange.http.work import HELD_FEEDBACK, Leases, Offer, WorkResult, keep_leased
 
 ACCESS = "access:services!service=course-exchange"
 PREFIX = "/services/course-exchange/"
@@ -365,6 +365,58 @@ def test_a_submission_no_worker_finishes_ends_invalid_once(tmp_path: Path) -> No
         assert "no grading worker finished it" in page and "<img" not in page and "&lt;img" in page, page
         path = f"results/ps01/ann/{urllib.parse.quote(stamp)}?lease={leases[-1]}"
         assert call(url, "ivy-token", "PUT", path, late)[0] == 409, "kept once: a late post is refused"
+
+
+@pytest.fixture
+def graded(service) -> tuple[str, FolderStore, tuple[str, str, str], str]:
+    """ann's ps01, leased and graded by a worker: its pages held. Return (url, store, key, give-back path)."""
+    url, store = service
+    released(url)
+    filed = call(url, "ann-token", "POST", "submissions/ps01", tar_of({"ps01.ipynb": b"{}"}))[1]
+    stamp = json.loads(filed)["timestamp"]
+    lease = json.loads(call(url, "ivy-token", "POST", "work")[1])["lease_id"]
+    result = WorkResult("graded", 3, 3, "", {"ps01": "<p>w1: 3/3</p>"}, "w1").to_json()
+    path = f"results/ps01/ann/{urllib.parse.quote(stamp)}"
+    assert call(url, "ivy-token", "PUT", f"{path}?lease={lease}", result)[0] == 200
+    key = ("ps01", "ann", stamp)
+    assert list(store.files((HELD_FEEDBACK, *key))) == ["ps01.html"]
+    return url, store, key, f"{path}/feedback"
+
+
+def own_pages(url: str) -> list[bytes]:
+    with tarfile.open(fileobj=io.BytesIO(call(url, "ann-token", "GET", "feedback/ps01")[1])) as pages:
+        return [pages.extractfile(m).read() for m in pages.getmembers() if m.isfile()]
+
+
+def test_held_pages_are_removed_once_given_back(graded) -> None:
+    """Held pages given back are never read again: kept, the store would only grow. A second give-back
+    still answers that nothing was given, and the student keeps the pages."""
+    url, store, key, give_back = graded
+    assert call(url, "ivy-token", "POST", give_back) == (200, b'{"given_back": true}')
+    assert store.children((HELD_FEEDBACK, *key[:2])) == [] and own_pages(url) == [b"<p>w1: 3/3</p>"]
+    assert call(url, "ivy-token", "POST", give_back) == (200, b'{"given_back": false}')
+    assert own_pages(url) == [b"<p>w1: 3/3</p>"]
+
+
+def test_held_pages_are_removed_when_feedback_was_given_back_first(graded) -> None:
+    """`hub feedback`'s full pages came first: the held ones can never be given back, so they go."""
+    url, store, key, give_back = graded
+    full = tar_of({"ps01.html": b"<p>full</p>"})
+    assert call(url, "ivy-token", "PUT", f"feedback/ps01/ann/{urllib.parse.quote(key[2])}", full)[0] == 200
+    assert call(url, "ivy-token", "POST", give_back) == (200, b'{"given_back": false}')
+    assert store.children((HELD_FEEDBACK, *key[:2])) == [] and own_pages(url) == [b"<p>full</p>"]
+
+
+def test_a_failure_to_remove_held_pages_leaves_the_give_back_as_it_was(graded, monkeypatch, caplog) -> None:
+    url, store, key, give_back = graded
+
+    def broken(self, key) -> None:
+        raise PermissionError("the disk refuses")
+
+    monkeypatch.setattr(FolderStore, "remove", broken)
+    assert call(url, "ivy-token", "POST", give_back) == (200, b'{"given_back": true}')
+    assert own_pages(url) == [b"<p>w1: 3/3</p>"] and store.children((HELD_FEEDBACK, *key[:2])) == [key[2]]
+    assert "the disk refuses" in caplog.text
 
 
 class RenewalsSeen:

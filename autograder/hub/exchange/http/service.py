@@ -29,7 +29,8 @@ archive.py's refusals.
 
 A worker's feedback pages are held, not given to the student, until the autograde service has recorded
 their result: it may leave the result out (a newer submission of the student's superseded it), and a
-student never sees feedback the gradebook does not have.
+student never sees feedback the gradebook does not have. They are removed once given back, or once feedback
+given back first means they never can be.
 """
 
 import argparse
@@ -428,13 +429,28 @@ class ResultFeedbackHandler(ApiHandler):
         key = (_part(assignment), _part(student), _part(stamp))
         if not self.store.children((RESULTS, *key)):
             raise web.HTTPError(404, "no result of this submission is recorded")
-        try:  # never over feedback given back already: `hub feedback`'s full pages, or these
+        try:
             held = await asyncio.to_thread(self.store.get, (HELD_FEEDBACK, *key))
-            await asyncio.to_thread(self.store.put, (FEEDBACK, *key), io.BytesIO(held), FEEDBACK_LIMITS)
-        except (KeyError, FileExistsError):  # none held (recorded before pages were held), or given back
+        except KeyError:  # none held: recorded before pages were held, or given back and removed
             self.send_json({"given_back": False})
             return
-        self.send_json({"given_back": True})
+        try:  # never over feedback given back already: `hub feedback`'s full pages, or these
+            await asyncio.to_thread(self.store.put, (FEEDBACK, *key), io.BytesIO(held), FEEDBACK_LIMITS)
+            given_back = True
+        except FileExistsError:
+            given_back = False
+        await remove_held(self.store, key)
+        self.send_json({"given_back": given_back})
+
+
+async def remove_held(store: Store, key: tuple[str, str, str]) -> None:
+    """Remove a submission's held pages once given back, or once feedback there first means they never can
+    be: nothing reads them again, and kept they only fill the disk. The pages are the student's already, so a
+    failure is logged, not answered."""
+    try:
+        await asyncio.to_thread(store.remove, (HELD_FEEDBACK, *key))
+    except OSError:
+        log.exception("held pages of %s %s %s not removed", *map(printable, key))
 
 
 class ResultsHandler(ApiHandler):

@@ -39,6 +39,9 @@ class Store(Protocol):
     def files(self, key: Key) -> dict[str, str]:
         """Return the tree's files (relative paths) and the MD5 of each ({} when there is no tree)."""
 
+    def remove(self, key: Key) -> None:
+        """Remove the tree at key, whole (nothing when there is none)."""
+
 
 def check_part(part: str) -> str:
     """Return a key's part, or raise ArchiveRefused for one that is not a plain file name."""
@@ -98,6 +101,27 @@ class FolderStore:
                 if stat.S_ISREG(st.st_mode):
                     found[file.relative_to(path).as_posix()] = self._hash(file, st)
         return dict(sorted(found.items()))
+
+    def remove(self, key: Key) -> None:
+        """Take the tree out of its place by one rename, as put puts one in (a reader sees all of it or none),
+        then delete it; nothing when there is no tree."""
+        path = self._tree(key)
+        if path is None:
+            return
+        staging = Path(tempfile.mkdtemp(prefix=".remove-", dir=self.root))
+        try:
+            os.rename(path, staging / "old")
+        finally:
+            shutil.rmtree(staging)
+
+    def _tree(self, key: Key) -> Path | None:
+        """Return the real folder of the tree at key, or None: a link planted at the key or above it makes
+        the path resolve elsewhere (outside the root, or to another key's tree), and that is no tree to
+        touch."""
+        path, real = self._path(key), self.root.resolve().joinpath(*key)
+        if path.is_symlink() or not path.is_dir() or path.resolve() != real:
+            return None
+        return real
 
     def _hash(self, file: Path, st: os.stat_result) -> str:
         """Return a file's MD5, read again only when the file is another (trees are replaced, not edited)."""
