@@ -18,7 +18,7 @@ from unittest import mock
 
 import torch
 
-from devicelab.fakes import OnDevice, fake_machine, on_device
+from devicelab.fakes import OnDevice, answering, fake_machine, on_device
 
 
 def _in_kernel(function) -> Callable | None:
@@ -53,7 +53,7 @@ class Machine:
         machine = fake_machine(cuda=self.cuda, mps=self.mps, current=self.current)
         with machine, contextlib.ExitStack() as stack:
             if self.cuda_available is not None and self.cuda_available != (self.cuda > 0):
-                stack.enter_context(mock.patch("torch.cuda.is_available", return_value=self.cuda_available))
+                stack.enter_context(mock.patch("torch.cuda.is_available", new=answering(self.cuda_available)))
             yield
 
     def call(self, function, *args):
