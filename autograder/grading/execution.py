@@ -188,7 +188,8 @@ class GraderExecute(Execute):
         self._events: list[dict] = (list(read_progress(self.progress_file).get("events", []))
                                     if self.progress_file else [])
         self._cell = None
-        self._guard = GuardVerdicts(nb, lambda index, message: self._event(EventKind.TAMPER, index, message))
+        self._guard = GuardVerdicts(
+            nb, lambda index, message: self.record_event(EventKind.TAMPER, index, message))
         self._replies: dict[int, str] = {}  # cell index -> the status of the kernel's reply (verdict.py)
         self._plan = (Plan.read(Path(self.source_folder) / f"{self._notebook}.ipynb") if self.source_folder
                       else Plan())
@@ -201,10 +202,10 @@ class GraderExecute(Execute):
             result = super().preprocess(nb, resources, km)
         except DeadKernelError as exc:
             why = self._lost_why or (str(exc) if isinstance(exc, KernelMessageError) else self._exit_detail())
-            self._event(EventKind.KERNEL_DIED, self._cell, why)
+            self.record_event(EventKind.KERNEL_DIED, self._cell, why)
             raise
         except CellTimeoutError:
-            self._event(EventKind.UNRESPONSIVE, self._cell, "did not stop when interrupted")
+            self.record_event(EventKind.UNRESPONSIVE, self._cell, "did not stop when interrupted")
             raise
         finally:
             self._guard.close()
@@ -276,7 +277,7 @@ class GraderExecute(Execute):
         out_of_budget = self._remaining() <= 1
         why = (f"the notebook's time limit ({self.budget:g} s) ran out" if out_of_budget
                else f"the cell ran longer than {timeout} s")
-        self._event(EventKind.TIMEOUT, self._cell, why)
+        self.record_event(EventKind.TIMEOUT, self._cell, why)
         self.iopub_timeout = INTERRUPTED_OUTPUT_S
         return await super()._async_handle_timeout(timeout, cell)
 
@@ -291,10 +292,10 @@ class GraderExecute(Execute):
         if reason is None and self._remaining() <= 0:
             reason = f"not run: the notebook's time limit ({self.budget:g} s) had run out"
             if not any(e["kind"] == EventKind.TIMEOUT for e in self._events):
-                self._event(EventKind.TIMEOUT, cell_index, "the notebook's time limit ran out")
+                self.record_event(EventKind.TIMEOUT, cell_index, "the notebook's time limit ran out")
         if reason is not None:
             cell.outputs = [error_output(NOT_RUN, reason)]
-            self._event(EventKind.SKIPPED, cell_index, reason)
+            self.record_event(EventKind.SKIPPED, cell_index, reason)
             return cell
         self._write_progress("running")
         self.iopub_timeout = self.output_wait_s
@@ -309,27 +310,27 @@ class GraderExecute(Execute):
         if self._guard.is_test(cell_index):
             await self._read_waiting_replies()
         if self.task_events and refused_tasks(self.task_events) > refused:
-            self._event(EventKind.PROCESSES, cell_index, f"tried to start more than {MAX_TASKS} processes "
-                                                 "and threads; the rest were refused")
+            self.record_event(EventKind.PROCESSES, cell_index, f"tried to start more than {MAX_TASKS} "
+                              "processes and threads; the rest were refused")
         if self._dropped_cell:
             cell.outputs.insert(0, NotebookNode(  # first, so that nbgrader's LimitOutput keeps it
                 output_type="stream", name="stderr",
                 text=f"[grader: {self._dropped_cell:,} more characters of output were dropped; "
                      f"at most {self.cell_output_chars:,} are kept per cell]\n"))
-            self._event(EventKind.TRUNCATED, cell_index,
+            self.record_event(EventKind.TRUNCATED, cell_index,
                         f"{self._dropped_cell:,} characters of output dropped")
         for output in cell.outputs:
             if output.get("output_type") != "error":
                 continue
             if is_memory_error(output):
                 evalue = str(output.get("evalue") or "").strip()
-                self._event(EventKind.MEMORY, cell_index,
+                self.record_event(EventKind.MEMORY, cell_index,
                             f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
             elif "File too large" in str(output.get("evalue", "")) or output.get("ename") == "FileTooLarge":
-                self._event(EventKind.DISK, cell_index,
+                self.record_event(EventKind.DISK, cell_index,
                             f"wrote a file larger than the {MAX_FILE_MIB} MiB limit")
             elif output.get("ename") == "SystemExit":
-                self._event(EventKind.SYS_EXIT, cell_index, "called sys.exit(); the grader carried on")
+                self.record_event(EventKind.SYS_EXIT, cell_index, "called sys.exit(); the grader carried on")
         return cell
 
     execute_cell = run_sync(async_execute_cell)
@@ -413,10 +414,27 @@ class GraderExecute(Execute):
             return None
         return grade_id(self.nb.cells[index])
 
-    def _event(self, kind: EventKind, index, message: str) -> None:
+    def record_event(self, kind: EventKind, index, message: str) -> None:
+        """Keep what happened at a cell (a time limit, a tamper report, ...) in the attempt's progress."""
         self._events.append({"kind": kind, "notebook": self._notebook, "cell": index,
                              "grade_id": self._grade_id(index), "message": message})
         self._write_progress("running")
+
+    # What an out-of-process test cell's calls (KernelCalls) may know and change of this execution.
+    @property
+    def kernel_gone(self) -> bool:
+        """True once the kernel was lost (dead, or its messages could not be read), or never started."""
+        return self.kc is None or self._kernel_lost
+
+    def lose_kernel(self, why: str = "") -> None:
+        """Mark the kernel lost; `why` says why when it is not the kernel's death (which the cell's error
+        says)."""
+        self._kernel_lost = True
+        self._lost_why = why or self._lost_why
+
+    def expect_call_loop(self, msg_id: str, cell_index: int) -> None:
+        """Tell the guard's verdicts that request `msg_id` is the grader's call loop for a test cell."""
+        self._guard.calls[msg_id] = cell_index
 
     async def _async_check_alive(self) -> None:
         try:
@@ -468,9 +486,9 @@ class KernelCalls:
 
     async def call(self, name: str, payload: bytes) -> str:
         """Run one call in the kernel and return its answer (CallFailed when none comes)."""
-        kc = self.execute.kc
-        if kc is None or self.execute._kernel_lost:
+        if self.execute.kernel_gone:
             raise CallFailed("the kernel is gone")
+        kc = self.execute.kc
         try:
             if self.msg_id is None:
                 self.start(kc)
@@ -478,7 +496,7 @@ class KernelCalls:
             kc.input(call_line(name, payload))
             return await self.until_answer(name)
         except KernelMessageError as exc:
-            self.execute._kernel_lost, self.execute._lost_why = True, str(exc)
+            self.execute.lose_kernel(str(exc))
             raise CallFailed(str(exc)) from None
 
     def start(self, kc) -> None:
@@ -486,7 +504,7 @@ class KernelCalls:
                    "user_expressions": {}, "allow_stdin": True, "stop_on_error": False}
         msg = kc.session.msg("execute_request", content, metadata={GRADER_KEY: {"test": False}})
         self.msg_id = msg["header"]["msg_id"]
-        self.execute._guard.calls[self.msg_id] = self.cell_index
+        self.execute.expect_call_loop(self.msg_id, self.cell_index)
         kc.shell_channel.send(msg)
 
     async def until_input(self, name: str) -> None:
@@ -530,17 +548,17 @@ class KernelCalls:
                 self.msg_id = None
                 raise CallFailed(f"the student's code stopped the grader's calls while {name} ran")
         if time.monotonic() > self.deadline:
-            self.execute._event(EventKind.TIMEOUT, self.cell_index, f"a call to {name} ran out of time")
+            self.execute.record_event(EventKind.TIMEOUT, self.cell_index, f"a call to {name} ran out of time")
             await ensure_async(self.execute.km.interrupt_kernel())
             await self.finish(INTERRUPT_WAIT)
             raise CallFailed(f"{name} ran out of time (the cell's limit)")
         if not await ensure_async(self.execute.km.is_alive()):
-            self.execute._kernel_lost = True
+            self.execute.lose_kernel()
             raise CallFailed("the kernel died while it ran the student's code")
 
     async def close(self) -> None:
         """End the loop (if it still runs) and wait for its reply."""
-        if self.msg_id is None or self.execute._kernel_lost:
+        if self.msg_id is None or self.execute.kernel_gone:
             return
         kc, limit = self.execute.kc, time.monotonic() + INTERRUPT_WAIT
         while self.msg_id is not None and time.monotonic() < limit:
