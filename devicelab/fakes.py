@@ -41,7 +41,7 @@ def fake_machine(cuda: int = 0, mps: bool = False, current: int = 0) -> Iterator
     if cuda and not 0 <= current < cuda:
         raise ValueError(f"current={current} is not one of the {cuda} GPUs")
 
-    def current_device(*_args, **_kwargs) -> int:
+    def current_device() -> int:  # takes no arguments, as PyTorch's own
         if not cuda:
             raise RuntimeError("Found no NVIDIA driver on your system (a machine faked without CUDA)")
         return current

@@ -34,6 +34,14 @@ def test_fake_machine_answers_and_restores_everything():
         pass
 
 
+def test_the_faked_current_device_takes_no_arguments_as_pytorch_s_own():
+    """A student's torch.cuda.current_device("cuda") raises TypeError in PyTorch: faked, it must too."""
+    with fake_machine(cuda=2, current=1):
+        for asked in (torch.cuda.current_device, torch.accelerator.current_device_index):
+            with pytest.raises(TypeError):
+                asked("cuda")
+
+
 def test_on_device_reports_its_device_and_refuses_numpy_like_a_cuda_tensor():
     t = on_device(torch.arange(3.0), "cuda:1")
     assert t.device == torch.device("cuda:1") and t.is_cuda and not t.is_cpu and t.get_device() == 1

@@ -35,7 +35,7 @@ from autograder.hub.exchange.http.api import STAFF_SCOPE
 from autograder.hub.exchange.http.archive import upload_cap
 from autograder.hub.exchange.http.service import SUBMISSION_LIMITS, make_app
 from autograder.hub.exchange.http.staff import stage_feedback
-from autograder.hub.exchange.http.store import SUBMITTED, FolderStore
+from autograder.hub.exchange.http.store import FEEDBACK, SUBMITTED, FolderStore
 from autograder.hub.exchange.http.work import HELD_FEEDBACK, Leases, Offer, WorkResult, keep_leased
 
 ACCESS = "access:services!service=course-exchange"
@@ -417,6 +417,24 @@ def test_a_failure_to_remove_held_pages_leaves_the_give_back_as_it_was(graded, m
     assert call(url, "ivy-token", "POST", give_back) == (200, b'{"given_back": true}')
     assert own_pages(url) == [b"<p>w1: 3/3</p>"] and store.children((HELD_FEEDBACK, *key[:2])) == [key[2]]
     assert "the disk refuses" in caplog.text
+
+
+def test_a_give_back_that_fails_keeps_the_held_pages_for_the_next_one(graded, monkeypatch) -> None:
+    """Copying the pages to the student failed: they stay held, and the next scan's give-back gives them."""
+    url, store, key, give_back = graded
+    put = FolderStore.put
+
+    def failing_for_feedback(self, into, *args, **kwargs):
+        if into[0] == FEEDBACK:
+            raise OSError("the disk is full")
+        return put(self, into, *args, **kwargs)
+
+    monkeypatch.setattr(FolderStore, "put", failing_for_feedback)
+    assert call(url, "ivy-token", "POST", give_back)[0] == 500
+    assert store.children((HELD_FEEDBACK, *key[:2])) == [key[2]]
+    monkeypatch.setattr(FolderStore, "put", put)
+    assert call(url, "ivy-token", "POST", give_back) == (200, b'{"given_back": true}')
+    assert own_pages(url) == [b"<p>w1: 3/3</p>"] and store.children((HELD_FEEDBACK, *key[:2])) == []
 
 
 class RenewalsSeen:

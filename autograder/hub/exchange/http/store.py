@@ -111,6 +111,8 @@ class FolderStore:
         staging = Path(tempfile.mkdtemp(prefix=".remove-", dir=self.root))
         try:
             os.rename(path, staging / "old")
+        except FileNotFoundError:  # another removal took it first
+            pass
         finally:
             shutil.rmtree(staging)
 
