@@ -318,17 +318,17 @@ class GraderExecute(Execute):
                 text=f"[grader: {self._dropped_cell:,} more characters of output were dropped; "
                      f"at most {self.cell_output_chars:,} are kept per cell]\n"))
             self.record_event(EventKind.TRUNCATED, cell_index,
-                        f"{self._dropped_cell:,} characters of output dropped")
+                              f"{self._dropped_cell:,} characters of output dropped")
         for output in cell.outputs:
             if output.get("output_type") != "error":
                 continue
             if is_memory_error(output):
                 evalue = str(output.get("evalue") or "").strip()
                 self.record_event(EventKind.MEMORY, cell_index,
-                            f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
+                                  f"{output.get('ename')}{': ' + evalue if evalue else ''}"[:200])
             elif "File too large" in str(output.get("evalue", "")) or output.get("ename") == "FileTooLarge":
                 self.record_event(EventKind.DISK, cell_index,
-                            f"wrote a file larger than the {MAX_FILE_MIB} MiB limit")
+                                  f"wrote a file larger than the {MAX_FILE_MIB} MiB limit")
             elif output.get("ename") == "SystemExit":
                 self.record_event(EventKind.SYS_EXIT, cell_index, "called sys.exit(); the grader carried on")
         return cell

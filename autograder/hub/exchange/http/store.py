@@ -9,11 +9,13 @@ checked by `archive.unpack` into a scratch folder before it is written) and list
 written yet.
 """
 
+import contextlib
 import os
 import shutil
 import stat
 import tempfile
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -68,16 +70,13 @@ class FolderStore:
         target = self._path(key)
         if target.exists() and not replace:
             raise FileExistsError("/".join(key))
-        staging = Path(tempfile.mkdtemp(prefix=".put-", dir=self.root))
-        try:
+        with self._staging("put") as staging:
             (staging / "tree").mkdir(mode=0o700)
             done = unpack(upload, staging / "tree", limits)
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             if target.exists():
                 os.rename(target, staging / "old")
             os.rename(staging / "tree", target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         return done
 
     def get(self, key: Key) -> bytes:
@@ -108,13 +107,17 @@ class FolderStore:
         path = self._tree(key)
         if path is None:
             return
-        staging = Path(tempfile.mkdtemp(prefix=".remove-", dir=self.root))
-        try:
+        with self._staging("remove") as staging, contextlib.suppress(FileNotFoundError):  # (taken first)
             os.rename(path, staging / "old")
-        except FileNotFoundError:  # another removal took it first
-            pass
+
+    @contextlib.contextmanager
+    def _staging(self, purpose: str) -> Iterator[Path]:
+        """A folder of the store's own for one put or remove, deleted with whatever it holds at the end."""
+        staging = Path(tempfile.mkdtemp(prefix=f".{purpose}-", dir=self.root))
+        try:
+            yield staging
         finally:
-            shutil.rmtree(staging)
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _tree(self, key: Key) -> Path | None:
         """Return the real folder of the tree at key, or None: a link planted at the key or above it makes
