@@ -241,8 +241,8 @@ class GraderExecute(Execute):
             content = {"code": code, "silent": silent, "store_history": store_history,
                        "user_expressions": user_expressions or {}, "allow_stdin": bool(allow_stdin),
                        "stop_on_error": stop_on_error}
-            msg = kc.session.msg("execute_request", content,
-                                 metadata={GRADER_KEY: {"test": self._guard.is_test(self._cell)}})
+            marks = {"test": self._guard.is_test(self._cell), "setup": code in self._plan.setup}
+            msg = kc.session.msg("execute_request", content, metadata={GRADER_KEY: marks})
             kc.shell_channel.send(msg)
             self._guard.sent[msg["header"]["msg_id"]] = self._cell
             return msg["header"]["msg_id"]

@@ -215,6 +215,32 @@ def _uses_autograd(tree) -> bool:
                for node in ast.walk(tree))
 
 
+def course_modules_imported(notebooks: list[str]) -> tuple[str, ...]:
+    """Return the modules of the course's own packages (sandbox.STUDENT_PACKAGES) that the notebooks' code
+    cells import, by their full names: the grading kernel imports them before any student code, so that the
+    guard records them as they are (guard_kernel/kernel.py)."""
+    import ast
+
+    from autograder.grading.sandbox import STUDENT_PACKAGES
+
+    found: set[str] = set()
+    for path in notebooks:
+        with open(path, encoding="utf-8") as handle:
+            cells = json.load(handle).get("cells", [])
+        for cell in cells:
+            source = cell.get("source", "") if cell.get("cell_type") == "code" else ""
+            try:
+                tree = ast.parse("".join(source) if isinstance(source, list) else str(source))
+            except (SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    found.add(node.module)
+    return tuple(sorted(name for name in found if name.split(".", 1)[0] in STUDENT_PACKAGES))
+
+
 def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:
     """Return those of LIBRARIES that the notebooks' code cells import, and torch._dynamo where they import
     torch and use autograd or optimizers (cells Python cannot parse are skipped: a library they alone import

@@ -36,13 +36,14 @@ from autograder.grading.execution import NOT_RUN, GraderExecute, QuickReadyClien
 from autograder.grading.feedback_pages import FeedbackWriter
 from autograder.grading.gradebook import set_extension
 from autograder.grading.guard_kernel import program as guard_program
+from autograder.grading.guard_kernel.kernel import COURSE_MODULES_ENV
 from autograder.grading.redact import UNRENDERED_PAGE, RedactHiddenTests
 from autograder.grading.restore import RestoreCells, read_notes
 from autograder.grading.results import CellKind, CellScore
 from autograder.grading.sandbox import MAX_FILE_MIB, Isolation, address_space_mib, kernel_command
 from autograder.grading.submissions import read_notebook_json
 from autograder.grading.verdict import SaveVerdicts
-from autograder.grading.warm_start import Zygote
+from autograder.grading.warm_start import Zygote, course_modules_imported
 from autograder.grading.zygote import LIBRARIES, WarmStartError
 from autograder.safe_copy import Limits, Refusal, copy_tree
 from autograder.safe_html import exporter_config, with_csp
@@ -332,9 +333,11 @@ class Worker:
             self.zygote.write_spec(str(spec), guarded, holder, address_space_mib(s.memory_mib), MAX_FILE_MIB,
                                    argv[:-2], procs)
             argv = self.zygote.launcher_argv(str(spec))
+        instructors = sorted(str(p) for p in (scratch / "source" / s.assignment).glob("*.ipynb"))
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
                 "interrupt_mode": "message", "metadata": {"debugger": False},
-                "env": self.environment(scratch, kernel.home, kernel.runtime)}
+                "env": self.environment(scratch, kernel.home, kernel.runtime) | {
+                    COURSE_MODULES_ENV: ",".join(course_modules_imported(instructors))}}
         (scratch / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec),
                                                                                  encoding="utf-8")
 

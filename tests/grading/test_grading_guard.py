@@ -17,6 +17,7 @@ from autograder.grading.guard_kernel.guard import Guard, TamperingBlocked
 from autograder.grading.guard_kernel.snapshot import Change, Snapshot, is_code
 from autograder.grading.guard_kernel.tracer import (
     _allowed_codes,
+    _bound_names,
     _test_names,
     is_students,
     library_roots,
@@ -321,3 +322,11 @@ def test_only_close_closes_the_channel_so_a_late_reader_never_closes_a_reused_de
     reader.close()
     with pytest.raises(OSError):
         os.fstat(reader._fd)
+
+
+def test_the_names_a_set_up_cell_binds_are_read_from_its_code():
+    code = ("import torch\nimport torch.nn.functional as F\nimport os.path\nfrom x import a, b as c\n"
+            "from y import *\ndef f():\n    inner = 1\nclass K:\n    pass\nn, (m, k) = 1, (2, 3)\n"
+            "total: int = 0\nif True:\n    hidden = 1\n")
+    assert _bound_names(code) == {"torch", "F", "os", "a", "c", "f", "K", "n", "m", "k", "total"}
+    assert _bound_names("%time x = 1") == frozenset()

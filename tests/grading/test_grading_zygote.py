@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from autograder.grading.sandbox import IsolationUnavailable, detect_isolation
-from autograder.grading.warm_start import Standby, Zygote, libraries_imported
+from autograder.grading.warm_start import Standby, Zygote, course_modules_imported, libraries_imported
 from autograder.grading.zygote import WarmStartError
 
 PROBE = r'''
@@ -225,6 +225,15 @@ def test_the_libraries_to_preload_are_those_the_notebooks_import(tmp_path):
     backward = notebook("f.ipynb", "import torch", "loss.backward()")
     assert libraries_imported([training]) == libraries_imported([backward]) == ("torch", "torch._dynamo")
     assert libraries_imported([notebook("g.ipynb", "import numpy\nloss.backward()")]) == ("numpy",)
+
+
+def test_the_course_modules_to_import_first_are_those_the_notebooks_import_by_full_name(tmp_path):
+    path = tmp_path / "ps.ipynb"
+    sources = ["from devicelab.exercises.ps08 import run_ranks\nimport torch",
+               "import devicelab.fakes as fakes, os", "%time import devicelab.ui", "from . import devicelab"]
+    cells = [{"cell_type": "code", "metadata": {}, "source": s} for s in sources]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    assert course_modules_imported([str(path)]) == ("devicelab.exercises.ps08", "devicelab.fakes")
 
 
 def test_a_warm_kernel_has_its_own_environment_and_nothing_of_the_zygotes(zygote, place, outside_port):

@@ -7,9 +7,11 @@ tracing hook, and make later test cells pass without running them as written. Th
 1. *Restore* (snapshot.py). Once started, and before any student code runs, it records the execution path:
    the shell, the kernel and the objects they run cells with (their attributes and hook lists), their
    classes, the modules those come from (IPython, ipykernel, ...) and `builtins`, and the interpreter's hooks
-   (tracing, profiling, `sys.excepthook`, ...). Before every message it handles, it puts back whatever
-   differs, by identity, so it does not matter how a name was reached (a string built at run time, `getattr`,
-   `__import__`).
+   (tracing, profiling, `sys.excepthook`, ...), and the course's own modules the instructor's notebook
+   imports (imported first, kernel.py) with the classes they define. Before every message it handles, it
+   puts back whatever differs, by identity, so it does not matter how a name was reached (a string built at
+   run time, `getattr`, `__import__`). The names the instructor's set-up cells bind (the grader marks those
+   cells) must still hold what they bound when a graded test that reads them starts.
 2. *Block* (guard.py). An audit hook (which Python never lets anyone remove) refuses what restoring cannot
    undo: changing a function's code or defaults in place; and, while a graded test cell runs, setting a
    tracing or profiling hook (one that could skip the test's lines).

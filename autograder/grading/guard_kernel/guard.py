@@ -16,6 +16,7 @@ from .snapshot import Change, Snapshot, _defined_by_library, _in_path, is_code
 from .tracer import (
     TRACE_EVENT,
     _allowed_codes,
+    _bound_names,
     _runs_code,
     _test_names,
     is_students,
@@ -23,7 +24,9 @@ from .tracer import (
     make_tracer,
 )
 
-GRADER_KEY = "devicelab_grader"  # execute_request metadata: {"test": true} for graded test cells
+# execute_request metadata: {"test": true} for graded test cells, {"setup": true} for the instructor's set-up
+# cells (the locked imports)
+GRADER_KEY = "devicelab_grader"
 ALWAYS_BLOCKED = types.MappingProxyType({"__code__": "changes a function's code in place",
                                          "__defaults__": "changes a function's defaults",
                                          "__kwdefaults__": "changes a function's defaults"})
@@ -54,6 +57,9 @@ SENSITIVE_READS = types.MappingProxyType({"gc.get_objects": "walks the garbage c
                    "gc.get_referrers": "walks the garbage collector (gc.get_referrers)",
                    "gc.get_referents": "walks the garbage collector (gc.get_referents)",
                    "sys._current_frames": "reads the interpreter's frames (sys._current_frames)"})
+
+
+_UNBOUND = object()
 
 
 class TamperingBlocked(RuntimeError):
@@ -107,6 +113,8 @@ class Guard:
         self.tracer_code = make_tracer({}, frozenset(), [None], frozenset(), frozenset()).__code__
         self.roots: tuple = (sys.prefix,)
         self.kinds: dict = {}  # id of a globals dict -> (it, whether its code is a student's)
+        self.setting_up: dict | None = None  # the namespace before the set-up cell running, if one is
+        self.set_up: dict = {}  # name -> what the instructor's set-up cells bound it to
 
     # --- the audit hook --------------------------------------------------------------------------------
 
@@ -237,13 +245,22 @@ class Guard:
                                 "changes": [c.to_json() for c in self.pending], "findings": self.findings})
             self.pending, self.findings = [], []
             grader = meta.get(GRADER_KEY) if isinstance(meta, dict) else None
-            self.testing = bool(grader.get("test")) if isinstance(grader, dict) else False
+            grader = grader if isinstance(grader, dict) else {}
+            self.testing = bool(grader.get("test"))
+            self.setting_up = None
+            if grader.get("setup") and self.ns is not None:
+                self.setting_up = {"before": dict(self.ns),
+                                   "binds": _bound_names(str((parent.get("content") or {}).get("code", "")))}
             if self.testing:
                 self._start_test(str((parent.get("content") or {}).get("code", "")))
             return
         if self.testing:
             self._stop_test()
         self.testing = False
+        if self.setting_up is not None and self.ns is not None:
+            cell, self.setting_up = self.setting_up, None
+            self.set_up.update({name: value for name, value in self.ns.items()
+                                if name in cell["binds"] or cell["before"].get(name, _UNBOUND) is not value})
         changes = self.restore()
         self.channel.write({"msg_id": msg_id, "phase": "after", "changes": [c.to_json() for c in changes],
                             "findings": self.findings})
@@ -262,6 +279,9 @@ class Guard:
             if (name in builtins.__dict__ and is_code(value) and value is not builtins.__dict__[name]
                     and not _defined_by_library(value)):
                 self._note(f"shadows the builtin {name} in the notebook's namespace")
+            if name in self.set_up and self.ns.get(name, _UNBOUND) is not self.set_up[name]:
+                self._note(f"replaces {name}, which the notebook's set-up cells define, in the notebook's "
+                           "namespace")
         self.test_file = [None]
         self.test_runs_code = _runs_code(source)
         self.tracer = make_tracer(self.ns, self.machinery, self.test_file, attributes,

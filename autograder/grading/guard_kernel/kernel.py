@@ -1,10 +1,27 @@
 """Start an IPython kernel guarded by the grading kernel's audit hook."""
 
+import importlib
 import os
 import sys
 import tempfile
 
 from .seal import arm
+from .snapshot import COURSE_PACKAGES
+
+# The course's modules the instructor's set-up cells import (comma-separated; set by the grader, worker.py):
+# imported here, before the snapshot and any student code, so the guard records them as they are.
+COURSE_MODULES_ENV = "DEVICELAB_GUARD_MODULES"
+
+
+def import_course_modules(names: str) -> None:
+    """Import each of the course's own modules named (others are ignored; one that fails is left to the
+    notebook's own import, which fails the same way)."""
+    for name in filter(None, (part.strip() for part in names.split(","))):
+        if name.split(".", 1)[0] in COURSE_PACKAGES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001, S110  (the set-up cell reports it as the student would see it)
+                pass
 
 
 def main(argv: list[str] | None = None, program: dict | None = None) -> None:
@@ -29,6 +46,7 @@ def main(argv: list[str] | None = None, program: dict | None = None) -> None:
     app.initialize(argv)
     while "" in sys.path:  # nothing is imported from the notebook's folder until the snapshot is taken
         sys.path.remove("")
+    import_course_modules(os.environ.get(COURSE_MODULES_ENV, ""))
     install(app.kernel)
     del install  # this frame stays on the stack while cells run: it holds nothing that leads to the guard
     app.start()

@@ -16,6 +16,10 @@ from operator import is_ as _is
 # Where the code that runs a cell comes from: everything in them is part of the execution path.
 PATH_PACKAGES = ("IPython", "ipykernel", "jupyter_client", "comm", "traitlets", "zmq", "tornado", "asyncio",
                  "ast", "codeop", "traceback", "linecache", "threading", "contextlib", "json")
+# The course's own packages (sandbox.STUDENT_PACKAGES): the helpers a graded test judges with. Their modules,
+# and the classes they define, are restored like the path; the kernel imports those the instructor's set-up
+# cells name before the snapshot is taken (kernel.py), so no student code ran before they were recorded.
+COURSE_PACKAGES = ("devicelab",)
 # Results of running cells, not part of how cells run.
 RESULT_TYPES = ("ExecutionResult", "ExecutionInfo")
 SYS_HOOKS = ("excepthook", "displayhook", "breakpointhook", "unraisablehook", "stdout", "stderr", "stdin")
@@ -49,6 +53,10 @@ def _label(owner) -> str:
 def _in_path(module_name: str | None) -> bool:
     root = (module_name or "").split(".", 1)[0] if isinstance(module_name, str) else ""
     return root in PATH_PACKAGES
+
+
+def _in_course(module_name: str) -> bool:
+    return module_name.split(".", 1)[0] in COURSE_PACKAGES
 
 
 def _transport(module_name: str) -> bool:
@@ -140,6 +148,11 @@ class Snapshot:
         for name, module in sorted(sys.modules.items()):
             if isinstance(module, types.ModuleType) and (_in_path(name) or name == "builtins"):
                 snap.slots.append(_Slot.of(module, module.__dict__, name, module=True))
+            elif isinstance(module, types.ModuleType) and _in_course(name):
+                snap.slots.append(_Slot.of(module, module.__dict__, name, module=True))
+                snap.slots += [_Slot.of(value, dict(value.__dict__), f"{name}.{value.__qualname__}")
+                               for value in list(vars(module).values())
+                               if isinstance(value, type) and value.__module__ == name]
         snap.sys_hooks = {name: getattr(sys, name, None) for name in SYS_HOOKS}
         snap.trace, snap.profile = sys.gettrace(), sys.getprofile()
         return snap

@@ -27,6 +27,25 @@ def _test_names(source: str) -> tuple[frozenset, frozenset]:
     return frozenset(variables), frozenset(attributes)
 
 
+def _bound_names(source: str) -> frozenset:
+    """Return the names a cell's code binds at its top level: what it imports, assigns, defines."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".", 1)[0] for alias in node.names
+                         if alias.name != "*")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return frozenset(names)
+
+
 def _runs_code(source: str) -> bool:
     """Return True for a cell of Python with statements: IPython runs it through `exec` (or `eval`), which
     raise the audit event the tracer starts at. (Cells Python cannot parse, IPython's own syntax among them,

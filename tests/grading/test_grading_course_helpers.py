@@ -1,0 +1,147 @@
+"""A guarded test cell judges with the course's own helpers; a student who swaps them earns nothing.
+
+ps08's `fixed-train-tests-*` cells run in the student's kernel (guarded: the DDP job runs there) and judge
+with helpers the notebook's locked set-up cell imports (`shard_problems`, `weight_problems`,
+`loss_problems`): `assert not shard_problems(run)`. A builtin that returns something falsy for any argument
+(`callable`) is no student code for the tracer to see. Before the fix, an answer that left the sampler out
+(22 of 32 points) earned all 32, unflagged, with any of these:
+
+- the names rebound in the notebook's namespace, after the set-up cell (`shard_problems = callable`);
+- the same, with a library function renamed to look like the helper (its code is the standard library's);
+- the helpers replaced in the course's module by a cell *before* the set-up cell, so that the set-up cell
+  itself imports the stand-ins.
+
+Now the names a test reads that the instructor's set-up cells bound must still be what those cells bound,
+and the course's modules (imported by the kernel before any student code, as the set-up cells name them) are
+part of the path the guard restores. Each trick earns the plain wrong answer's points and is flagged; the
+solved notebook, and one that imports a helper again, keep full marks unflagged.
+"""
+
+import csv
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader import utils
+
+from autograder import COURSE_ROOT
+from autograder.cells import grade_id
+from autograder.course import with_venv_on_path
+from autograder.grading.demo import solved
+from tests.grading.test_grading_out_of_process_ps01 import cell_scores
+from tests.once_per_run import once_per_run
+
+pytestmark = pytest.mark.notebook
+
+ASSIGNMENT = "ps08-several-devices"
+HELPERS = ("shard_problems", "weight_problems", "loss_problems")
+# A DDP job that runs and reports, but reads no shard of its own: the `-shards`, `-weights` and `-losses`
+# cells fail it (10 of fixed_train's 12 points).
+NO_SAMPLER = '''def fixed_train(rank, world_size, data, epochs):
+    model = DDP(small_model())
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for epoch in range(epochs):
+        total = torch.zeros(())
+        for x, y in loader:
+            loss = F.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.detach()
+        mean = total / len(loader)
+        dist.all_reduce(mean)
+        mean /= world_size
+        losses.append(mean.item())
+    return model, losses
+'''
+REBOUND = "\n" + " = ".join(HELPERS) + " = callable\n"
+RENAMED = ("\nimport inspect, types\n" + "".join(
+    f"{name} = types.FunctionType(inspect.isclass.__code__, inspect.isclass.__globals__, '{name}')\n"
+    for name in HELPERS))
+BEFORE_IMPORTS = ("import devicelab.exercises.ps08 as helpers\n"
+                  + " = ".join(f"helpers.{name}" for name in HELPERS) + " = callable\n")
+TRICKS = ("rebound", "renamed-library-function", "patched-before-the-set-up-cell")
+
+
+def notebooks() -> dict[str, nbformat.NotebookNode]:
+    """Return student -> notebook: every answer solved but fixed_train (no sampler), with or without a trick;
+    the solved notebook; and the solved one importing a helper again in its answer (an honest habit)."""
+    name = f"{ASSIGNMENT}.ipynb"
+    release = nbformat.read(COURSE_ROOT / "release" / ASSIGNMENT / name, as_version=4)
+    source = nbformat.read(COURSE_ROOT / "source" / ASSIGNMENT / name, as_version=4)
+    right = solved(release, source)
+
+    def variant(answer: str | None = None, appended: str = "", first_cell: str | None = None):
+        nb = nbformat.reads(nbformat.writes(right), as_version=4)
+        cell = next(c for c in nb.cells if utils.is_solution(c) and grade_id(c) == "fixed-train")
+        cell.source = (cell.source if answer is None else answer) + appended
+        if first_cell is not None:
+            imports = next(i for i, c in enumerate(nb.cells) if grade_id(c) == "imports")
+            nb.cells.insert(imports, nbformat.v4.new_code_cell(first_cell))
+        return nb
+
+    return {"no-sampler": variant(NO_SAMPLER), "rebound": variant(NO_SAMPLER, REBOUND),
+            "renamed-library-function": variant(NO_SAMPLER, RENAMED),
+            "patched-before-the-set-up-cell": variant(NO_SAMPLER, first_cell=BEFORE_IMPORTS),
+            "solved": variant(), "solved-importing-again": variant(
+                appended="\nfrom devicelab.exercises.ps08 import shard_problems, weight_problems\n")}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade the class once per test run; return (student -> grades.csv row, student -> cell scores)."""
+    name = f"{ASSIGNMENT}.ipynb"
+
+    def grade_the_class(course: Path) -> dict:
+        shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+        shutil.copytree(COURSE_ROOT / "source" / ASSIGNMENT, course / "source" / ASSIGNMENT)
+        for student, nb in notebooks().items():
+            (course / "incoming" / student).mkdir(parents=True)
+            nbformat.write(nb, course / "incoming" / student / name)
+        cmd = [sys.executable, "-m", "autograder", "grade", ASSIGNMENT, str(course / "incoming"), "--course",
+               str(course), "--jobs", "2", "--timeout", "240", "--memory", "3000", "--quiet"]
+        done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
+                              timeout=900, check=False)
+        if done.returncode != 0:
+            return {"returncode": done.returncode, "stderr": done.stderr[-3000:]}
+        with (course / "graded" / ASSIGNMENT / "grades.csv").open(encoding="utf-8") as handle:
+            table = {r["student"]: r for r in csv.DictReader(handle)}
+        return {"returncode": 0, "rows": table, "cells": cell_scores(course, ASSIGNMENT)}
+
+    _, record = once_per_run(tmp_path_factory, "course-helpers-ps08", grade_the_class)
+    assert record["returncode"] == 0, record["stderr"]
+    return record["rows"], record["cells"]
+
+
+def fixed_train(cells: dict[str, float]) -> dict[str, float]:
+    return {gid: score for gid, score in cells.items() if gid.startswith("fixed-train")}
+
+
+def test_the_wrong_answer_alone_loses_the_shards_weights_and_losses(graded):
+    table, cells = graded
+    assert fixed_train(cells["no-sampler"]) == {
+        "fixed-train-tests-runs": 2.0, "fixed-train-tests-shards": 0.0, "fixed-train-tests-weights": 0.0,
+        "fixed-train-tests-losses": 0.0}, table["no-sampler"]
+    assert table["no-sampler"]["flags"] == "", table["no-sampler"]
+
+
+@pytest.mark.parametrize("trick", TRICKS)
+def test_swapping_the_course_s_helpers_earns_nothing_and_is_flagged(graded, trick):
+    table, cells = graded
+    row = table[trick]
+    assert row["status"] == "graded", row
+    assert fixed_train(cells[trick]) == fixed_train(cells["no-sampler"]), (row, cells[trick])
+    assert float(row["score"]) <= float(table["no-sampler"]["score"]), row
+    assert row["flags"], f"{trick} was not flagged: {row}"
+
+
+@pytest.mark.parametrize("student", ["solved", "solved-importing-again"])
+def test_honest_notebooks_keep_full_marks_unflagged(graded, student):
+    table, _ = graded
+    row = table[student]
+    assert (row["status"], row["score"], row["flags"]) == ("graded", row["max_score"], ""), row
