@@ -18,7 +18,6 @@ worker makes, to show that the workers did the loading.
 
 import contextlib
 import datetime
-import itertools
 import multiprocessing
 import os
 import shutil
@@ -28,12 +27,17 @@ import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
+from torch import (  # the comparisons the graded tests judge with are bound here: see `weight_problems`
+    allclose,
+    equal,
+    nn,
+)
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader, Dataset, get_worker_info
@@ -284,24 +288,29 @@ def shard_problems(run: Ranks) -> list[str]:
                             f"and {run.samples - len(set(read))} not at all: each rank should read its own "
                             "shard")
     orders = [run.ranks[0]["seen"][e * per_epoch:(e + 1) * per_epoch] for e in range(run.epochs)]
-    if any(a == b for a, b in itertools.pairwise(orders)):
+    if any(a == b for a, b in pairwise(orders)):
         problems.append(f"rank 0 read its samples in the same order in two epochs in a row ({orders[0][:6]} "
                         "...): the data should be reshuffled every epoch")
     return problems
 
 
 def weight_problems(run: Ranks) -> list[str]:
-    """Return what is wrong with the ranks' weights after training (empty when nothing is)."""
+    """Return what is wrong with the ranks' weights after training (empty when nothing is).
+
+    (It and the other judges compare with `allclose`, `equal` and `pairwise` bound in this module: in a
+    grading kernel the module is recorded before any student code and put back before every cell, so a
+    builtin a student puts in torch's place, `torch.allclose = "1".format`, does not change their verdict.)
+    """
     weights = [torch.tensor(r["weights"]) for r in run.ranks]
     if any(w.shape != weights[0].shape for w in weights):
         return ["the ranks returned models of different sizes: every rank trains small_model()"]
-    if not all(torch.equal(weights[0], w) for w in weights[1:]):
+    if not all(equal(weights[0], w) for w in weights[1:]):
         return [("the ranks' weights differ after training: every step must average the gradients over the "
                  "ranks (DDP does it in backward) so that every rank takes the same step")]
     expected, _ = reference(run)
     if weights[0].shape != torch.Size([len(expected)]):
         return [f"the model has {weights[0].numel()} values, small_model() has {len(expected)}"]
-    if not torch.allclose(weights[0], torch.tensor(expected), rtol=1e-4, atol=1e-5):
+    if not allclose(weights[0], torch.tensor(expected), rtol=1e-4, atol=1e-5):
         gap = float((weights[0] - torch.tensor(expected)).abs().max())
         return [(f"the weights differ from one process training on both ranks' batches (largest difference "
                  f"{gap:.2g}): each step's gradient is the mean of the ranks' gradients, SGD lr {LR}, "
@@ -318,7 +327,7 @@ def loss_problems(run: Ranks) -> list[str]:
         if len(losses) != run.epochs:
             problems.append(f"rank {r['rank']} logged {len(losses)} losses in {run.epochs} epochs: one per "
                             "epoch")
-        elif not torch.allclose(torch.tensor(losses), torch.tensor(expected), rtol=1e-4, atol=1e-6):
+        elif not allclose(torch.tensor(losses), torch.tensor(expected), rtol=1e-4, atol=1e-6):
             problems.append(f"rank {r['rank']} logged the losses {[round(v, 4) for v in losses]}, the mean "
                             f"over all ranks' batches is {[round(v, 4) for v in expected]}: the same mean on "
                             "every rank")
@@ -411,7 +420,7 @@ def same_weights(model: nn.Module, reference_model: nn.Module) -> list[str]:
     """Return the names of the parameters and buffers whose values differ from the reference model's."""
     theirs = reference_model.state_dict()
     return [name for name, value in model.state_dict().items()
-            if name not in theirs or not torch.equal(value.cpu(), theirs[name])]
+            if name not in theirs or not equal(value.cpu(), theirs[name])]
 
 
 def off_device(model: nn.Module, device) -> list[str]:

@@ -65,7 +65,56 @@ RENAMED = ("\nimport inspect, types\n" + "".join(
     for name in HELPERS))
 BEFORE_IMPORTS = ("import devicelab.exercises.ps08 as helpers\n"
                   + " = ".join(f"helpers.{name}" for name in HELPERS) + " = callable\n")
-TRICKS = ("rebound", "renamed-library-function", "patched-before-the-set-up-cell")
+# The course's module swapped for a copy in sys.modules before the set-up cell imports from it.
+SWAPPED_MODULE = ("import sys, types\nimport devicelab.exercises.ps08 as real\n"
+                  "fake = types.ModuleType(real.__name__)\nfake.__dict__.update(vars(real))\n"
+                  + " = ".join(f"fake.{name}" for name in HELPERS) + " = callable\n"
+                  "sys.modules[real.__name__] = fake\n")
+# A copy of a set-up cell (the Colab set-up cell, which calls importlib.util.find_spec) run after a hook that
+# rebinds the helpers while that copy runs: as if the set-up cells had bound the stand-ins.
+FIND_SPEC_HOOK = (
+    "\nimport importlib.util\n_real_find_spec = importlib.util.find_spec\n"
+    "def _find_spec(name, package=None):\n"
+    "    importlib.util.find_spec = _real_find_spec\n"
+    "    ns = get_ipython().user_ns\n"
+    "    " + " = ".join(f"ns[{name!r}]" for name in HELPERS) + " = callable\n"
+    "    return _real_find_spec(name, package)\n"
+    "importlib.util.find_spec = _find_spec\n")
+# A thread that rebinds each helper once its test has started (after the guard's look at the names).
+THREAD = (
+    "\nimport threading, time\n"
+    "def _watch(ns=get_ipython().user_ns):\n"
+    "    seen = 0\n"
+    "    while True:\n"
+    "        cells = ns.get('_ih') or []\n"
+    "        if len(cells) != seen:\n"
+    "            seen = len(cells)\n"
+    f"            for name in {HELPERS!r}:\n"
+    "                if name + '(run)' in cells[-1]:\n"
+    "                    ns[name] = callable\n"
+    "        time.sleep(0.002)\n"
+    "threading.Thread(target=_watch, daemon=True).start()\n")
+# What the helpers read from the course's modules, rebound: the learning rate the reference replays, and the
+# list ps07's payload (a hostile checkpoint, which ps08 re-exports) notes it ran in.
+LEARNING_RATE = "\nimport devicelab.exercises.ps08 as helpers\nhelpers.LR = 0.1\n"
+PAYLOAD_LIST = "\nimport devicelab.exercises.ps07 as payloads\npayloads.payload_ran = []\n"
+UNSAFE_LOAD = '''def load_for_one(path, model, device):
+    saved = torch.load(path, map_location=device, weights_only=False)
+    state = {key.removeprefix("module."): value for key, value in saved["model"].items()}
+    model.to(device)
+    model.load_state_dict(state)
+    return model
+'''
+# A builtin in torch's place (torch is not recorded): the helpers compare with functions of their module.
+TORCH_BUILTIN = '\ntorch.allclose = torch.equal = "1".format\n'
+# trick -> (the plain mistake it is added to, whether the guard flags it); none earns a point the mistake does
+# not (torch's `equal` replaced costs the tests that call it themselves)
+TRICKS = {"rebound": ("no-sampler", True), "renamed-library-function": ("no-sampler", True),
+          "patched-before-the-set-up-cell": ("no-sampler", True), "swapped-module": ("no-sampler", True),
+          "set-up-cell-copied-under-a-hook": ("no-sampler", True),
+          "rebound-by-a-thread": ("no-sampler", True),
+          "learning-rate-rebound": ("lr-0.1", True), "payload-list-rebound": ("unsafe-load", True),
+          "builtin-in-torch-s-place": ("no-sampler", False)}
 
 
 def notebooks() -> dict[str, nbformat.NotebookNode]:
@@ -76,18 +125,33 @@ def notebooks() -> dict[str, nbformat.NotebookNode]:
     source = nbformat.read(COURSE_ROOT / "source" / ASSIGNMENT / name, as_version=4)
     right = solved(release, source)
 
-    def variant(answer: str | None = None, appended: str = "", first_cell: str | None = None):
+    colab = next(c for c in source.cells if "colab-setup" in c.metadata.get("tags", []))
+
+    def variant(answer: str | None = None, appended: str = "", first_cell: str | None = None,
+                after: str | None = None, exercise: str = "fixed-train"):
         nb = nbformat.reads(nbformat.writes(right), as_version=4)
-        cell = next(c for c in nb.cells if utils.is_solution(c) and grade_id(c) == "fixed-train")
+        at, cell = next((i, c) for i, c in enumerate(nb.cells)
+                        if utils.is_solution(c) and grade_id(c) == exercise)
         cell.source = (cell.source if answer is None else answer) + appended
+        if after is not None:
+            nb.cells.insert(at + 1, nbformat.v4.new_code_cell(after))
         if first_cell is not None:
             imports = next(i for i, c in enumerate(nb.cells) if grade_id(c) == "imports")
             nb.cells.insert(imports, nbformat.v4.new_code_cell(first_cell))
         return nb
 
+    fast = next(c for c in right.cells if utils.is_solution(c) and grade_id(c) == "fixed-train").source
+    fast = fast.replace("lr=0.05", "lr=0.1")
     return {"no-sampler": variant(NO_SAMPLER), "rebound": variant(NO_SAMPLER, REBOUND),
             "renamed-library-function": variant(NO_SAMPLER, RENAMED),
             "patched-before-the-set-up-cell": variant(NO_SAMPLER, first_cell=BEFORE_IMPORTS),
+            "swapped-module": variant(NO_SAMPLER, first_cell=SWAPPED_MODULE),
+            "set-up-cell-copied-under-a-hook": variant(NO_SAMPLER, FIND_SPEC_HOOK, after=colab.source),
+            "rebound-by-a-thread": variant(NO_SAMPLER, THREAD),
+            "lr-0.1": variant(fast), "learning-rate-rebound": variant(fast, LEARNING_RATE),
+            "unsafe-load": variant(UNSAFE_LOAD, exercise="load-for-one"),
+            "payload-list-rebound": variant(UNSAFE_LOAD, PAYLOAD_LIST, exercise="load-for-one"),
+            "builtin-in-torch-s-place": variant(NO_SAMPLER, TORCH_BUILTIN),
             "solved": variant(), "solved-importing-again": variant(
                 appended="\nfrom devicelab.exercises.ps08 import shard_problems, weight_problems\n")}
 
@@ -130,14 +194,23 @@ def test_the_wrong_answer_alone_loses_the_shards_weights_and_losses(graded):
     assert table["no-sampler"]["flags"] == "", table["no-sampler"]
 
 
-@pytest.mark.parametrize("trick", TRICKS)
+def test_the_other_plain_mistakes_lose_their_points_unflagged(graded):
+    table, cells = graded
+    assert (float(table["lr-0.1"]["score"]), table["lr-0.1"]["flags"]) == (26.0, ""), table["lr-0.1"]
+    assert cells["lr-0.1"]["fixed-train-tests-weights"] == cells["lr-0.1"]["fixed-train-tests-losses"] == 0
+    assert (float(table["unsafe-load"]["score"]), table["unsafe-load"]["flags"]) == (30.0, "")
+    assert cells["unsafe-load"]["load-for-one-tests-safe"] == 0
+
+
+@pytest.mark.parametrize("trick", sorted(TRICKS))
 def test_swapping_the_course_s_helpers_earns_nothing_and_is_flagged(graded, trick):
     table, cells = graded
+    mistake, flagged = TRICKS[trick]
     row = table[trick]
     assert row["status"] == "graded", row
-    assert fixed_train(cells[trick]) == fixed_train(cells["no-sampler"]), (row, cells[trick])
-    assert float(row["score"]) <= float(table["no-sampler"]["score"]), row
-    assert row["flags"], f"{trick} was not flagged: {row}"
+    gained = {gid: score for gid, score in cells[trick].items() if score > cells[mistake][gid]}
+    assert gained == {} and float(row["score"]) <= float(table[mistake]["score"]), (row, gained)
+    assert bool(row["flags"]) == flagged, f"{trick}: {row}"
 
 
 @pytest.mark.parametrize("student", ["solved", "solved-importing-again"])

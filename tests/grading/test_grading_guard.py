@@ -328,5 +328,8 @@ def test_the_names_a_set_up_cell_binds_are_read_from_its_code():
     code = ("import torch\nimport torch.nn.functional as F\nimport os.path\nfrom x import a, b as c\n"
             "from y import *\ndef f():\n    inner = 1\nclass K:\n    pass\nn, (m, k) = 1, (2, 3)\n"
             "total: int = 0\nif True:\n    hidden = 1\n")
-    assert _bound_names(code) == {"torch", "F", "os", "a", "c", "f", "K", "n", "m", "k", "total"}
-    assert _bound_names("%time x = 1") == frozenset()
+    assert _bound_names(code) == {"torch": ("torch", None), "F": ("torch.nn.functional", None),
+                                  "os": ("os", None), "a": ("x", "a"), "c": ("x", "b"), "f": None, "K": None,
+                                  "n": None, "m": None, "k": None, "total": None}
+    assert _bound_names("from . import a") == {"a": None}
+    assert _bound_names("%time x = 1") == {}

@@ -12,7 +12,7 @@ import sys
 import types
 
 from .grader_channel import Channel
-from .snapshot import Change, Snapshot, _defined_by_library, _in_path, is_code
+from .snapshot import _MISSING, Change, Snapshot, _defined_by_library, _in_path, is_code
 from .tracer import (
     TRACE_EVENT,
     _allowed_codes,
@@ -113,8 +113,9 @@ class Guard:
         self.tracer_code = make_tracer({}, frozenset(), [None], frozenset(), frozenset()).__code__
         self.roots: tuple = (sys.prefix,)
         self.kinds: dict = {}  # id of a globals dict -> (it, whether its code is a student's)
-        self.setting_up: dict | None = None  # the namespace before the set-up cell running, if one is
-        self.set_up: dict = {}  # name -> what the instructor's set-up cells bound it to
+        self.setting_up: dict | None = None  # what the set-up cell running binds (`_bound_names`), if one is
+        self.set_up: dict = {}  # name -> what the instructor's set-up cells bound it to (the first binding)
+        self.test_names: frozenset = frozenset()  # the names the graded test cell running reads
 
     # --- the audit hook --------------------------------------------------------------------------------
 
@@ -249,18 +250,17 @@ class Guard:
             self.testing = bool(grader.get("test"))
             self.setting_up = None
             if grader.get("setup") and self.ns is not None:
-                self.setting_up = {"before": dict(self.ns),
-                                   "binds": _bound_names(str((parent.get("content") or {}).get("code", "")))}
+                self.setting_up = _bound_names(str((parent.get("content") or {}).get("code", "")))
             if self.testing:
                 self._start_test(str((parent.get("content") or {}).get("code", "")))
             return
         if self.testing:
             self._stop_test()
+            self._check_set_up(self.test_names)  # again: a thread may have rebound one while the test ran
         self.testing = False
-        if self.setting_up is not None and self.ns is not None:
-            cell, self.setting_up = self.setting_up, None
-            self.set_up.update({name: value for name, value in self.ns.items()
-                                if name in cell["binds"] or cell["before"].get(name, _UNBOUND) is not value})
+        if self.setting_up is not None:
+            self._pin(self.setting_up)
+            self.setting_up = None
         changes = self.restore()
         self.channel.write({"msg_id": msg_id, "phase": "after", "changes": [c.to_json() for c in changes],
                             "findings": self.findings})
@@ -279,14 +279,34 @@ class Guard:
             if (name in builtins.__dict__ and is_code(value) and value is not builtins.__dict__[name]
                     and not _defined_by_library(value)):
                 self._note(f"shadows the builtin {name} in the notebook's namespace")
-            if name in self.set_up and self.ns.get(name, _UNBOUND) is not self.set_up[name]:
-                self._note(f"replaces {name}, which the notebook's set-up cells define, in the notebook's "
-                           "namespace")
+        self.test_names = names
+        self._check_set_up(names)
         self.test_file = [None]
         self.test_runs_code = _runs_code(source)
         self.tracer = make_tracer(self.ns, self.machinery, self.test_file, attributes,
                                   _allowed_codes(names, self.ns), self.roots)
         self.tracer_cells = tuple((c, c.cell_contents) for c in self.tracer.__closure__ or ())
+
+    def _pin(self, bound: dict) -> None:
+        """Record what a set-up cell bound (the first binding of a name is kept): a name imported from one of
+        the course's modules is pinned to that module's attribute as the snapshot recorded it, before any
+        student code, whatever the cell found there; any other name to what the namespace holds now."""
+        for name, origin in bound.items():
+            if name in self.set_up or self.ns is None:
+                continue
+            value = self.ns.get(name, _UNBOUND)
+            if origin is not None and self.snapshot is not None:
+                recorded = self.snapshot.recorded(*origin)
+                value = value if recorded is _MISSING else recorded
+            if value is not _UNBOUND:
+                self.set_up[name] = value
+
+    def _check_set_up(self, names: frozenset) -> None:
+        """Note each name a graded test reads that no longer holds what the set-up cells bound it to."""
+        for name in sorted(names & self.set_up.keys()):
+            if self.ns is not None and self.ns.get(name, _UNBOUND) is not self.set_up[name]:
+                self._note(f"replaces {name}, which the notebook's set-up cells define, in the notebook's "
+                           "namespace")
 
     def _stop_test(self) -> None:
         started = self.test_file[0] is not None  # (a cell of comments only never runs any code)

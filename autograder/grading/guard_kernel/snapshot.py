@@ -89,6 +89,7 @@ class _Slot:
     module: bool = False
     names: tuple = ()  # the names of `values`, and their values in the same order (for the quick check)
     pristine: tuple = ()
+    course: bool = False  # a course module's or class's: every rebound value is put back, not only code
 
     @classmethod
     def of(cls, owner, namespace: dict, label: str, module: bool = False, instance: bool = False) -> "_Slot":
@@ -119,6 +120,7 @@ class Snapshot:
 
     slots: list[_Slot] = field(default_factory=list)
     objects: frozenset = frozenset()  # ids of the execution-path objects (rebinding one is put back)
+    course: dict = field(default_factory=dict)  # name -> slot of each of the course's modules
     sys_hooks: dict = field(default_factory=dict)
     trace: object = None
     profile: object = None
@@ -149,18 +151,33 @@ class Snapshot:
             if isinstance(module, types.ModuleType) and (_in_path(name) or name == "builtins"):
                 snap.slots.append(_Slot.of(module, module.__dict__, name, module=True))
             elif isinstance(module, types.ModuleType) and _in_course(name):
-                snap.slots.append(_Slot.of(module, module.__dict__, name, module=True))
-                snap.slots += [_Slot.of(value, dict(value.__dict__), f"{name}.{value.__qualname__}")
-                               for value in list(vars(module).values())
-                               if isinstance(value, type) and value.__module__ == name]
+                snap.course[name] = slot = _Slot.of(module, module.__dict__, name, module=True)
+                slot.course = True
+                snap.slots.append(slot)
+                for value in list(vars(module).values()):
+                    if isinstance(value, type) and value.__module__ == name:
+                        klass = _Slot.of(value, dict(value.__dict__), f"{name}.{value.__qualname__}")
+                        klass.course = True
+                        snap.slots.append(klass)
         snap.sys_hooks = {name: getattr(sys, name, None) for name in SYS_HOOKS}
         snap.trace, snap.profile = sys.gettrace(), sys.getprofile()
         return snap
+
+    def recorded(self, module: str, attribute: str | None = None):
+        """Return a course module as recorded (or its attribute `attribute`); _MISSING when not recorded."""
+        slot = self.course.get(module)
+        if slot is None:
+            return _MISSING
+        return slot.owner if attribute is None else slot.values.get(attribute, _MISSING)
 
     def restore(self) -> list[Change]:
         """Put the pristine execution path back; return what had changed."""
         changes: list[Change] = []
         self._restore_interpreter(changes)
+        for name, slot in self.course.items():  # a module swapped in sys.modules is not the one recorded
+            if sys.modules.get(name) is not slot.owner:
+                sys.modules[name] = slot.owner
+                changes.append(Change(f"sys.modules[{name!r}]", "replaced"))
         for slot in self.slots:
             _restore_slot(slot, changes, self.objects)
         return changes
@@ -278,7 +295,7 @@ def _undo_changes(slot: _Slot, current, changes: list[Change], objects: frozense
     for name, pristine in slot.values.items():
         value = current.get(name, _MISSING)
         if value is not pristine:
-            important = is_code(pristine) or name in ALWAYS_RESTORED or id(pristine) in objects
+            important = slot.course or is_code(pristine) or name in ALWAYS_RESTORED or id(pristine) in objects
             if not (important or (value is not _MISSING and is_code(value))):
                 continue
             _set(slot, name, pristine)

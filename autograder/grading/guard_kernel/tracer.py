@@ -27,23 +27,30 @@ def _test_names(source: str) -> tuple[frozenset, frozenset]:
     return frozenset(variables), frozenset(attributes)
 
 
-def _bound_names(source: str) -> frozenset:
-    """Return the names a cell's code binds at its top level: what it imports, assigns, defines."""
+def _bound_names(source: str) -> dict:
+    """Return the names a cell's code binds at its top level, each with where an import takes it from:
+    (module, attribute) for `from module import attribute`, (module, None) for `import module`, None for
+    what it assigns or defines."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return frozenset()
-    names = set()
+        return {}
+    names: dict = {}
     for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).split(".", 1)[0] for alias in node.names
-                         if alias.name != "*")
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                module = alias.name if alias.asname else alias.name.split(".", 1)[0]
+                names[alias.asname or module] = (module, None)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module if node.module and not node.level else None
+            names.update({alias.asname or alias.name: module and (module, alias.name)
+                          for alias in node.names if alias.name != "*"})
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
+            names[node.name] = None
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-    return frozenset(names)
+                names.update((n.id, None) for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
 
 
 def _runs_code(source: str) -> bool:
