@@ -10,9 +10,10 @@ COURSE_STAMP := $(VENV)/.course-stamp
 INSTALL_INPUTS := build/install-inputs.toml
 # Where `make lab` puts the student's own copies of the lessons and problem sets (never a tracked file)
 MYWORK ?= mywork
-# Test workers: one more than the cores, since the real-hub tests mostly wait for servers and time limits
-# (2026-12-03, two cores: 924 s with three workers against 1476 s with two; docs/measurements.md)
-JOBS   ?= $(shell echo $$(( $$(nproc) + 1 )))
+# Test workers: two more than the cores, since the real-hub tests mostly wait for servers and time limits
+# (two cores: 2026-12-03, 924 s with three workers against 1476 s with two; 2026-12-04, three workers left
+# the cores 13% idle, four 5%; docs/measurements.md)
+JOBS   ?= $(shell echo $$(( $$(nproc) + 2 )))
 # Which PyTorch to install, as a pip requirement: empty lets pip choose (on Linux that is the CUDA build, 5.3 GiB
 # with its libraries). On a machine without an NVIDIA GPU, PyTorch's CPU-only build runs the course in under 1 GiB:
 # make venv TORCH='torch==2.13.0+cpu' PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu (README).
