@@ -26,8 +26,9 @@ from tests.postgres_support import Postgres, postgres_cluster
 pytestmark = pytest.mark.timeout(1800)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def postgres() -> Postgres:
+    """One cluster for both classes (each hub gets a database of its own), as the other PostgreSQL modules."""
     hub_tests_or_skip()
     with postgres_cluster() as cluster:
         yield cluster
