@@ -9,6 +9,7 @@ keep them standing by, and choose what they preload.
 import json
 import os
 import sys
+from pathlib import Path
 
 from autograder.grading import zygote as program
 from autograder.grading.zygote import LIBRARIES, WarmStartError
@@ -215,30 +216,77 @@ def _uses_autograd(tree) -> bool:
                for node in ast.walk(tree))
 
 
+def _imported_names(tree, package: str = "") -> set[str]:
+    """Return the full names of the modules a tree of code imports anywhere (inside functions too); relative
+    imports resolved against `package`, the package the code is in."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1] if package else []
+                base = ".".join([*parts, *([base] if base else [])])
+            if base:
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)  # a submodule, where it is one
+    return found
+
+
+def _course_source(name: str) -> Path | None:
+    """Return the source file of a course module, found beside the installed package (nothing imported)."""
+    import importlib.util
+
+    root = name.split(".", 1)[0]
+    spec = importlib.util.find_spec(root)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations)), *name.split(".")[1:])
+    for candidate in (folder.with_suffix(".py"), folder / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def course_modules_imported(notebooks: list[str]) -> tuple[str, ...]:
     """Return the modules of the course's own packages (sandbox.STUDENT_PACKAGES) that the notebooks' code
-    cells import, by their full names: the grading kernel imports them before any student code, so that the
-    guard records them as they are (guard_kernel/kernel.py)."""
+    cells import, and those these import in turn (at their top or inside a function, found in their source):
+    the grading kernel imports them all before any student code, so that the guard records them as they are
+    (guard_kernel/kernel.py)."""
     import ast
 
     from autograder.grading.sandbox import STUDENT_PACKAGES
 
-    found: set[str] = set()
+    def ours(names: set[str]) -> set[str]:
+        return {n for n in names if n.split(".", 1)[0] in STUDENT_PACKAGES}
+
+    wanted: set[str] = set()
     for path in notebooks:
         with open(path, encoding="utf-8") as handle:
             cells = json.load(handle).get("cells", [])
         for cell in cells:
             source = cell.get("source", "") if cell.get("cell_type") == "code" else ""
             try:
-                tree = ast.parse("".join(source) if isinstance(source, list) else str(source))
+                wanted |= ours(_imported_names(ast.parse("".join(source) if isinstance(source, list)
+                                                         else str(source))))
             except (SyntaxError, ValueError):
                 continue
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    found.update(alias.name for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    found.add(node.module)
-    return tuple(sorted(name for name in found if name.split(".", 1)[0] in STUDENT_PACKAGES))
+    found: set[str] = set()
+    while wanted - found:
+        name = min(wanted - found)
+        found.add(name)
+        source = _course_source(name)
+        if source is None:
+            continue
+        package = name if source.name == "__init__.py" else name.rpartition(".")[0]
+        try:
+            wanted |= ours(_imported_names(ast.parse(source.read_text(encoding="utf-8")), package))
+        except (OSError, SyntaxError, ValueError):
+            continue
+    return tuple(sorted(name for name in found if _course_source(name) is not None))
 
 
 def libraries_imported(notebooks: list[str]) -> tuple[str, ...]:

@@ -416,17 +416,28 @@ def ddp_checkpoint(folder: Path, *, kind: str = "mlp", seed: int = 0, prefixed: 
     return path, model
 
 
+def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Return the model's parameters and buffers by name, read with nn.Module's own methods (not ones an
+    answer may have put on the instance)."""
+    return {**dict(nn.Module.named_parameters(model)), **dict(nn.Module.named_buffers(model))}
+
+
 def same_weights(model: nn.Module, reference_model: nn.Module) -> list[str]:
-    """Return the names of the parameters and buffers whose values differ from the reference model's."""
-    theirs = reference_model.state_dict()
-    return [name for name, value in model.state_dict().items()
-            if name not in theirs or not equal(value.cpu(), theirs[name])]
+    """Return the names of the parameters and buffers whose values differ from the reference model's, or
+    that one of the two lacks."""
+    ours, theirs = _tensors(model), _tensors(reference_model)
+    return [name for name in sorted(ours.keys() | theirs.keys()) if name not in ours or name not in theirs
+            or not equal(ours[name].detach().cpu(), theirs[name].detach().cpu())]
 
 
 def off_device(model: nn.Module, device) -> list[str]:
-    """Return the names of the parameters and buffers of `model` that are not on `device`."""
+    """Return the names of the parameters and buffers of `model` that are not on `device` (all of the model,
+    when it holds none: a model emptied is on no device)."""
     device = torch.device(device)
-    return [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.device != device]
+    tensors = _tensors(model)
+    if not tensors:
+        return ["the model (it holds no parameters or buffers)"]
+    return [name for name, t in tensors.items() if t.device != device]
 
 
 # ----------------------------------------------------------------------------------------------------------

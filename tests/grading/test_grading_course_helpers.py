@@ -9,7 +9,9 @@ with helpers the notebook's locked set-up cell imports (`shard_problems`, `weigh
 - the names rebound in the notebook's namespace, after the set-up cell (`shard_problems = callable`);
 - the same, with a library function renamed to look like the helper (its code is the standard library's);
 - the helpers replaced in the course's module by a cell *before* the set-up cell, so that the set-up cell
-  itself imports the stand-ins.
+  itself imports the stand-ins;
+
+and two independent reads found more (each below, graded beside the plain mistake it is added to).
 
 Now the names a test reads that the instructor's set-up cells bound must still be what those cells bound,
 and the course's modules (imported by the kernel before any student code, as the set-up cells name them) are
@@ -107,14 +109,48 @@ UNSAFE_LOAD = '''def load_for_one(path, model, device):
 '''
 # A builtin in torch's place (torch is not recorded): the helpers compare with functions of their module.
 TORCH_BUILTIN = '\ntorch.allclose = torch.equal = "1".format\n'
+# The helpers' code swapped in place (the function objects stay the ones the set-up cell bound).
+CODE_SWAP = "\n" + " = ".join(f"{name}.__code__" for name in HELPERS) + " = (lambda run: []).__code__\n"
+# The model's own methods hidden on the instance, so that a judge reading them sees nothing to compare.
+UNTOUCHED = "def load_for_one(path, model, device):\n    return model\n"
+HIDDEN_METHODS = ("def load_for_one(path, model, device):\n"
+                  "    model.state_dict = lambda *a, **k: {}\n"
+                  "    model.named_parameters = lambda *a, **k: iter(())\n"
+                  "    model.named_buffers = lambda *a, **k: iter(())\n"
+                  "    return model\n")
+# A thread that puts a stand-in in a helper's place only while a test calls it, and the helper back before
+# the test ends (the tracer follows the main thread only): a thread of the student's still running when a
+# graded test starts fails that test.
+SWAP_AND_PUT_BACK = (
+    "\nimport functools, sys, threading, time\nsys.setswitchinterval(1e-5)\n"
+    f"_REAL = {{n: globals()[n] for n in {HELPERS!r}}}\n"
+    "def _watch(ns=get_ipython().user_ns):\n"
+    "    seen = 0\n"
+    "    while True:\n"
+    "        cells = ns.get('_ih') or []\n"
+    "        if len(cells) != seen:\n"
+    "            seen, source = len(cells), cells[-1]\n"
+    "            for n in _REAL:\n"
+    "                calls = source.count(n + '(run)')\n"
+    "                if calls:\n"
+    "                    before, changes = ns.get('problems'), 0\n"
+    "                    ns[n] = functools.partial(dict.fromkeys, ())\n"
+    "                    while changes < calls:\n"
+    "                        if ns.get('problems') is not before:\n"
+    "                            changes, before = changes + 1, ns.get('problems')\n"
+    "                        time.sleep(0)\n"
+    "                    ns[n] = _REAL[n]\n"
+    "        time.sleep(0.001)\n"
+    "threading.Thread(target=_watch, daemon=True).start()\n")
 # trick -> (the plain mistake it is added to, whether the guard flags it); none earns a point the mistake does
 # not (torch's `equal` replaced costs the tests that call it themselves)
 TRICKS = {"rebound": ("no-sampler", True), "renamed-library-function": ("no-sampler", True),
           "patched-before-the-set-up-cell": ("no-sampler", True), "swapped-module": ("no-sampler", True),
           "set-up-cell-copied-under-a-hook": ("no-sampler", True),
-          "rebound-by-a-thread": ("no-sampler", True),
+          "rebound-by-a-thread": ("no-sampler", True), "code-swapped-in-place": ("no-sampler", True),
           "learning-rate-rebound": ("lr-0.1", True), "payload-list-rebound": ("unsafe-load", True),
-          "builtin-in-torch-s-place": ("no-sampler", False)}
+          "rebound-and-put-back-by-a-thread": ("no-sampler", True),
+          "builtin-in-torch-s-place": ("no-sampler", False), "model-methods-hidden": ("untouched", False)}
 
 
 def notebooks() -> dict[str, nbformat.NotebookNode]:
@@ -152,6 +188,10 @@ def notebooks() -> dict[str, nbformat.NotebookNode]:
             "unsafe-load": variant(UNSAFE_LOAD, exercise="load-for-one"),
             "payload-list-rebound": variant(UNSAFE_LOAD, PAYLOAD_LIST, exercise="load-for-one"),
             "builtin-in-torch-s-place": variant(NO_SAMPLER, TORCH_BUILTIN),
+            "code-swapped-in-place": variant(NO_SAMPLER, CODE_SWAP),
+            "untouched": variant(UNTOUCHED, exercise="load-for-one"),
+            "model-methods-hidden": variant(HIDDEN_METHODS, exercise="load-for-one"),
+            "rebound-and-put-back-by-a-thread": variant(NO_SAMPLER, SWAP_AND_PUT_BACK),
             "solved": variant(), "solved-importing-again": variant(
                 appended="\nfrom devicelab.exercises.ps08 import shard_problems, weight_problems\n")}
 
@@ -211,6 +251,31 @@ def test_swapping_the_course_s_helpers_earns_nothing_and_is_flagged(graded, tric
     gained = {gid: score for gid, score in cells[trick].items() if score > cells[mistake][gid]}
     assert gained == {} and float(row["score"]) <= float(table[mistake]["score"]), (row, gained)
     assert bool(row["flags"]) == flagged, f"{trick}: {row}"
+
+
+def test_the_capstone_runs_anew_each_time_no_results_are_kept_for_a_student_to_fill():
+    """ps06's graded cells call `capstone_run` twice each; a cache of its results in the course's module was
+    the student's to fill (an independent read pre-filled it: 32 of 34 points for an unanswered stub)."""
+    import json
+
+    from devicelab.exercises import ps06
+
+    nb = json.loads((COURSE_ROOT / "source" / "ps06-streams-and-profiling" /
+                     "ps06-streams-and-profiling.ipynb").read_text(encoding="utf-8"))
+    namespace: dict = {}
+    for cell in nb["cells"]:
+        if grade_id(nbformat.from_dict(cell)) in ("imports", "fixed-epoch"):
+            exec("".join(cell["source"]), namespace)  # the instructor's own cells
+    calls = []
+
+    def fixed_epoch(*args):
+        calls.append(1)
+        return namespace["fixed_epoch"](*args)
+
+    first, again = ps06.capstone_run(fixed_epoch, batches=4), ps06.capstone_run(fixed_epoch, batches=4)
+    assert len(calls) == 2 and first == again
+    assert not [name for name, value in vars(ps06).items()
+                if type(value) is dict and any(isinstance(v, ps06.CapstoneResult) for v in value.values())]
 
 
 @pytest.mark.parametrize("student", ["solved", "solved-importing-again"])

@@ -227,13 +227,18 @@ def test_the_libraries_to_preload_are_those_the_notebooks_import(tmp_path):
     assert libraries_imported([notebook("g.ipynb", "import numpy\nloss.backward()")]) == ("numpy",)
 
 
-def test_the_course_modules_to_import_first_are_those_the_notebooks_import_by_full_name(tmp_path):
+def test_the_course_modules_to_import_first_are_those_the_notebooks_import_and_theirs(tmp_path):
     path = tmp_path / "ps.ipynb"
-    sources = ["from devicelab.exercises.ps08 import run_ranks\nimport torch",
-               "import devicelab.fakes as fakes, os", "%time import devicelab.ui", "from . import devicelab"]
+    sources = ["from devicelab.exercises.ps06 import capstone_run\nimport torch",
+               "import devicelab.fakes, os", "%time import devicelab.ui", "from . import devicelab"]
     cells = [{"cell_type": "code", "metadata": {}, "source": s} for s in sources]
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    assert course_modules_imported([str(path)]) == ("devicelab.exercises.ps08", "devicelab.fakes")
+    found = course_modules_imported([str(path)])
+    # named by the notebook, and what those import, at their top or inside a function (capstone_run imports
+    # lesson08 when it runs); only modules (not capstone_run), only the course's (not torch or os)
+    assert {"devicelab.exercises.ps06", "devicelab.fakes", "devicelab.exercises.lesson08"} <= set(found)
+    assert all(name.split(".")[0] == "devicelab" for name in found)
+    assert "devicelab.exercises.ps06.capstone_run" not in found and found == tuple(sorted(found))
 
 
 def test_a_warm_kernel_has_its_own_environment_and_nothing_of_the_zygotes(zygote, place, outside_port):

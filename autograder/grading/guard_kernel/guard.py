@@ -6,13 +6,15 @@ rest to the grader (grader_channel.py) and traces graded test cells (tracer.py).
 """
 
 import builtins
+import functools
 import os
 import re
 import sys
+import threading
 import types
 
 from .grader_channel import Channel
-from .snapshot import _MISSING, Change, Snapshot, _defined_by_library, _in_path, is_code
+from .snapshot import _MISSING, Change, Snapshot, _defined_by_library, _in_course, _in_path, is_code
 from .tracer import (
     TRACE_EVENT,
     _allowed_codes,
@@ -76,11 +78,13 @@ def own_spaces(*program: dict) -> list[dict]:
 
 
 def _runs_cells(function, own: frozenset) -> bool:
-    """Return True for a function of the execution path (or of this guard: its namespace's id is in `own`),
-    whose code must not change."""
+    """Return True for a function of the execution path, of the course's own modules (the helpers tests judge
+    with) or of this guard (its namespace's id is in `own`), whose code must not change."""
     if not isinstance(function, types.FunctionType):
         return False
-    return id(function.__globals__) in own or _in_path(function.__globals__.get("__name__"))
+    module = function.__globals__.get("__name__")
+    return (id(function.__globals__) in own or _in_path(module)
+            or (type(module) is str and _in_course(module)))
 
 
 class Guard:
@@ -281,6 +285,8 @@ class Guard:
                 self._note(f"shadows the builtin {name} in the notebook's namespace")
         self.test_names = names
         self._check_set_up(names)
+        if self._student_threads():
+            self._note("runs a thread of its own while a test runs (it could change what the test reads)")
         self.test_file = [None]
         self.test_runs_code = _runs_code(source)
         self.tracer = make_tracer(self.ns, self.machinery, self.test_file, attributes,
@@ -300,6 +306,28 @@ class Guard:
                 value = value if recorded is _MISSING else recorded
             if value is not _UNBOUND:
                 self.set_up[name] = value
+
+    def _student_threads(self) -> list:
+        """Return the live threads that run student code: a target (or a `run` of its class) whose code is a
+        student's, or a builtin such as `exec` (no library starts a thread on one); libraries' own threads
+        (the kernel's, a thread pool's idle workers) are not."""
+        found = []
+        for thread in threading.enumerate():
+            if thread is threading.main_thread():
+                continue
+            target = getattr(thread, "_target", None)
+            while isinstance(target, functools.partial):
+                target = target.func
+            if target is None:
+                target = getattr(type(thread), "run", None)
+            target = getattr(target, "__func__", target)
+            if isinstance(target, types.FunctionType):
+                if is_students(target.__globals__, self.ns, self.roots, self.kinds):
+                    found.append(thread)
+            elif isinstance(target, types.BuiltinFunctionType) and getattr(target, "__self__", None) in (
+                    builtins, None):
+                found.append(thread)
+        return found
 
     def _check_set_up(self, names: frozenset) -> None:
         """Note each name a graded test reads that no longer holds what the set-up cells bound it to."""
