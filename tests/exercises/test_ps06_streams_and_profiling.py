@@ -47,29 +47,6 @@ HEADS = {
 results_for = partial(run_graded_cells, NOTEBOOK)
 
 
-_CAPSTONE_RUNS: dict = {}  # (the answer's code, batches, extra) -> its capstone run, for this module's tests
-
-
-@pytest.fixture(autouse=True)
-def capstone_runs_once_per_answer(monkeypatch):
-    """Run the simulated capstone once per answer and epoch size in this module's tests (each of the five
-    test cells calls it twice, and many tests grade the same answer): the course module keeps no such cache,
-    which a graded kernel would give the student to fill (tests/grading/test_grading_course_helpers.py)."""
-    import marshal
-
-    from devicelab.exercises import ps06
-
-    run = ps06.capstone_run
-
-    def remembered(fixed_epoch, batches=ps06.GRADED_BATCHES, extra=0):
-        key = (marshal.dumps(fixed_epoch.__code__), batches, extra)
-        if key not in _CAPSTONE_RUNS:
-            _CAPSTONE_RUNS[key] = run(fixed_epoch, batches, extra)
-        return _CAPSTONE_RUNS[key]
-
-    monkeypatch.setattr(ps06, "capstone_run", remembered)
-
-
 def cell(exercise: str, body: str) -> str:
     """Return a solution cell for `exercise` whose body is `body` (written flush left)."""
     return support.function_cell(HEADS[exercise], body)

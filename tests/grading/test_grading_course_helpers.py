@@ -253,31 +253,6 @@ def test_swapping_the_course_s_helpers_earns_nothing_and_is_flagged(graded, tric
     assert bool(row["flags"]) == flagged, f"{trick}: {row}"
 
 
-def test_the_capstone_runs_anew_each_time_no_results_are_kept_for_a_student_to_fill():
-    """ps06's graded cells call `capstone_run` twice each; a cache of its results in the course's module was
-    the student's to fill (an independent read pre-filled it: 32 of 34 points for an unanswered stub)."""
-    import json
-
-    from devicelab.exercises import ps06
-
-    nb = json.loads((COURSE_ROOT / "source" / "ps06-streams-and-profiling" /
-                     "ps06-streams-and-profiling.ipynb").read_text(encoding="utf-8"))
-    namespace: dict = {}
-    for cell in nb["cells"]:
-        if grade_id(nbformat.from_dict(cell)) in ("imports", "fixed-epoch"):
-            exec("".join(cell["source"]), namespace)  # the instructor's own cells
-    calls = []
-
-    def fixed_epoch(*args):
-        calls.append(1)
-        return namespace["fixed_epoch"](*args)
-
-    first, again = ps06.capstone_run(fixed_epoch, batches=4), ps06.capstone_run(fixed_epoch, batches=4)
-    assert len(calls) == 2 and first == again
-    assert not [name for name, value in vars(ps06).items()
-                if type(value) is dict and any(isinstance(v, ps06.CapstoneResult) for v in value.values())]
-
-
 @pytest.mark.parametrize("student", ["solved", "solved-importing-again"])
 def test_honest_notebooks_keep_full_marks_unflagged(graded, student):
     table, _ = graded
