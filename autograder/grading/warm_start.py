@@ -6,6 +6,7 @@ keep them standing by, and choose what they preload.
 `libraries_imported` reads an assignment's notebooks for the libraries of LIBRARIES worth preloading.
 """
 
+import functools
 import json
 import os
 import sys
@@ -251,11 +252,16 @@ def _course_source(name: str) -> Path | None:
     return None
 
 
-def course_modules_imported(notebooks: list[str]) -> tuple[str, ...]:
+def course_modules_imported(notebooks) -> tuple[str, ...]:
     """Return the modules of the course's own packages (sandbox.STUDENT_PACKAGES) that the notebooks' code
     cells import, and those these import in turn (at their top or inside a function, found in their source):
     the grading kernel imports them all before any student code, so that the guard records them as they are
-    (guard_kernel/kernel.py)."""
+    (guard_kernel/kernel.py). Read once per version of the notebooks (a worker asks for every student)."""
+    return _course_modules(tuple((str(path), os.stat(path).st_mtime_ns) for path in notebooks))
+
+
+@functools.lru_cache(maxsize=8)
+def _course_modules(notebooks: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
     import ast
 
     from autograder.grading.sandbox import STUDENT_PACKAGES
@@ -264,7 +270,7 @@ def course_modules_imported(notebooks: list[str]) -> tuple[str, ...]:
         return {n for n in names if n.split(".", 1)[0] in STUDENT_PACKAGES}
 
     wanted: set[str] = set()
-    for path in notebooks:
+    for path, _ in notebooks:
         with open(path, encoding="utf-8") as handle:
             cells = json.load(handle).get("cells", [])
         for cell in cells:

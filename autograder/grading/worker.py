@@ -333,7 +333,7 @@ class Worker:
             self.zygote.write_spec(str(spec), guarded, holder, address_space_mib(s.memory_mib), MAX_FILE_MIB,
                                    argv[:-2], procs)
             argv = self.zygote.launcher_argv(str(spec))
-        instructors = sorted(str(p) for p in (scratch / "source" / s.assignment).glob("*.ipynb"))
+        instructors = sorted(str(p) for p in (s.template / "source" / s.assignment).glob("*.ipynb"))
         spec = {"argv": argv, "display_name": "Python 3 (graded)", "language": "python",
                 "interrupt_mode": "message", "metadata": {"debugger": False},
                 "env": self.environment(scratch, kernel.home, kernel.runtime) | {
