@@ -19,11 +19,6 @@ part of the path the guard restores. Each trick earns the plain wrong answer's p
 solved notebook, and one that imports a helper again, keep full marks unflagged.
 """
 
-import csv
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -31,10 +26,9 @@ from nbgrader import utils
 
 from autograder import COURSE_ROOT
 from autograder.cells import grade_id
-from autograder.course import with_venv_on_path
 from autograder.grading.demo import solved
-from tests.grading.test_grading_out_of_process_ps01 import cell_scores
-from tests.once_per_run import once_per_run
+from tests.exercises.test_ps08_several_devices import MISTAKES, train_with
+from tests.grading.test_grading_out_of_process_ps01 import grade_class_once
 
 pytestmark = pytest.mark.notebook
 
@@ -42,25 +36,7 @@ ASSIGNMENT = "ps08-several-devices"
 HELPERS = ("shard_problems", "weight_problems", "loss_problems")
 # A DDP job that runs and reports, but reads no shard of its own: the `-shards`, `-weights` and `-losses`
 # cells fail it (10 of fixed_train's 12 points).
-NO_SAMPLER = '''def fixed_train(rank, world_size, data, epochs):
-    model = DDP(small_model())
-    loader = DataLoader(data, batch_size=4, shuffle=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    losses = []
-    for epoch in range(epochs):
-        total = torch.zeros(())
-        for x, y in loader:
-            loss = F.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.detach()
-        mean = total / len(loader)
-        dist.all_reduce(mean)
-        mean /= world_size
-        losses.append(mean.item())
-    return model, losses
-'''
+NO_SAMPLER = MISTAKES[("fixed-train", "no-sampler")]
 REBOUND = "\n" + " = ".join(HELPERS) + " = callable\n"
 RENAMED = ("\nimport inspect, types\n" + "".join(
     f"{name} = types.FunctionType(inspect.isclass.__code__, inspect.isclass.__globals__, '{name}')\n"
@@ -100,13 +76,7 @@ THREAD = (
 # list ps07's payload (a hostile checkpoint, which ps08 re-exports) notes it ran in.
 LEARNING_RATE = "\nimport devicelab.exercises.ps08 as helpers\nhelpers.LR = 0.1\n"
 PAYLOAD_LIST = "\nimport devicelab.exercises.ps07 as payloads\npayloads.payload_ran = []\n"
-UNSAFE_LOAD = '''def load_for_one(path, model, device):
-    saved = torch.load(path, map_location=device, weights_only=False)
-    state = {key.removeprefix("module."): value for key, value in saved["model"].items()}
-    model.to(device)
-    model.load_state_dict(state)
-    return model
-'''
+UNSAFE_LOAD = MISTAKES[("load-for-one", "weights-only-false")]
 # A builtin in torch's place (torch is not recorded): the helpers compare with functions of their module.
 TORCH_BUILTIN = '\ntorch.allclose = torch.equal = "1".format\n'
 # The helpers' code swapped in place (the function objects stay the ones the set-up cell bound).
@@ -176,8 +146,7 @@ def notebooks() -> dict[str, nbformat.NotebookNode]:
             nb.cells.insert(imports, nbformat.v4.new_code_cell(first_cell))
         return nb
 
-    fast = next(c for c in right.cells if utils.is_solution(c) and grade_id(c) == "fixed-train").source
-    fast = fast.replace("lr=0.05", "lr=0.1")
+    fast = train_with().replace("lr=0.05", "lr=0.1")
     return {"no-sampler": variant(NO_SAMPLER), "rebound": variant(NO_SAMPLER, REBOUND),
             "renamed-library-function": variant(NO_SAMPLER, RENAMED),
             "patched-before-the-set-up-cell": variant(NO_SAMPLER, first_cell=BEFORE_IMPORTS),
@@ -199,27 +168,8 @@ def notebooks() -> dict[str, nbformat.NotebookNode]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Grade the class once per test run; return (student -> grades.csv row, student -> cell scores)."""
-    name = f"{ASSIGNMENT}.ipynb"
-
-    def grade_the_class(course: Path) -> dict:
-        shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-        shutil.copytree(COURSE_ROOT / "source" / ASSIGNMENT, course / "source" / ASSIGNMENT)
-        for student, nb in notebooks().items():
-            (course / "incoming" / student).mkdir(parents=True)
-            nbformat.write(nb, course / "incoming" / student / name)
-        cmd = [sys.executable, "-m", "autograder", "grade", ASSIGNMENT, str(course / "incoming"), "--course",
-               str(course), "--jobs", "2", "--timeout", "240", "--memory", "3000", "--quiet"]
-        done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
-                              timeout=900, check=False)
-        if done.returncode != 0:
-            return {"returncode": done.returncode, "stderr": done.stderr[-3000:]}
-        with (course / "graded" / ASSIGNMENT / "grades.csv").open(encoding="utf-8") as handle:
-            table = {r["student"]: r for r in csv.DictReader(handle)}
-        return {"returncode": 0, "rows": table, "cells": cell_scores(course, ASSIGNMENT)}
-
-    _, record = once_per_run(tmp_path_factory, "course-helpers-ps08", grade_the_class)
-    assert record["returncode"] == 0, record["stderr"]
-    return record["rows"], record["cells"]
+    return grade_class_once(tmp_path_factory, "course-helpers-ps08", ASSIGNMENT, notebooks,
+                            "--timeout", "240", "--memory", "3000")
 
 
 def fixed_train(cells: dict[str, float]) -> dict[str, float]:

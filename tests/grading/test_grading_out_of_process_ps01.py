@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -80,20 +81,20 @@ def cell_scores(course: Path, assignment: str = ASSIGNMENT) -> dict[str, dict[st
     return scores
 
 
-def grade_with_tricks(tmp_path_factory, assignment: str = ASSIGNMENT, answer_id: str = "describe") -> tuple:
-    """Grade the class of `notebooks(assignment, answer_id)` once per test run with `--sandbox bwrap`, as
-    issue 61's bank was graded; return (student -> grades.csv row, cell_scores)."""
-    name = f"{assignment}.ipynb"
+def grade_class_once(tmp_path_factory, name: str, assignment: str, students: Callable[[], dict],
+                     *options: str) -> tuple[dict, dict]:
+    """Grade the class `students()` (student -> notebook) of `assignment` once per test run with `--jobs 2`
+    and `options`; return (student -> grades.csv row, cell_scores)."""
+    notebook = f"{assignment}.ipynb"
 
     def grade_the_class(course: Path) -> dict:
         shutil.copyfile(COURSE_ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
         shutil.copytree(COURSE_ROOT / "source" / assignment, course / "source" / assignment)
-        for student, nb in notebooks(assignment, answer_id).items():
+        for student, nb in students().items():
             (course / "incoming" / student).mkdir(parents=True)
-            nbformat.write(nb, course / "incoming" / student / name)
+            nbformat.write(nb, course / "incoming" / student / notebook)
         cmd = [sys.executable, "-m", "autograder", "grade", assignment, str(course / "incoming"), "--course",
-               str(course), "--jobs", "2", "--timeout", "120", "--memory", "3000", "--sandbox", "bwrap",
-               "--quiet"]
+               str(course), "--jobs", "2", "--quiet", *options]
         done = subprocess.run(cmd, cwd=COURSE_ROOT, env=with_venv_on_path(), capture_output=True, text=True,
                               timeout=900, check=False)
         if done.returncode != 0:
@@ -102,9 +103,17 @@ def grade_with_tricks(tmp_path_factory, assignment: str = ASSIGNMENT, answer_id:
             table = {r["student"]: r for r in csv.DictReader(handle)}
         return {"returncode": 0, "rows": table, "cells": cell_scores(course, assignment)}
 
-    _, record = once_per_run(tmp_path_factory, f"out-of-process-{assignment}", grade_the_class)
+    _, record = once_per_run(tmp_path_factory, name, grade_the_class)
     assert record["returncode"] == 0, record["stderr"]
     return record["rows"], record["cells"]
+
+
+def grade_with_tricks(tmp_path_factory, assignment: str = ASSIGNMENT, answer_id: str = "describe") -> tuple:
+    """Grade the class of `notebooks(assignment, answer_id)` once per test run with `--sandbox bwrap`, as
+    issue 61's bank was graded; return (student -> grades.csv row, cell_scores)."""
+    return grade_class_once(tmp_path_factory, f"out-of-process-{assignment}", assignment,
+                            lambda: notebooks(assignment, answer_id), "--timeout", "120", "--memory", "3000",
+                            "--sandbox", "bwrap")
 
 
 @pytest.fixture(scope="module")
