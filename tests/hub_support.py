@@ -84,6 +84,35 @@ def release_port(port: int) -> None:
         held.close()
 
 
+CLONE_NEWNET = 0x40000000
+
+
+@contextlib.contextmanager
+def network_of_its_own() -> Iterator[None]:
+    """Run the block in a network namespace of its own, its loopback up: the machine of a hub whose nodes add
+    addresses and links (--nodes namespaces), as a container would be. Without it those changes are the whole
+    machine's, and a browser that another test drives at that moment aborts its page loads
+    (net::ERR_NETWORK_CHANGED: Chromium drops its connections whenever the machine's addresses change).
+
+    The namespace is the calling thread's (unshare), so what the test starts from it (the hub, its parts,
+    `ip`) is in it too; afterwards the thread goes back to the namespace it came from."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.unshare(CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+        try:
+            subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True, timeout=30)
+            yield
+        finally:
+            if libc.setns(before, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back to the machine's network namespace")
+    finally:
+        os.close(before)
+
+
 @functools.cache
 def runs_as_nobody(python: str) -> bool:
     """Return whether an unprivileged account can run this interpreter and import the hub's packages (asked

@@ -41,7 +41,7 @@ from tests.hub_support import (
 
 ROSTER = "id,name,role\nann,Ann Right,student\nbob,Bob Wrong,student\nivy,Ivy Teacher,instructor\n"
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("machine_of_its_own")]
 LEASE_S = 60  # longer than grading the hostile notebook with autograde's --timeout TIMEOUT_S (and its retry)
 TIMEOUT_S = 15
 

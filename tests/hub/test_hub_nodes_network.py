@@ -4,6 +4,7 @@ with DEVICELAB_HUB_TESTS=1 (under CI=true a skip is a failure)."""
 
 import http.server
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 
 from autograder.hub.spawning import nodes
 from tests.hub_support import hub_tests_or_skip
+
+pytestmark = pytest.mark.usefixtures("machine_of_its_own")  # (tests/conftest.py)
 
 REACH = """
 import json, socket, sys
@@ -203,3 +206,15 @@ def test_addresses_never_collide_with_the_hub_or_each_other():
     assert max(len(nodes.Node(254, k).name) for k in (1, 62_499)) <= 15  # a link's name: 15 at most
     with pytest.raises(ValueError):
         nodes.part_address(subnet, 0)
+
+
+def test_the_nodes_network_is_not_the_machine_s(network):
+    """What the nodes add is seen in this module's network namespace only (`machine_of_its_own`): not by the
+    machine, where another test's browser may be loading pages."""
+    subnet = network[0]
+    machine = f"/proc/{os.getppid()}/ns/net"  # the test run's own process, which never left the machine's
+    assert os.readlink("/proc/thread-self/ns/net") != os.readlink(machine)
+    ours = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+    theirs = subprocess.run(["nsenter", f"--net={machine}", "ip", "-o", "addr"], capture_output=True,
+                            text=True, check=True).stdout
+    assert nodes.hub_address(subnet) in ours and nodes.hub_address(subnet) not in theirs

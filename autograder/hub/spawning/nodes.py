@@ -29,7 +29,6 @@ from pathlib import Path
 from autograder.hub.settings import node_hub_address as hub_address
 
 NETNS_FOLDER = Path("/run/netns")
-SYS_NET = Path("/sys/class/net")  # this namespace's links
 CLAIMS = Path("/run/devicelab-hub-nodes")  # X -> the root of the hub that chose it (two setups at once)
 CLONE_NEWNET = 0x40000000
 SUBNETS = range(200, 255)  # the hub's addresses are 10.X.0.0/16 for one X of these
@@ -106,6 +105,14 @@ def _owner_lives(claim: Path) -> bool:
         return Path(claim.read_text(encoding="utf-8").strip()).exists()
     except OSError:
         return True  # unreadable: leave it alone
+
+
+def _has_link(name: str) -> bool:
+    """Return whether the caller's network namespace has a link of this name (asked of the kernel:
+    /sys/class/net shows the namespace sysfs was mounted in, which need not be the caller's)."""
+    done = subprocess.run(["ip", "-o", "link", "show", "dev", name], capture_output=True, text=True,
+                          timeout=30, check=False)
+    return done.returncode == 0
 
 
 def _netns_names() -> list[str]:
@@ -203,7 +210,7 @@ def remove(node: Node) -> None:
     The link goes first and at once: a namespace's own links are taken down later, by the kernel's clean-up
     after the namespace is gone, and a part started again at once would find its link's name still taken.
     """
-    if (SYS_NET / node.name).exists():
+    if _has_link(node.name):
         _ip("link", "del", node.name)  # both ends of the pair
     if (NETNS_FOLDER / node.name).exists():
         _ip("netns", "del", node.name)
