@@ -422,22 +422,34 @@ def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(nn.Module.named_parameters(model)), **dict(nn.Module.named_buffers(model))}
 
 
-def same_weights(model: nn.Module, reference_model: nn.Module) -> list[str]:
-    """Return the names of the parameters and buffers whose values differ from the reference model's, or
-    that one of the two lacks."""
+def weight_differences(model: nn.Module, reference_model: nn.Module) -> list[str]:
+    """Return, as sentences, how the parameters and buffers of `model` differ from the reference model's: a
+    name one of them lacks, or values that differ (one sentence when none of the values match)."""
     ours, theirs = _tensors(model), _tensors(reference_model)
-    return [name for name in sorted(ours.keys() | theirs.keys()) if name not in ours or name not in theirs
-            or not equal(ours[name].detach().cpu(), theirs[name].detach().cpu())]
+    if not ours:
+        return ["the model holds no parameters or buffers: nothing of the checkpoint is in it"]
+    missing = [f"the model has no {name}, which the checkpoint's model holds"
+               for name in sorted(theirs.keys() - ours.keys())]
+    extra = [f"the model holds {name}, which the checkpoint's model does not"
+             for name in sorted(ours.keys() - theirs.keys())]
+    shared = sorted(ours.keys() & theirs.keys())
+    differ = [name for name in shared if not equal(ours[name].detach().cpu(), theirs[name].detach().cpu())]
+    if shared and len(differ) == len(shared):
+        values = [(f"none of the model's {len(shared)} parameters and buffers holds the checkpoint's values: "
+                   "the model was not loaded from it")]
+    else:
+        values = [f"{name} does not hold the checkpoint's values" for name in differ]
+    return missing + extra + values
 
 
 def off_device(model: nn.Module, device) -> list[str]:
-    """Return the names of the parameters and buffers of `model` that are not on `device` (all of the model,
-    when it holds none: a model emptied is on no device)."""
+    """Return, as sentences, the parameters and buffers of `model` that are not on `device` (a model that
+    holds none is reported as such: it is on no device)."""
     device = torch.device(device)
     tensors = _tensors(model)
     if not tensors:
-        return ["the model (it holds no parameters or buffers)"]
-    return [name for name, t in tensors.items() if t.device != device]
+        return ["the model holds no parameters or buffers"]
+    return [f"{name} is on {t.device}, not on {device}" for name, t in tensors.items() if t.device != device]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -581,18 +593,25 @@ def _fixed_train(fixed_train) -> None:
 
 def _load_for_one(load_for_one) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        path, trained = ddp_checkpoint(Path(folder))
+        for kind, location in (("mlp", "cuda:1"), ("tagger", "cuda:0")):
+            path, trained = ddp_checkpoint(Path(folder), kind=kind, location=location)
+            model = build(kind, seed=5)
+            try:
+                got = load_for_one(path, model, "cpu")
+            except NotImplementedError:
+                raise
+            except RuntimeError as error:
+                raise AssertionError(f"The file saved on {location} did not load onto 'cpu': "
+                                     f"{str(error)[:400]}") from None
+            assert got is model, "Load into the model you were given and return it."
+            differ = weight_differences(model, trained)
+            assert not differ, f"After loading the {kind} file saved on {location}: {differ[0]}."
+        path, _ = ddp_checkpoint(Path(folder), location="cuda:1")
         model = build("mlp", seed=5)
-        try:
-            got = load_for_one(path, model, "cpu")
-        except NotImplementedError:
-            raise
-        except RuntimeError as error:
-            first = str(error).splitlines()[0][:160]
-            raise AssertionError(f"The checkpoint did not load here: {first}") from None
-        assert got is model, "Load into the model you were given and return it."
-        differ = same_weights(model, trained)
-        assert not differ, f"{differ[0]} does not hold the checkpoint's values."
+        with like_a_gpu():
+            load_for_one(path, model, torch.device("meta"))
+        missed = off_device(model, "meta")
+        assert not missed, f"After loading onto meta (inside like_a_gpu()): {missed[0]}."
         payload_ran.clear()
         path, _ = ddp_checkpoint(Path(folder), seed=1, extra=Payload())
         with contextlib.suppress(Exception):

@@ -411,10 +411,13 @@ def test_mistake_loses_points(one_exercise, exercise, source, request, monkeypat
     (("fixed-train", "no-ddp"), "fixed-train-tests-weights", "weights differ after training"),
     (("fixed-train", "gradients-summed-by-hand"), "fixed-train-tests-weights",
      "mean of the ranks' gradients"),
-    (("load-for-one", "no-map-location"), "load-for-one-tests-gpu-file", "did not load here"),
+    (("load-for-one", "no-map-location"), "load-for-one-tests-gpu-file", "did not load onto 'cpu'"),
+    (("load-for-one", "keeps-the-prefix"), "load-for-one-tests-gpu-file", "Missing key(s) in state_dict"),
+    (("load-for-one", "strict-false"), "load-for-one-tests-values", "the model was not loaded from it"),
     (("load-for-one", "slices-seven"), "load-for-one-tests-values", "no prefix"),
     (("load-for-one", "weights-only-false"), "load-for-one-tests-safe", "weights_only=True"),
-    (("load-for-one", "never-moves-the-model"), "load-for-one-tests-device", "move the model"),
+    (("load-for-one", "never-moves-the-model"), "load-for-one-tests-device",
+     "0.weight is on cpu, not on meta: the model you return should be on the device"),
     (("fixed-batches", "as-given"), "fixed-batches-tests-workers", "Cannot re-initialize CUDA in forked"),
     (("fixed-batches", "collate-moves"), "fixed-batches-tests-workers", "a worker touched the device"),
     (("fixed-batches", "no-workers"), "fixed-batches-tests-workers", "0 workers read samples"),
@@ -453,7 +456,10 @@ def test_feedback_checks_say_correct_for_the_solution_and_not_attempted_for_stub
 @pytest.mark.parametrize(("mistake", "words"), [
     (("fixed-train", "as-given"), "NCCL"),
     (("fixed-train", "no-set-epoch"), "reshuffled"),
-    (("load-for-one", "keeps-the-prefix"), "did not load"),
+    (("load-for-one", "keeps-the-prefix"), "Missing key(s) in state_dict"),
+    (("load-for-one", "replaces-everywhere"), "block.module.weight"),
+    (("load-for-one", "never-moves-the-model"), "is on cpu, not on meta"),
+    (("load-for-one", "strict-false"), "the model was not loaded from it"),
     (("load-for-one", "weights-only-false"), "weights_only=True"),
     (("fixed-batches", "as-given"), "touched the device"),
     (("fixed-batches", "no-workers"), "worker processes"),
@@ -544,3 +550,32 @@ def test_ddp_checkpoint_names_keys_as_ddp_does_and_labels_storages_cuda_1(tmp_pa
     assert set(seen) == {"cuda:1"}
     assert sorted(state) == sorted(f"module.{k}" for k in build("tagger", 0).state_dict())
     assert "module.block.module.weight" in state and "module.bn.running_mean" in state
+
+
+def test_weight_differences_and_off_device_say_what_is_wrong_with_the_model():
+    import torch
+    from torch import nn
+
+    from devicelab.exercises.ps08 import build, off_device, weight_differences
+
+    trained, other = build("mlp", seed=0), build("mlp", seed=1)
+    assert weight_differences(build("mlp", seed=0), trained) == []
+    assert weight_differences(other, trained) == [
+        ("none of the model's 4 parameters and buffers holds the checkpoint's values: the model was not "
+         "loaded from it")]
+    partly = build("mlp", seed=1)
+    partly.load_state_dict(trained.state_dict())
+    with torch.no_grad():
+        partly[0].bias.add_(1)
+    assert weight_differences(partly, trained) == ["0.bias does not hold the checkpoint's values"]
+    longer = nn.Sequential(*build("mlp", seed=0), nn.Linear(2, 2))
+    assert weight_differences(longer, trained) == [
+        f"the model holds {name}, which the checkpoint's model does not" for name in ("3.bias", "3.weight")]
+    assert weight_differences(nn.Sequential(*list(build("mlp", seed=0))[:1]), trained)[0] == (
+        "the model has no 2.bias, which the checkpoint's model holds")
+    emptied = nn.Sequential()
+    assert weight_differences(emptied, trained) == [
+        "the model holds no parameters or buffers: nothing of the checkpoint is in it"]
+    assert off_device(emptied, "meta") == ["the model holds no parameters or buffers"]
+    assert off_device(trained, "cpu") == []
+    assert off_device(trained, "meta")[0] == "0.weight is on cpu, not on meta"
