@@ -9,7 +9,6 @@ import pytest
 
 from autograder import COURSE_ROOT
 from tests.factories import tiny_assignment
-from tests.hub_support import hub_tests_or_skip, network_of_its_own
 from tests.markers import mark_by_use
 from tests.schedule import longest_first, module_of
 
@@ -35,6 +34,8 @@ share_cores_between_workers()
 def machine_of_its_own():
     """For a module whose hubs change the machine's network (nodes' addresses and links): a machine of its
     own (`network_of_its_own`), so that no other test's browser sees the changes."""
+    from tests.hub_support import hub_tests_or_skip, network_of_its_own  # (1 s of imports: only where used)
+
     hub_tests_or_skip()
     with network_of_its_own():
         yield

@@ -2,11 +2,13 @@
 
 `like_a_gpu()` makes `meta` behave like a second device for a resume: parameters keep their identity when
 the model moves (as they do between CPU and CUDA, where `Module.to` sets `param.data`), and a checkpoint
-loaded with `map_location` on meta is read onto the CPU (meta holds no values to copy into a CPU model).
+loaded with `map_location` on meta is read onto the CPU (meta holds no values to copy into a CPU model), its
+tensors counted as on meta where `load_state_dict(..., assign=True)` puts them in a model.
 `save_as_if_from_gpu` writes a checkpoint whose tensors say they were saved on `cuda:0`. `OOMStep` is a
 training step that runs out of memory above a batch size, as a GPU's would, and notes what is still alive.
 """
 
+import collections
 import contextlib
 import tempfile
 import warnings
@@ -84,27 +86,57 @@ def fresh(seed: int = 7) -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.Adam(model.parameters(), lr=0.5)
 
 
+def _tensors_in(value) -> Iterator[torch.Tensor]:
+    """Yield the tensors in a loaded checkpoint (dicts, lists and tuples walked)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+
+
 @contextlib.contextmanager
 def like_a_gpu() -> Iterator[None]:
-    """Make `meta` stand in for a GPU during a resume (see the module's docstring); restore everything."""
+    """Make `meta` stand in for a GPU during a resume (see the module's docstring); restore everything.
+
+    A checkpoint loaded with `map_location` on meta is read onto the CPU (its values are needed), and its
+    tensors count as on meta: `load_state_dict(..., assign=True)` puts them in the model on meta, as it would
+    put a file's tensors mapped to a GPU in the model on that GPU."""
     swap = torch.__future__.get_swap_module_params_on_conversion()
-    real_load = torch.load
+    real_load, real_load_state_dict = torch.load, nn.Module.load_state_dict
+    on_meta: dict[int, weakref.ref] = {}  # id -> the tensor a load onto meta read onto the CPU
 
     def load(*args, **kwargs):
         where = kwargs.get("map_location")
-        if where is not None and not callable(where) and not isinstance(where, dict) \
-                and torch.device(where).type == "meta":
-            kwargs["map_location"] = "cpu"
-        return real_load(*args, **kwargs)
+        if where is None or callable(where) or isinstance(where, dict) or torch.device(where).type != "meta":
+            return real_load(*args, **kwargs)
+        loaded = real_load(*args, **{**kwargs, "map_location": "cpu"})
+        on_meta.update((id(t), weakref.ref(t)) for t in _tensors_in(loaded))
+        return loaded
+
+    def meta_if_loaded_so(value):
+        known = on_meta.get(id(value)) if isinstance(value, torch.Tensor) else None
+        return value.to("meta") if known is not None and known() is value else value
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        if assign:
+            moved = collections.OrderedDict((k, meta_if_loaded_so(v)) for k, v in state_dict.items())
+            if hasattr(state_dict, "_metadata"):
+                moved._metadata = state_dict._metadata
+            state_dict = moved
+        return real_load_state_dict(self, state_dict, strict=strict, assign=assign)
 
     torch.__future__.set_swap_module_params_on_conversion(True)
-    torch.load = load
+    torch.load, nn.Module.load_state_dict = load, load_state_dict
     try:
         with warnings.catch_warnings():  # copying values into meta parameters is a no-op, and it says so
             warnings.filterwarnings("ignore", message=".*non-meta parameter.*")
             yield
     finally:
-        torch.load = real_load
+        torch.load, nn.Module.load_state_dict = real_load, real_load_state_dict
         torch.__future__.set_swap_module_params_on_conversion(swap)
 
 

@@ -593,19 +593,20 @@ def _fixed_train(fixed_train) -> None:
 
 def _load_for_one(load_for_one) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        for kind, location in (("mlp", "cuda:1"), ("tagger", "cuda:0")):
-            path, trained = ddp_checkpoint(Path(folder), kind=kind, location=location)
+        for kind, location, prefixed in (("mlp", "cuda:1", True), ("tagger", "cuda:0", True),
+                                         ("tagger", "cuda:1", False)):
+            path, trained = ddp_checkpoint(Path(folder), kind=kind, location=location, prefixed=prefixed)
+            saved = f"the {kind} file saved on {location}" + ("" if prefixed else " from model.module")
             model = build(kind, seed=5)
             try:
                 got = load_for_one(path, model, "cpu")
             except NotImplementedError:
                 raise
             except RuntimeError as error:
-                raise AssertionError(f"The file saved on {location} did not load onto 'cpu': "
-                                     f"{str(error)[:400]}") from None
+                raise AssertionError(f"Loading {saved} failed: {str(error)[:400]}") from None
             assert got is model, "Load into the model you were given and return it."
             differ = weight_differences(model, trained)
-            assert not differ, f"After loading the {kind} file saved on {location}: {differ[0]}."
+            assert not differ, f"After loading {saved}: {differ[0]}."
         path, _ = ddp_checkpoint(Path(folder), location="cuda:1")
         model = build("mlp", seed=5)
         with like_a_gpu():
