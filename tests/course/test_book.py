@@ -31,7 +31,7 @@ from benchmarks.gpu_smoke import OUTPUT_TAG, RECORDED
 from book import execution, pages
 from book.execution import REQUIRES_CUDA, executed_copies, executed_copy, execution_key
 from book.site import FIGURES, GUIDES, REFERENCE
-from tests.browser_support import browser_or_skip, launched_chromium
+from tests.browser_support import browser_or_skip, fresh_page, launched_chromium
 
 REPO = load_repository(COURSE_ROOT)
 LESSONS = [p.relative_to(COURSE_ROOT).as_posix() for p in lessons()]
@@ -606,6 +606,15 @@ def served(site):
         server.server_close()
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    """One browser for the module's page checks (a launch costs 1.5 s of CPU); each test opens a context of
+    its own, with no cookies or storage of another's."""
+    browser_or_skip()
+    with launched_chromium() as browser:
+        yield browser
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *_args) -> None:  # no line per request in the test's output
         pass
@@ -651,8 +660,7 @@ def _repository_file(url: str, prefix: str) -> str | None:
 
 @pytest.mark.browser
 @on_the_site
-def test_every_page_loads_cleanly_and_every_link_and_image_resolves(site, served):
-    browser_or_skip()
+def test_every_page_loads_cleanly_and_every_link_and_image_resolves(site, served, chromium):
     names = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html")
                    if not p.relative_to(site).as_posix().startswith("_static/"))  # the theme's template parts
     colab = f"https://colab.research.google.com/github/{REPO.name}/blob/{REPO.branch}/"
@@ -663,8 +671,8 @@ def test_every_page_loads_cleanly_and_every_link_and_image_resolves(site, served
     ids: dict[str, set[str]] = {}
     started = time.perf_counter()
     outside: list[str] = []
-    with launched_chromium() as chromium:
-        context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    try:
         context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(served)
                       else (outside.append(route.request.url), route.abort()))
         visitor = Visitor(context.new_page())
@@ -695,8 +703,9 @@ def test_every_page_loads_cleanly_and_every_link_and_image_resolves(site, served
             if name.startswith("notebooks/"):
                 failures += [f"{name}: a prediction shows its answer unfolded" for p in found["predictions"]
                              if not (p["folded"] and p["answer"])]
+    finally:
         context.close()
-        failures += [f"a request left the site: {url}" for url in outside]
+    failures += [f"a request left the site: {url}" for url in outside]
     for address, fragments in targets.items():
         name = address[len(served):] or "index.html"
         if not (site / name).is_file() and not (site / name / "index.html").is_file():
@@ -714,14 +723,11 @@ def test_every_page_loads_cleanly_and_every_link_and_image_resolves(site, served
 @pytest.mark.browser
 @on_the_site
 @pytest.mark.parametrize("width", [390, 700, 1280])
-def test_the_menu_opens_and_leads_to_a_page_at_phone_tablet_and_desktop_width(site, served, width):
+def test_the_menu_opens_and_leads_to_a_page_at_phone_tablet_and_desktop_width(site, served, width, chromium):
     """The visible menu button works at every width (pydata-sphinx-theme#2451: both themes bound only the
     hidden copy of it): below 992 px it opens the menu over the page, and a link there leads to its page;
     above, it folds the sidebar away. The contents button opens the page's contents the same way."""
-    browser_or_skip()
-    with launched_chromium() as chromium:
-        context = chromium.new_context(viewport={"width": width, "height": 844})
-        page = context.new_page()
+    with fresh_page(chromium, width, 844) as page:
         page.goto(served + "notebooks/03-moving-tensors.html", wait_until="load")
         menu = page.locator(".primary-toggle:visible").first
         if width < 992:
@@ -738,23 +744,18 @@ def test_the_menu_opens_and_leads_to_a_page_at_phone_tablet_and_desktop_width(si
             menu.click()
             page.wait_for_function("document.querySelector('#pst-primary-sidebar').classList"
                                    ".contains('pst-sidebar-hidden')", timeout=30_000)
-        context.close()
 
 
 @pytest.mark.browser
 @on_the_site
-def test_search_results_quote_the_page_around_the_word(site, served):
+def test_search_results_quote_the_page_around_the_word(site, served, chromium):
     """Every snippet read "...Colab" or "...System Settings Light Dark" (the header's buttons and the Colab
     links were the start of each page's text): now each quotes the lesson's own words."""
-    browser_or_skip()
-    with launched_chromium() as chromium:
-        context = chromium.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
+    with fresh_page(chromium, 1280, 900) as page:
         page.goto(served + "search.html?q=pinned", wait_until="load")
         page.wait_for_function("document.querySelectorAll('#search-results li p.context').length >= 3",
                                timeout=60_000)
         snippets = page.locator("#search-results li p.context").all_inner_texts()[:3]
-        context.close()
     for text in snippets:
         assert "pinned" in text.lower() and "System Settings" not in text and "Colab" not in text[:40], text
 
@@ -762,41 +763,33 @@ def test_search_results_quote_the_page_around_the_word(site, served):
 @pytest.mark.browser
 @on_the_site
 @pytest.mark.parametrize("width", [390, 1280])
-def test_the_search_page_shows_one_search_box(site, served, width):
+def test_the_search_page_shows_one_search_box(site, served, width, chromium):
     """The search page has its own box; the header's and the sidebar's search buttons made two more."""
-    browser_or_skip()
-    with launched_chromium() as chromium:
-        context = chromium.new_context(viewport={"width": width, "height": 900})
-        page = context.new_page()
+    with fresh_page(chromium, width, 900) as page:
         page.goto(served + "search.html?q=pinned", wait_until="load")
         boxes = page.locator("input[type=search]:visible, .search-button-field:visible").count()
-        elsewhere = context.new_page()
+        elsewhere = page.context.new_page()
         elsewhere.goto(served + "notebooks/03-moving-tensors.html", wait_until="load")
         others = elsewhere.locator(".search-button-field:visible, .search-button:visible").count()
-        context.close()
     assert boxes == 1, f"{boxes} search boxes on the search page at {width} px"
     assert others >= 1, "the other pages keep their search button"
 
 
 @pytest.mark.browser
 @on_the_site
-def test_no_page_is_wider_than_a_phone(site, served):
+def test_no_page_is_wider_than_a_phone(site, served, chromium):
     """At 390 px nothing pushes a page sideways: long inline code wraps, wide tables scroll in their own box
     (the cheat sheet's ran off the screen)."""
-    browser_or_skip()
     pages = ["docs/cheatsheet.html", "docs/facts.html", "docs/students.html", "docs/hub.html",
              "notebooks/05-async-and-timing.html",
              "release/ps01-tensors-and-devices/ps01-tensors-and-devices.html"]
-    with launched_chromium() as chromium:
-        context = chromium.new_context(viewport={"width": 390, "height": 844})
-        page = context.new_page()
+    with fresh_page(chromium, 390, 844) as page:
         wide = {}
         for name in pages:
             page.goto(served + name, wait_until="load")
             width = page.evaluate("document.documentElement.scrollWidth")
             if width > 390:
                 wide[name] = width
-        context.close()
     assert not wide, wide
 
 
