@@ -84,9 +84,6 @@ def release_port(port: int) -> None:
         held.close()
 
 
-CLONE_NEWNET = 0x40000000
-
-
 @contextlib.contextmanager
 def network_of_its_own() -> Iterator[None]:
     """Run the block in a network namespace of its own, its loopback up: the machine of a hub whose nodes add
@@ -97,6 +94,8 @@ def network_of_its_own() -> Iterator[None]:
     The namespace is the calling thread's (unshare), so what the test starts from it (the hub, its parts,
     `ip`) is in it too; afterwards the thread goes back to the namespace it came from."""
     import ctypes
+
+    from autograder.hub.spawning.nodes import CLONE_NEWNET
 
     libc = ctypes.CDLL(None, use_errno=True)
     before = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)

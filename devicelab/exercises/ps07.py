@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from devicelab.feedback import Exercise, checker
 
@@ -86,18 +87,6 @@ def fresh(seed: int = 7) -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.Adam(model.parameters(), lr=0.5)
 
 
-def _tensors_in(value) -> Iterator[torch.Tensor]:
-    """Yield the tensors in a loaded checkpoint (dicts, lists and tuples walked)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors_in(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors_in(item)
-
-
 @contextlib.contextmanager
 def like_a_gpu() -> Iterator[None]:
     """Make `meta` stand in for a GPU during a resume (see the module's docstring); restore everything.
@@ -114,7 +103,7 @@ def like_a_gpu() -> Iterator[None]:
         if where is None or callable(where) or isinstance(where, dict) or torch.device(where).type != "meta":
             return real_load(*args, **kwargs)
         loaded = real_load(*args, **{**kwargs, "map_location": "cpu"})
-        on_meta.update((id(t), weakref.ref(t)) for t in _tensors_in(loaded))
+        on_meta.update((id(t), weakref.ref(t)) for t in tree_leaves(loaded) if isinstance(t, torch.Tensor))
         return loaded
 
     def meta_if_loaded_so(value):
